@@ -1,0 +1,219 @@
+"""The whole error tree of tiered_router.
+
+```
+TieredRouterError
+├── PolicyError                 a user mistake in a policy (file, line, field)
+├── BackendError                one backend call failed (after translation at the seam)
+│   ├── BackendTimeout          the call or the turn's deadline ran out
+│   ├── BackendConnectionError  connection refused, reset or dropped mid-stream
+│   ├── BackendRateLimited      429; carries ``retry_after_s`` when the server sent one
+│   ├── BackendStatusError      any other non-2xx answer; carries ``status_code``
+│   ├── BackendResponseError    a 2xx answer that could not be read (broken JSON / SSE)
+│   ├── BackendUnavailable      the backend's circuit breaker is open
+│   └── CapabilityError         the turn needs something the backend lacks (tools: false)
+├── GateFailed                  the last draft failed the gate and the policy says ``raise``
+└── AllTiersFailed              every tier that could serve the turn failed
+```
+
+User mistakes (``PolicyError``) are kept apart from runtime failures. Runtime errors
+carry data: the backend's name, the HTTP status, the verdict, every attempt made.
+Messages never contain secrets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tiered_router.gate import Verdict
+    from tiered_router.trace import Attempt, Trace
+
+__all__ = [
+    "AllTiersFailed",
+    "BackendConnectionError",
+    "BackendError",
+    "BackendRateLimited",
+    "BackendResponseError",
+    "BackendStatusError",
+    "BackendTimeout",
+    "BackendUnavailable",
+    "CapabilityError",
+    "GateFailed",
+    "PolicyError",
+    "TieredRouterError",
+]
+
+
+class TieredRouterError(Exception):
+    """Root of every error raised by tiered_router."""
+
+
+class PolicyError(TieredRouterError, ValueError):
+    """A policy could not be loaded: bad YAML, unknown key, wrong type, missing variable.
+
+    Attributes:
+        file: The policy's file name, or ``"<string>"`` / ``"<dict>"`` when it had none.
+        line: 1-based line of the offending node, when known.
+        field: Dotted path of the offending field, e.g. ``backends.mercury.timeout_s``.
+        problems: Every problem found, as ``(line, field, message)`` triples. ``str(exc)``
+            renders one ``file:line: field: message`` line per problem.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str = "<policy>",
+        line: int | None = None,
+        field: str | None = None,
+        problems: Sequence[tuple[int | None, str | None, str]] | None = None,
+    ) -> None:
+        self.file = file
+        self.line = line
+        self.field = field
+        self.problems: tuple[tuple[int | None, str | None, str], ...] = tuple(
+            problems if problems is not None else [(line, field, message)]
+        )
+        super().__init__("\n".join(self._render(*p) for p in self.problems))
+
+    def _render(self, line: int | None, field: str | None, message: str) -> str:
+        where = f"{self.file}:{line}" if line is not None else self.file
+        return f"{where}: {field}: {message}" if field else f"{where}: {message}"
+
+
+class BackendError(TieredRouterError):
+    """A backend call failed.
+
+    Attributes:
+        backend: Name of the backend (as in the policy), never its key or URL credentials.
+        retryable: Whether the router may try the same backend again.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, backend: str = "?") -> None:
+        self.backend = backend
+        super().__init__(f"{backend}: {message}")
+
+
+class BackendTimeout(BackendError):
+    """The backend did not answer in time (per-call timeout or the turn's deadline)."""
+
+    retryable = True
+
+
+class BackendConnectionError(BackendError):
+    """The connection failed: refused, reset, or dropped before the answer was complete."""
+
+    retryable = True
+
+
+class BackendRateLimited(BackendError):
+    """The backend answered 429.
+
+    Attributes:
+        retry_after_s: The wait the server asked for, from ``retry-after-ms`` or
+            ``retry-after``, or ``None`` when it sent neither.
+    """
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, backend: str = "?", retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, backend=backend)
+        self.retry_after_s = retry_after_s
+        self.status_code = 429
+
+
+class BackendStatusError(BackendError):
+    """The backend answered with a non-2xx status other than 429.
+
+    Attributes:
+        status_code: The HTTP status.
+        retry_after_s: The wait the server asked for, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str = "?",
+        status_code: int,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message, backend=backend)
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
+        self.retryable = status_code in (408, 409) or status_code >= 500
+
+
+class BackendResponseError(BackendError):
+    """The backend answered 2xx but the body could not be read (bad JSON, broken SSE)."""
+
+    retryable = True
+
+
+class BackendUnavailable(BackendError):
+    """The backend's circuit breaker is open; the router routes around it."""
+
+
+class CapabilityError(BackendError):
+    """The turn needs a capability the backend does not have (for example tools)."""
+
+
+class GateFailed(TieredRouterError):
+    """The final draft failed the quality gate and the policy says to raise.
+
+    Attributes:
+        verdict: The failing verdict of the last draft.
+        attempts: Every attempt made for the turn, in order.
+        trace: The full trace of the turn.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        verdict: Verdict,
+        attempts: Sequence[Attempt] = (),
+        trace: Trace | None = None,
+    ) -> None:
+        self.verdict = verdict
+        self.attempts = tuple(attempts)
+        self.trace = trace
+        super().__init__(message)
+
+
+class AllTiersFailed(TieredRouterError):
+    """No tier produced a completion for the turn.
+
+    Attributes:
+        attempts: Every attempt made, each with its error.
+        errors: The backend errors, in the order they happened.
+        trace: The full trace of the turn.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: Sequence[Attempt] = (),
+        errors: Sequence[BaseException] = (),
+        trace: Trace | None = None,
+    ) -> None:
+        self.attempts = tuple(attempts)
+        self.errors = tuple(errors)
+        self.trace = trace
+        super().__init__(message)
+
+
+def _describe(exc: BaseException) -> dict[str, Any]:
+    """Return a secret-free, JSON-ready description of an error for traces."""
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    for attr in ("status_code", "retry_after_s", "backend"):
+        value = getattr(exc, attr, None)
+        if value is not None:
+            out[attr] = value
+    return out

@@ -1,0 +1,279 @@
+"""Traces: what the router decided and tried for one turn, and where traces go (sinks).
+
+Every routed turn produces one :class:`Trace`: the decision (score, features, rule, tier),
+each attempt (backend, model, latency, usage, cost, gate verdict, error), the tier that
+produced the returned completion, and totals. Traces hold no secrets: errors are stored
+as their type and message, and messages never contain keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol, runtime_checkable
+
+from tiered_router._types import Tier
+from tiered_router.gate._verdict import Verdict
+from tiered_router.routing import Decision
+from tiered_router.turn import Usage
+
+__all__ = [
+    "Attempt",
+    "JSONLSink",
+    "LoggingSink",
+    "MemorySink",
+    "Trace",
+    "TraceSink",
+]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One call to one backend.
+
+    Attributes:
+        tier: The tier the call served.
+        backend: The backend's policy name.
+        model: The model name sent.
+        try_index: 0 for the first try on this backend in this turn, 1 for the first retry...
+        latency_s: Wall time of the call.
+        usage: Token counts (zero when the call failed).
+        cost: Cost in US dollars from the policy's prices.
+        verdict: The gate's verdict on the draft, ``None`` when there was no draft.
+        error: ``{"type", "message", ...}`` of the failure, ``None`` on success.
+    """
+
+    tier: Tier
+    backend: str
+    model: str
+    try_index: int = 0
+    latency_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    verdict: Verdict | None = None
+    error: Mapping[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The call returned a draft (whatever its verdict)."""
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict."""
+        return {
+            "tier": self.tier,
+            "backend": self.backend,
+            "model": self.model,
+            "try_index": self.try_index,
+            "latency_s": round(self.latency_s, 6),
+            "usage": _usage_dict(self.usage),
+            "cost": self.cost,
+            "verdict": _verdict_dict(self.verdict),
+            "error": dict(self.error) if self.error is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """Everything the router did for one turn.
+
+    Attributes:
+        turn_id: The turn's id.
+        decision: The routing decision.
+        attempts: Every backend call, in order.
+        tier: The tier whose completion was returned (``None`` when none was).
+        backend: The backend whose completion was returned.
+        escalated: A fast draft failed the gate, or the fast backend failed.
+        escalations: Why the turn moved up a tier, in order (``gate_failed``,
+            ``backend_error``, ``circuit_open``, ``no_tool_support``, ...).
+        verdict: The verdict on the returned completion.
+        latency_s: Wall time of the whole turn.
+        metadata: The turn's metadata (labels, task id).
+    """
+
+    turn_id: str
+    decision: Decision
+    attempts: tuple[Attempt, ...] = ()
+    tier: Tier | None = None
+    backend: str | None = None
+    escalated: bool = False
+    escalations: tuple[str, ...] = ()
+    verdict: Verdict | None = None
+    latency_s: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cost(self) -> float:
+        """Total cost of every attempt, US dollars."""
+        return sum(a.cost for a in self.attempts)
+
+    @property
+    def usage(self) -> Usage:
+        """Total token usage of every attempt."""
+        total = Usage()
+        for a in self.attempts:
+            total = total + a.usage
+        return total
+
+    @property
+    def errors(self) -> tuple[Mapping[str, Any], ...]:
+        """The errors of the failed attempts, in order."""
+        return tuple(a.error for a in self.attempts if a.error is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (what the JSONL sink writes)."""
+        d = self.decision
+        return {
+            "turn_id": self.turn_id,
+            "decision": {
+                "tier": d.tier,
+                "backend": d.backend,
+                "score": round(d.score, 6),
+                "threshold": d.threshold,
+                "rule": d.rule,
+                "reasons": list(d.reasons),
+                "features": dict(d.features),
+                "contributions": {k: round(v, 6) for k, v in d.contributions.items()},
+            },
+            "attempts": [a.to_dict() for a in self.attempts],
+            "tier": self.tier,
+            "backend": self.backend,
+            "escalated": self.escalated,
+            "escalations": list(self.escalations),
+            "verdict": _verdict_dict(self.verdict),
+            "totals": {
+                "latency_s": round(self.latency_s, 6),
+                "cost": self.cost,
+                "usage": _usage_dict(self.usage),
+                "attempts": len(self.attempts),
+            },
+            "metadata": _jsonable(self.metadata),
+        }
+
+    def to_json(self) -> str:
+        """Return the trace as one line of JSON."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=str)
+
+
+@runtime_checkable
+class TraceSink(Protocol):
+    """Receives every finished trace. Must not raise; must be cheap (it is on the hot path)."""
+
+    def emit(self, trace: Trace) -> None:
+        """Record one trace."""
+        ...
+
+
+class MemorySink:
+    """Keeps traces in memory (tests, notebooks).
+
+    Attributes:
+        traces: Every trace emitted, oldest first (at most ``maxlen`` when given).
+    """
+
+    def __init__(self, *, maxlen: int | None = None) -> None:
+        self.traces: list[Trace] = []
+        self._maxlen = maxlen
+        self._lock = threading.Lock()
+
+    def emit(self, trace: Trace) -> None:
+        """Append the trace."""
+        with self._lock:
+            self.traces.append(trace)
+            if self._maxlen is not None and len(self.traces) > self._maxlen:
+                del self.traces[0]
+
+    def clear(self) -> None:
+        """Forget every trace."""
+        with self._lock:
+            self.traces.clear()
+
+
+class JSONLSink:
+    """Appends one JSON line per trace to a file.
+
+    Example:
+        ```python
+        router = Router(policy, sinks=[JSONLSink("traces.jsonl")])
+        ```
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+
+    def emit(self, trace: Trace) -> None:
+        """Write the trace as one line and flush."""
+        line = trace.to_json() + "\n"
+        with self._lock:
+            if self._file is None:
+                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file (it reopens on the next emit)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __repr__(self) -> str:
+        return f"JSONLSink({self.path!r})"
+
+
+class LoggingSink:
+    """Logs one line per trace through :mod:`logging` (``tiered_router.trace`` logger)."""
+
+    def __init__(self, *, level: int = logging.INFO, logger_: logging.Logger | None = None) -> None:
+        self.level = level
+        self.logger = logger_ or logger
+
+    def emit(self, trace: Trace) -> None:
+        """Log the trace's summary."""
+        d = trace.decision
+        self.logger.log(
+            self.level,
+            "turn %s tier=%s backend=%s score=%.3f rule=%s escalated=%s escalations=%s "
+            "attempts=%d latency_s=%.4f cost=%.6f",
+            trace.turn_id,
+            trace.tier,
+            trace.backend,
+            d.score,
+            d.rule,
+            trace.escalated,
+            ",".join(trace.escalations) or "-",
+            len(trace.attempts),
+            trace.latency_s,
+            trace.cost,
+        )
+
+
+def _usage_dict(u: Usage) -> dict[str, int]:
+    return {
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cached_input_tokens": u.cached_input_tokens,
+    }
+
+
+def _verdict_dict(v: Verdict | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {
+        "passed": v.passed,
+        "checks": list(v.checks),
+        "failures": [{"check": f.check, "reason": f.reason} for f in v.failures],
+    }
+
+
+def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+            for k, v in value.items()}
