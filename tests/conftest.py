@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tiered_router.testing import ScriptedServer
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    """A scripted OpenAI-compatible server on 127.0.0.1, fresh for each test."""
+    with ScriptedServer() as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def _no_live_keys(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Keep real provider keys away from every test except the live-provider ones."""
+    if request.node.get_closest_marker("live") is None:
+        for name in ("INCEPTION_API_KEY", "OPENAI_API_KEY"):
+            if name in os.environ:
+                monkeypatch.delenv(name)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "live: talks to a real provider; needs its API key")
