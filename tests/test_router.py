@@ -5,6 +5,7 @@ import logging
 from typing import Any
 
 import pytest
+from routerkit import JSON_TURN, SECRET, Slept, easy_turn, make_policy, router_for
 
 from tiered_router import (
     AllTiersFailed,
@@ -13,60 +14,8 @@ from tiered_router import (
     LoggingSink,
     MemorySink,
     Router,
-    Turn,
 )
 from tiered_router.testing import Reply, ScriptedServer
-
-SECRET = "sk-test-SECRET-0123456789"
-
-
-def make_policy(server: ScriptedServer, **overrides: Any) -> dict[str, Any]:
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": SECRET}
-    policy: dict[str, Any] = {
-        "version": 1,
-        "backends": {
-            "fast": {
-                **backend,
-                "model": "fast-model",
-                "kind": "diffusion",
-                "max_retries": 2,
-                "price": {"input_per_mtok": 0.25, "output_per_mtok": 0.75},
-            },
-            "frontier": {
-                **backend,
-                "model": "frontier-model",
-                "max_retries": 1,
-                "price": {"input_per_mtok": 2.5, "output_per_mtok": 10.0},
-            },
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"threshold": 0.6},
-        "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
-    }
-    for key, value in overrides.items():
-        policy[key] = value
-    return policy
-
-
-def easy_turn(**kw: Any) -> Turn:
-    return Turn([{"role": "user", "content": "Say hi."}], **kw)
-
-
-JSON_TURN = {"response_format": {"type": "json_object"}}
-
-
-class Slept(list[float]):
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
-
-    async def asleep(self, seconds: float) -> None:
-        self.append(seconds)
-
-
-def router_for(server: ScriptedServer, slept: Slept | None = None, **kw: Any) -> Router:
-    slept = slept if slept is not None else Slept()
-    sinks = kw.pop("sinks", ())
-    return Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks)
 
 
 @pytest.mark.anyio

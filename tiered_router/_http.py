@@ -11,6 +11,7 @@ Example:
 
     client = _http.build_async_client(transport=_http.MockTransport(handler))
     ```
+
 """
 
 from __future__ import annotations
@@ -23,17 +24,26 @@ from collections.abc import Callable, Mapping
 import httpx2
 from httpx2 import (
     AsyncBaseTransport,
+    AsyncByteStream,
     AsyncClient,
     BaseTransport,
     Client,
+    ConnectError,
+    ConnectTimeout,
     Headers,
     HTTPError,
     Limits,
     MockTransport,
+    ReadError,
+    ReadTimeout,
+    RemoteProtocolError,
     Request,
     Response,
     Timeout,
+    TimeoutException,
     TransportError,
+    WriteError,
+    create_ssl_context,
 )
 
 __all__ = [
@@ -41,17 +51,26 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_TIMEOUT_S",
     "AsyncBaseTransport",
+    "AsyncByteStream",
     "AsyncClient",
     "BaseTransport",
     "Client",
+    "ConnectError",
+    "ConnectTimeout",
     "HTTPError",
     "Headers",
     "Limits",
     "MockTransport",
+    "ReadError",
+    "ReadTimeout",
+    "RemoteProtocolError",
     "Request",
     "Response",
     "Timeout",
+    "TimeoutException",
     "TransportError",
+    "WriteError",
+    "create_ssl_context",
     "build_async_client",
     "build_client",
     "parse_retry_after",
@@ -69,7 +88,11 @@ TLS handshake (~100 ms) per call to the same provider."""
 
 
 def _timeout(timeout_s: float | None) -> Timeout:
-    connect = DEFAULT_CONNECT_TIMEOUT_S if timeout_s is None else min(timeout_s, DEFAULT_CONNECT_TIMEOUT_S)
+    connect = (
+        DEFAULT_CONNECT_TIMEOUT_S
+        if timeout_s is None
+        else min(timeout_s, DEFAULT_CONNECT_TIMEOUT_S)
+    )
     return Timeout(timeout_s, connect=connect)
 
 
@@ -91,6 +114,7 @@ def build_client(
 
     Returns:
         A new client; the caller closes it.
+
     """
     return httpx2.Client(
         timeout=_timeout(timeout_s),
@@ -118,6 +142,7 @@ def build_async_client(
 
     Returns:
         A new client; the caller closes it (``await client.aclose()``).
+
     """
     return httpx2.AsyncClient(
         timeout=_timeout(timeout_s),
@@ -152,6 +177,7 @@ def parse_retry_after(
         parse_retry_after({"retry-after-ms": "1500"})  # 1.5
         parse_retry_after({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"})
         ```
+
     """
     if not headers:
         return None

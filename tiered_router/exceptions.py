@@ -10,7 +10,8 @@ TieredRouterError
 │   ├── BackendStatusError      any other non-2xx answer; carries ``status_code``
 │   ├── BackendResponseError    a 2xx answer that could not be read (broken JSON / SSE)
 │   ├── BackendUnavailable      the backend's circuit breaker is open
-│   └── CapabilityError         the turn needs something the backend lacks (tools: false)
+│   ├── CapabilityError         the turn needs something the backend lacks (tools: false)
+│   └── StreamInterrupted       a stream failed after chunks reached the caller
 ├── GateFailed                  the last draft failed the gate and the policy says ``raise``
 └── AllTiersFailed              every tier that could serve the turn failed
 ```
@@ -41,6 +42,7 @@ __all__ = [
     "CapabilityError",
     "GateFailed",
     "PolicyError",
+    "StreamInterrupted",
     "TieredRouterError",
 ]
 
@@ -161,6 +163,30 @@ class BackendUnavailable(BackendError):
 
 class CapabilityError(BackendError):
     """The turn needs a capability the backend does not have (for example tools)."""
+
+
+class StreamInterrupted(BackendError):
+    """A routed stream failed after some chunks had reached the caller.
+
+    Nothing can be taken back then: the caller must end its own stream with an in-band
+    error. The original error is the ``__cause__``.
+
+    Attributes:
+        attempts: Every attempt made for the turn, in order.
+        trace: The full trace of the turn.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str = "?",
+        attempts: Sequence[Attempt] = (),
+        trace: Trace | None = None,
+    ) -> None:
+        super().__init__(message, backend=backend)
+        self.attempts = tuple(attempts)
+        self.trace = trace
 
 
 class GateFailed(TieredRouterError):

@@ -3,7 +3,9 @@
 A policy names the backends, maps the two tiers onto them, configures the scorer and its
 threshold, lists the rules checked before the threshold, the gate's checks and what to do
 when a draft fails. It is validated once, at load time; every problem is a
-:class:`~tiered_router.PolicyError` naming the file, the line and the field.
+:class:`~tiered_router.PolicyError` naming the file, the line and the field. String values
+may use ``${VAR}`` and ``${VAR:-default}``, read from the environment when the policy is
+loaded; ``$${`` is a literal ``${``. The full reference is ``docs/policy.md``.
 
 Example:
     ```yaml
@@ -16,15 +18,36 @@ Example:
     rules:
       - {name: final-answer, when: {final: true}, tier: frontier}
     ```
+
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import difflib
+import importlib
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from tiered_router._types import BackendKind, Tier
+from tiered_router._types import BackendKind, PolicySource, Tier
+from tiered_router.exceptions import PolicyError
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "BackendConfig",
@@ -39,8 +62,46 @@ __all__ = [
     "Rule",
     "RuleCondition",
     "ScoringConfig",
+    "TaskConfig",
     "Tiers",
+    "load_policy",
 ]
+
+_Loc = tuple[str | int, ...]
+
+
+class _FieldErrors(ValueError):
+    """Problems found by a validator, each at a location relative to the validated value.
+
+    Pydantic reports a validator's error at the validated value; this carries finer locations
+    (and several problems at once) so that :func:`load_policy` can point at the right line.
+    """
+
+    def __init__(self, problems: Sequence[tuple[_Loc, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{_dotted(p)}: {m}" if p else m for p, m in self.problems))
+
+
+def _dotted(path: _Loc) -> str:
+    out = ""
+    for el in path:
+        out += f"[{el}]" if isinstance(el, int) else (f".{el}" if out else str(el))
+    return out
+
+
+def _optional_module(name: str) -> types.ModuleType | None:
+    """Import ``name`` when a validator first needs it, or return ``None`` if it does not exist."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not f"{name}.".startswith(f"{exc.name}."):
+            raise  # the module exists but is broken: say so
+        return None
+
+
+def _did_you_mean(word: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(known)}"
 
 
 class _Model(BaseModel):
@@ -50,11 +111,11 @@ class _Model(BaseModel):
 class Price(_Model):
     """Prices of a backend in US dollars per million tokens."""
 
-    input_per_mtok: float = Field(0.0, ge=0)
+    input_per_mtok: float = Field(default=0.0, ge=0)
     """Price of one million input (prompt) tokens."""
-    output_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(default=0.0, ge=0)
     """Price of one million output (completion) tokens."""
-    cached_input_per_mtok: float | None = Field(None, ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
     """Price of one million cached input tokens; ``None`` bills them as plain input."""
 
 
@@ -64,9 +125,9 @@ class LatencyModel(_Model):
     Used by offline evaluation and by task latency budgets; measured latencies refine it.
     """
 
-    ttft_s: float = Field(0.3, ge=0)
+    ttft_s: float = Field(default=0.3, ge=0)
     """Time to first token, seconds."""
-    tokens_per_s: float = Field(100.0, gt=0)
+    tokens_per_s: float = Field(default=100.0, gt=0)
     """Output throughput, tokens per second."""
 
 
@@ -82,6 +143,7 @@ class BackendConfig(_Model):
           model: mercury-2
           kind: diffusion
         ```
+
     """
 
     type: str = "openai"
@@ -96,9 +158,9 @@ class BackendConfig(_Model):
     """Model name sent to the endpoint."""
     kind: BackendKind | None = None
     """``diffusion`` or ``autoregressive``; defaults from the preset, else autoregressive."""
-    timeout_s: float | None = Field(60.0, gt=0)
+    timeout_s: float | None = Field(default=60.0, gt=0)
     """Per-call timeout in seconds; ``null`` means only the turn's deadline applies."""
-    max_retries: int = Field(2, ge=0, le=10)
+    max_retries: int = Field(default=2, ge=0, le=10)
     """Retries after the first try, on connection errors, 408, 409, 429 and 5xx."""
     tools: bool = True
     """Whether the backend can call tools; ``false`` keeps tool turns away from it."""
@@ -110,10 +172,33 @@ class BackendConfig(_Model):
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (``reasoning_effort``, diffusion knobs, ...)."""
-    headers: dict[str, str] = Field(default_factory=dict)
-    """Extra HTTP headers sent with every request."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Extra HTTP headers sent with every request (left out of ``repr``: they may hold keys)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Options for non-HTTP backend types (for example ``replay``)."""
+
+    @model_validator(mode="after")
+    def _names_a_model(self) -> BackendConfig:
+        if self.type != "openai":
+            return self
+        presets = _optional_module("tiered_router.backends.presets")
+        known = getattr(presets, "PRESETS", None)
+        needs_model = "an openai backend needs `model` (or a `preset` that names one)"
+        if presets is None or known is None:
+            if self.preset is None and self.model is None:
+                raise _FieldErrors([(("model",), needs_model)])
+            return self
+        if self.preset is not None and self.preset not in known:
+            message = f"unknown preset {self.preset!r}{_did_you_mean(self.preset, sorted(known))}"
+            raise _FieldErrors([(("preset",), message)])
+        if self.model is None:
+            # the preset named, or the one inferred from base_url, may supply the model
+            preset = presets.preset_for(self)
+            if preset is None or preset.model is None:
+                if self.preset is not None:
+                    needs_model = f"`model` is required: preset {self.preset!r} has no default"
+                raise _FieldErrors([(("model",), needs_model)])
+        return self
 
 
 class Tiers(_Model):
@@ -130,12 +215,30 @@ class ScoringConfig(_Model):
 
     type: Literal["heuristic", "learned"] = "heuristic"
     """Scorer: ``heuristic`` (explainable features) or ``learned`` (trained weights)."""
-    threshold: float = Field(0.5, ge=0, le=1)
+    threshold: float = Field(default=0.5, ge=0, le=1)
     """A score above it goes to the frontier tier."""
     weights: dict[str, float] = Field(default_factory=dict)
     """Overrides of the heuristic feature weights, by feature name."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Scorer options (``learned``: ``path`` of the weights file)."""
+
+    @field_validator("weights")
+    @classmethod
+    def _known_features(cls, weights: dict[str, float]) -> dict[str, float]:
+        if not weights:
+            return weights
+        features = getattr(
+            _optional_module("tiered_router.scoring.heuristic"), "FEATURE_NAMES", None
+        )
+        if features is None:
+            return weights
+        known = sorted({*features, "bias"})
+        unknown = [name for name in weights if name not in known]
+        if unknown:
+            raise _FieldErrors(
+                [((n,), f"unknown feature {n!r}{_did_you_mean(n, known)}") for n in unknown]
+            )
+        return weights
 
 
 class RuleCondition(_Model):
@@ -143,15 +246,15 @@ class RuleCondition(_Model):
 
     final: bool | None = None
     """Match the agent's ``final`` signal."""
-    min_tools: int | None = Field(None, ge=0)
+    min_tools: int | None = Field(default=None, ge=0)
     """At least this many tools declared."""
-    min_prompt_tokens: int | None = Field(None, ge=0)
+    min_prompt_tokens: int | None = Field(default=None, ge=0)
     """At least this many (approximate) prompt tokens."""
     has_response_format: bool | None = None
     """Whether the turn has a ``response_format``."""
     has_tool_results: bool | None = None
     """Whether the last message is a tool result."""
-    step_at_least: int | None = Field(None, ge=0)
+    step_at_least: int | None = Field(default=None, ge=0)
     """The agent's step index is at least this."""
     metadata: dict[str, Any] | None = None
     """Every key equals the turn's metadata value."""
@@ -168,6 +271,17 @@ class Rule(_Model):
     """Tier to send a matching turn to."""
 
 
+def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
+    return [
+        "non_empty",
+        "not_truncated",
+        "no_refusal",
+        "repetition",
+        "json_schema",
+        "tool_arguments",
+    ]
+
+
 class GateConfig(_Model):
     """The quality gate's checks.
 
@@ -175,19 +289,43 @@ class GateConfig(_Model):
     ``[non_empty, {repetition: {max_ratio: 0.5}}, {regex: {pattern: "^ANSWER:"}}]``.
     """
 
-    checks: list[str | dict[str, dict[str, Any]]] = Field(
-        default_factory=lambda: [
-            "non_empty",
-            "not_truncated",
-            "no_refusal",
-            "repetition",
-            "json_schema",
-            "tool_arguments",
-        ]
-    )
+    checks: list[str | dict[str, dict[str, Any]]] = Field(default_factory=_default_checks)
     """Checks run on every draft, in order."""
     check_frontier: bool = True
     """Also gate frontier drafts (their verdict lands in the trace)."""
+
+    @field_validator("checks", mode="before")
+    @classmethod
+    def _check_shapes(cls, checks: Any) -> Any:
+        if not isinstance(checks, list):
+            return checks  # pydantic reports the wrong type
+        out: list[Any] = []
+        problems: list[tuple[_Loc, str]] = []
+        for i, item in enumerate(checks):
+            if isinstance(item, Mapping):
+                if len(item) != 1:
+                    keys = ", ".join(map(str, item)) or "none"
+                    problems.append(
+                        (
+                            (i,),
+                            f"a check written as a mapping needs exactly one key, its name "
+                            f"(got {len(item)}: {keys})",
+                        )
+                    )
+                    continue
+                ((name, options),) = item.items()
+                if options is None:  # `- repetition:` with nothing under it
+                    item = {name: {}}
+                elif not isinstance(options, Mapping):
+                    problems.append(((i, str(name)), "a check's options must be a mapping"))
+                    continue
+            elif not isinstance(item, str):
+                problems.append(((i,), "a check is a name or a one-key mapping {name: {options}}"))
+                continue
+            out.append(item)
+        if problems:
+            raise _FieldErrors(problems)
+        return out
 
 
 class EscalationConfig(_Model):
@@ -204,11 +342,11 @@ class EscalationConfig(_Model):
 class RetryConfig(_Model):
     """Retry backoff: ``min(base_s * 2**n, max_s)`` times a jitter in [0.75, 1.0]."""
 
-    base_s: float = Field(0.5, ge=0)
+    base_s: float = Field(default=0.5, ge=0)
     """First backoff, seconds."""
-    max_s: float = Field(8.0, ge=0)
+    max_s: float = Field(default=8.0, ge=0)
     """Largest backoff, seconds."""
-    retry_after_cap_s: float = Field(60.0, ge=0)
+    retry_after_cap_s: float = Field(default=60.0, ge=0)
     """Longest server-asked wait honoured; a longer ``Retry-After`` escalates instead."""
 
 
@@ -217,25 +355,63 @@ class BreakerConfig(_Model):
 
     enabled: bool = True
     """Whether breakers are used."""
-    failure_ratio: float = Field(0.5, gt=0, le=1)
+    failure_ratio: float = Field(default=0.5, gt=0, le=1)
     """Open when more than this share of recent calls failed..."""
-    min_calls: int = Field(5, ge=1)
+    min_calls: int = Field(default=5, ge=1)
     """...over at least this many calls..."""
-    window_s: float = Field(60.0, gt=0)
+    window_s: float = Field(default=60.0, gt=0)
     """...in this window, seconds."""
-    cooldown_s: float = Field(5.0, ge=0)
+    cooldown_s: float = Field(default=5.0, ge=0)
     """Then stay open this long before letting one trial call through."""
 
 
 class ResilienceConfig(_Model):
     """Retries, the per-turn deadline and the circuit breaker."""
 
-    deadline_s: float | None = Field(None, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0)
     """One deadline per turn, shared by retries and escalation; ``null`` for none."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     """Retry backoff settings."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """Circuit breaker settings."""
+
+
+class TaskConfig(_Model):
+    """Routing across a whole agent task (used inside ``router.task()``; see ``docs/task.md``).
+
+    Example:
+        ```yaml
+        task:
+          max_escalations: 3            # then skip the fast tier for the rest of the task
+          lock_after_gate_failures: 2   # lock to frontier after 2 failed fast drafts...
+          lock_on_stall: true           # ...or a stall (repeated tool calls / tool errors)
+          unlock_after_clean_turns: 2   # back to normal routing after 2 clean turns
+          max_latency_s: 30             # pick the tier that keeps the task inside 30 s
+          max_cost: 0.05                # and inside 5 US cents
+        ```
+
+    """
+
+    max_escalations: int | None = Field(default=None, ge=0)
+    """Escalations a task may spend; once spent, its turns go straight to the frontier tier."""
+    max_cost: float | None = Field(default=None, gt=0)
+    """Cost budget of a task in US dollars; turns go to the tier that keeps it inside."""
+    max_latency_s: float | None = Field(default=None, gt=0)
+    """Latency budget of a task in seconds (since it started); turns go to the tier that fits."""
+    lock_after_gate_failures: int | None = Field(default=2, ge=1)
+    """Lock the task to the frontier tier after this many gate failures; ``null`` never does."""
+    lock_on_stall: bool = True
+    """Send a stalled turn to the frontier tier and lock the task there."""
+    unlock_after_clean_turns: int = Field(default=2, ge=1)
+    """Clean turns in a row that release the lock (and forget earlier gate failures)."""
+    stall_repeated_calls: int = Field(default=2, ge=2)
+    """The same tool call (name and arguments) this many times since the user spoke is a stall."""
+    stall_tool_errors: int = Field(default=2, ge=1)
+    """This many tool errors in a row is a stall."""
+    latency_window: int = Field(default=5, ge=1)
+    """Recent measured latencies per backend that replace its latency model once there are any."""
+    expected_output_tokens: int = Field(default=256, ge=1)
+    """Output tokens assumed for a turn before any were measured on its backend."""
 
 
 class Policy(_Model):
@@ -254,7 +430,7 @@ class Policy(_Model):
     version: Literal[1] = 1
     """Schema version; only 1 exists."""
     backends: dict[str, BackendConfig]
-    """Backends by name."""
+    """Backends by name; at least one."""
     tiers: Tiers
     """Which backend serves each tier."""
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
@@ -267,23 +443,382 @@ class Policy(_Model):
     """Escalation behaviour."""
     resilience: ResilienceConfig = Field(default_factory=ResilienceConfig)
     """Retries, deadline, circuit breaker."""
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
+
+    @field_validator("backends")
+    @classmethod
+    def _some_backends(cls, backends: dict[str, BackendConfig]) -> dict[str, BackendConfig]:
+        if not backends:
+            raise _FieldErrors([((), "define at least one backend")])
+        return backends
 
     @model_validator(mode="after")
     def _tiers_name_backends(self) -> Policy:
+        problems: list[tuple[_Loc, str]] = []
+        known = sorted(self.backends)
         for tier in ("fast", "frontier"):
             name = getattr(self.tiers, tier)
             if name not in self.backends:
-                known = ", ".join(sorted(self.backends)) or "none"
-                raise ValueError(
-                    f"tiers.{tier}: names backend {name!r}, which is not defined (known: {known})"
+                problems.append(
+                    (
+                        ("tiers", tier),
+                        f"names backend {name!r}, which is not defined{_did_you_mean(name, known)}",
+                    )
                 )
+        first: dict[str, int] = {}
+        for i, rule in enumerate(self.rules):
+            if rule.name in first:
+                problems.append(
+                    (
+                        ("rules", i, "name"),
+                        f"duplicate rule name {rule.name!r} (also rules[{first[rule.name]}])",
+                    )
+                )
+            first.setdefault(rule.name, i)
+        if problems:
+            raise _FieldErrors(problems)
         return self
+
+    @classmethod
+    def from_yaml(
+        cls, source: PolicySource | Policy, *, env: Mapping[str, str] | None = None
+    ) -> Policy:
+        """Load a policy; the same as :func:`load_policy`."""
+        return load_policy(source, env=env)
 
     def backend_for(self, tier: Tier) -> str:
         """Return the backend name serving ``tier``."""
         return self.tiers.fast if tier == "fast" else self.tiers.frontier
 
 
-def load_policy(source: Any) -> Policy:
-    """Load and validate a policy (placeholder replaced by the full loader)."""
-    raise NotImplementedError
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+_VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
+_SECRET = re.compile(r"(?i)(^|_)(api_?key|key|token|secret|password|authorization|headers)($|_)")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a number"}
+_Problem = tuple[int | None, str | None, str]
+
+
+def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None = None) -> Policy:
+    """Load, interpolate and validate a policy.
+
+    Args:
+        source: A path to a policy file (``str`` or ``os.PathLike``; a ``str`` ending in
+            ``.yaml`` / ``.yml`` is always a path), YAML text (a ``str`` with a newline or a
+            ``:`` that is not an existing file), a mapping of the same shape, or a
+            :class:`Policy` (returned as is).
+        env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
+            when ``None``.
+
+    Returns:
+        The validated policy.
+
+    Raises:
+        PolicyError: The file is missing or unreadable, the YAML is malformed, a variable is
+            unset, or the policy does not validate. ``exc.problems`` lists every problem found,
+            each with its line and dotted field path; no secret value is ever shown.
+        TypeError: ``source`` is none of the accepted types.
+
+    Example:
+        ```python
+        policy = load_policy("policy.yaml")
+        policy = load_policy("policy.yaml", env={"INCEPTION_API_KEY": "sk-..."})
+        ```
+
+    """
+    if isinstance(source, Policy):
+        return source
+    loader = _Loader(os.environ if env is None else env)
+    if isinstance(source, Mapping):
+        return loader.load(source, file="<dict>")
+    if isinstance(source, str) and not _is_path(source):
+        return loader.load(loader.parse(source, file="<string>"), file="<string>")
+    if isinstance(source, (str, os.PathLike)):
+        file = os.fspath(source)
+        return loader.load(loader.parse(_read(file), file=file), file=file)
+    raise TypeError(
+        f"load_policy() takes a path, YAML text, a mapping or a Policy, not {type(source).__name__}"
+    )
+
+
+def _is_path(text: str) -> bool:
+    if "\n" in text:
+        return False
+    if text.endswith((".yaml", ".yml")) or os.path.isfile(text):
+        return True
+    return ":" not in text and bool(text.strip())
+
+
+def _read(file: str) -> str:
+    try:
+        return Path(file).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError("no such policy file", file=file) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=file) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot read the policy file: {exc.strerror}", file=file) from None
+
+
+class _Loader:
+    """One load: YAML nodes -> data, line of every path, ``${VAR}`` interpolation, validation."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.lines: dict[_Loc, int] = {}
+        self.templates: dict[_Loc, str] = {}
+        self.secrets: set[str] = set()
+        self.problems: list[_Problem] = []
+
+    def parse(self, text: str, *, file: str) -> Any:
+        import yaml  # here, not at the top: most imports of tiered_router never read YAML
+
+        loader: yaml.SafeLoader | None = None
+        try:
+            loader = yaml.SafeLoader(text)  # reads (and checks) the characters at once
+            root = loader.get_single_node()
+            if root is None:
+                raise PolicyError("the policy is empty", file=file, line=1)
+            self._check_duplicates(root, (), set())
+            data = loader.construct_document(root)
+            self.lines[()] = root.start_mark.line + 1
+            self._record_lines(loader, root, (), set())
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark is not None else None
+            message = "invalid YAML: " + ", ".join(filter(None, [exc.context, exc.problem]))
+            if line is not None and "${" in "".join(text.splitlines()[line - 1 : line]):
+                message += " (quote values that use ${VAR} inside { } or [ ])"
+            # `from None`: PyYAML's own message quotes the source line, which may hold a key
+            raise PolicyError(message, file=file, line=line) from None
+        except yaml.YAMLError as exc:
+            # ReaderError (a control character, ...): its first line names only the character
+            position = getattr(exc, "position", None)
+            line = text.count("\n", 0, position) + 1 if isinstance(position, int) else None
+            reason = str(exc).splitlines()[0]
+            raise PolicyError(f"invalid YAML: {reason}", file=file, line=line) from None
+        finally:
+            if loader is not None:
+                loader.dispose()
+        if self.problems:
+            raise self.error(file)
+        if not isinstance(data, Mapping):
+            kind = _KINDS.get(type(data).__name__, f"a {type(data).__name__}")
+            raise PolicyError(
+                f"the policy must be a mapping (version, backends, tiers, ...), not {kind}",
+                file=file,
+                line=self.lines[()],
+            )
+        return data
+
+    def _check_duplicates(self, node: yaml.Node, path: _Loc, seen: set[int]) -> None:
+        import yaml
+
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                if key.tag == _MERGE_TAG or not isinstance(key, yaml.ScalarNode):
+                    continue
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in first:
+                    where = _dotted((*path, key.value))
+                    message = (
+                        f"duplicate key {key.value!r} (first at line {first[key.tag, key.value]})"
+                    )
+                    self.problems.append((line, where, message))
+                first.setdefault((key.tag, key.value), line)
+                self._check_duplicates(value, (*path, key.value), seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check_duplicates(item, (*path, i), seen)
+
+    def _record_lines(
+        self, loader: yaml.SafeLoader, node: yaml.Node, path: _Loc, seen: set[int]
+    ) -> None:
+        # Runs after construction, so merge keys (`<<: *base`) are already flattened into the
+        # mapping, merged pairs first: a key written in the mapping itself wins, as in the data.
+        import yaml
+
+        if id(node) in seen:  # an alias: its paths point at the alias, not inside the anchor
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = (*path, str(loader.construct_object(key)))
+                self.lines[sub] = key.start_mark.line + 1
+                self._record_lines(loader, value, sub, seen)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                sub = (*path, i)
+                self.lines[sub] = item.start_mark.line + 1
+                self._record_lines(loader, item, sub, seen)
+
+    def load(self, data: Mapping[str, Any], *, file: str) -> Policy:
+        data = self._interpolate(data, (), {})
+        if self.problems:
+            raise self.error(file)
+        try:
+            return Policy.model_validate(data)
+        except ValidationError as exc:
+            self._collect(exc, data)
+        # `from None`: pydantic's own message repeats the input values, secrets included
+        raise self.error(file) from None
+
+    def _interpolate(self, obj: Any, path: _Loc, memo: dict[int, Any]) -> Any:
+        if isinstance(obj, str):
+            return self._substitute(obj, path) if "$" in obj else obj
+        if id(obj) in memo:  # YAML aliases share objects: interpolate each one once
+            return memo[id(obj)]
+        if isinstance(obj, Mapping):
+            out: dict[Any, Any] = {}
+            memo[id(obj)] = out
+            for key, value in obj.items():
+                out[key] = self._interpolate(value, (*path, str(key)), memo)
+            return out
+        if isinstance(obj, (list, tuple)):
+            items: list[Any] = []
+            memo[id(obj)] = items
+            items.extend(self._interpolate(v, (*path, i), memo) for i, v in enumerate(obj))
+            return items
+        return obj
+
+    def _substitute(self, text: str, path: _Loc) -> str:
+        def replace(match: re.Match[str]) -> str:
+            if match.group(0) == "$${":
+                return "${"
+            name, default = match.group("name"), match.group("default")
+            if name is None:
+                self._problem(path, "malformed ${...}: write ${NAME}, ${NAME:-default}, or $${")
+                return ""
+            value = self.env.get(name)
+            if default is not None and not value:
+                return default
+            if value and (_is_secret(path) or _SECRET.search(name)):
+                self.secrets.add(value)
+            if value is None:
+                self._problem(
+                    path, f"environment variable {name} is not set (or write ${{{name}:-default}})"
+                )
+                return ""
+            return value
+
+        result = _VAR.sub(replace, text)
+        if result != text:
+            self.templates[path] = text
+        return result
+
+    def _problem(self, path: _Loc, message: str) -> None:
+        self.problems.append((self._line(path), _dotted(path) or None, message))
+
+    def _line(self, path: _Loc) -> int | None:
+        for end in range(len(path), -1, -1):
+            line = self.lines.get(path[:end])
+            if line is not None:
+                return line
+        return None
+
+    def error(self, file: str) -> PolicyError:
+        """Return the error listing every problem found, sorted by line."""
+        merged: dict[tuple[int | None, str | None], list[str]] = {}
+        for line, field, message in self.problems:
+            for secret in self.secrets:  # a secret variable may also have been used elsewhere
+                if len(secret) >= 4:
+                    message = message.replace(secret, "***")
+            messages = merged.setdefault((line, field), [])
+            if message not in messages:
+                messages.append(message)
+        problems = [(line, field, "; ".join(m)) for (line, field), m in merged.items()]
+        problems.sort(key=lambda p: (p[0] is None, p[0] or 0))
+        line, field, message = problems[0]
+        return PolicyError(message, file=file, line=line, field=field, problems=problems)
+
+    def _collect(self, exc: ValidationError, data: Mapping[str, Any]) -> None:
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            path = _data_path(data, loc)
+            cause = error.get("ctx", {}).get("error")
+            if isinstance(cause, _FieldErrors):
+                for sub, message in cause.problems:
+                    self._problem((*path, *sub), message)
+                continue
+            kind, message = error["type"], error["msg"]
+            if kind == "missing" and loc:
+                path = (*path, loc[-1])
+                message = "required key is missing"
+            elif kind == "extra_forbidden":
+                model = _model_at(path[:-1])
+                known = list(model.model_fields) if model is not None else []
+                message = "unknown key" + (_did_you_mean(str(path[-1]), known) if known else "")
+            elif not _is_secret(path):
+                message += self._shown_input(path, error.get("input"))
+            self._problem(path, message)
+
+    def _shown_input(self, path: _Loc, value: Any) -> str:
+        template = self.templates.get(path)
+        if template is not None:  # never echo a value read from the environment
+            return f" (input: {_short(template)}, interpolated)"
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            return f" (input: {_short(value)})"
+        return ""
+
+
+def _is_secret(path: _Loc) -> bool:
+    return any(isinstance(el, str) and _SECRET.search(el) for el in path)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> _Loc:
+    """Turn a pydantic error location into the path of the data it points at.
+
+    Elements that are not keys or indexes of the data (union member tags such as ``str``,
+    ``[key]``, a missing field's name) are left out.
+    """
+    path: list[str | int] = []
+    current = data
+    for el in loc:
+        if isinstance(current, Mapping):
+            key = next((k for k in current if k == el or str(k) == str(el)), _MISSING)
+            if key is not _MISSING:
+                path.append(str(key))
+                current = current[key]
+        elif isinstance(current, list) and isinstance(el, int) and 0 <= el < len(current):
+            path.append(el)
+            current = current[el]
+    return tuple(path)
+
+
+_MISSING = object()
+
+
+def _model_at(path: _Loc) -> type[BaseModel] | None:
+    """Return the model class that validates the mapping at ``path``, if there is one."""
+    annotation: Any = Policy
+    for el in (*path, None):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (Union, types.UnionType) and len(args) == 1:
+            annotation = args[0]
+        if el is None:
+            break
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(str(el))
+            if field is None:
+                return None
+            annotation = field.annotation
+        elif typing.get_origin(annotation) in (dict, list):
+            annotation = typing.get_args(annotation)[-1]
+        else:
+            return None
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )

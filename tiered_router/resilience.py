@@ -81,18 +81,40 @@ class RetrySchedule:
         exc = state.outcome.exception() if state.outcome else None
         return self.backoff(state.attempt_number, exc)
 
-    def _stopper(self, max_retries: int, deadline: Deadline) -> Callable[..., bool]:
-        cap = self.config.retry_after_cap_s
+    def give_up(
+        self,
+        exc: BaseException | None,
+        *,
+        tries: int,
+        upcoming_s: float,
+        max_retries: int,
+        deadline: Deadline,
+    ) -> bool:
+        """Whether to stop retrying after ``tries`` tries ended with ``exc``.
 
+        Stops when the error is not retryable, the retries are used up, the server asked
+        for a wait longer than ``retry_after_cap_s``, or the wait would cross the deadline.
+        """
+        if exc is not None and not _is_retryable(exc):
+            return True
+        if tries > max_retries:
+            return True
+        asked = getattr(exc, "retry_after_s", None)
+        if asked is not None and asked > self.config.retry_after_cap_s:
+            return True  # a long Retry-After: escalate rather than wait
+        left = deadline.remaining(self._clock())
+        return left is not None and upcoming_s >= left
+
+    def _stopper(self, max_retries: int, deadline: Deadline) -> Callable[..., bool]:
         def stop(state: tenacity.RetryCallState) -> bool:
-            if state.attempt_number > max_retries:
-                return True
             exc = state.outcome.exception() if state.outcome else None
-            asked = getattr(exc, "retry_after_s", None)
-            if asked is not None and asked > cap:
-                return True  # a long Retry-After: escalate rather than wait
-            left = deadline.remaining(self._clock())
-            return left is not None and state.upcoming_sleep >= left
+            return self.give_up(
+                exc,
+                tries=state.attempt_number,
+                upcoming_s=state.upcoming_sleep,
+                max_retries=max_retries,
+                deadline=deadline,
+            )
 
         return stop
 

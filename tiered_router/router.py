@@ -13,8 +13,10 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
+from tiered_router._context import CURRENT_TASK
+from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.exceptions import (
@@ -31,6 +33,7 @@ from tiered_router.pricing import cost_of
 from tiered_router.resilience import CircuitBreaker, Deadline, RetrySchedule
 from tiered_router.routing import Decision, decide
 from tiered_router.scoring import Scorer, build_scorer
+from tiered_router.task import Task
 from tiered_router.trace import Attempt, Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
@@ -38,6 +41,7 @@ __all__ = ["RoutedResult", "Router"]
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
 _OTHER: dict[Tier, Tier] = {"fast": "frontier", "frontier": "fast"}
 
 
@@ -155,7 +159,18 @@ class Router:
     # -- deciding ----------------------------------------------------------------------------
 
     def decide(self, turn: Turn) -> Decision:
-        """Score the turn and pick its tier. Pure: makes no model call."""
+        """Score the turn and pick its tier. Pure: makes no model call.
+
+        Inside a task (:meth:`task`), the task's state may change the decision; its rule
+        then starts with ``task.``.
+        """
+        task = CURRENT_TASK.get()
+        if task is not None:
+            turn = task.prepare(turn)
+        decision = self._decide(turn)
+        return task.adjust(turn, decision) if task is not None else decision
+
+    def _decide(self, turn: Turn) -> Decision:
         decision = decide(turn, self.scorer.score(turn), self.policy)
         if decision.tier == "fast" and turn.tools and not self._supports_tools(decision.backend):
             frontier = self.policy.backend_for("frontier")
@@ -215,6 +230,28 @@ class Router:
         return self._finish(run)
 
     async def _acall(self, run: _Run, tier: Tier) -> Completion:
+        async def once(backend: Backend, request: CompletionRequest, started: float) -> Completion:
+            completion = await backend.acomplete(request)
+            run.record_draft(tier, backend, completion, self._clock() - started)
+            return completion
+
+        return await self._aretry(run, tier, once)
+
+    def _call(self, run: _Run, tier: Tier) -> Completion:
+        def once(backend: Backend, request: CompletionRequest, started: float) -> Completion:
+            completion = backend.complete(request)
+            run.record_draft(tier, backend, completion, self._clock() - started)
+            return completion
+
+        return self._retry(run, tier, once)
+
+    async def _aretry(
+        self,
+        run: _Run,
+        tier: Tier,
+        once: Callable[[Backend, CompletionRequest, float], Awaitable[_T]],
+    ) -> _T:
+        """Run ``once`` against the tier's backend under the retry loop, recording errors."""
         name = self.policy.backend_for(tier)
         backend = self.backend(name)
         loop = self._retries.aretrying(
@@ -225,15 +262,16 @@ class Router:
                 request = run.request(name)
                 started = self._clock()
                 try:
-                    completion = await backend.acomplete(request)
+                    return await once(backend, request, started)
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
-                run.record_draft(tier, backend, completion, self._clock() - started)
-                return completion
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
-    def _call(self, run: _Run, tier: Tier) -> Completion:
+    def _retry(
+        self, run: _Run, tier: Tier, once: Callable[[Backend, CompletionRequest, float], _T]
+    ) -> _T:
+        """Sync twin of :meth:`_aretry`."""
         name = self.policy.backend_for(tier)
         backend = self.backend(name)
         loop = self._retries.retrying(
@@ -244,25 +282,96 @@ class Router:
                 request = run.request(name)
                 started = self._clock()
                 try:
-                    completion = backend.complete(request)
+                    return once(backend, request, started)
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
-                run.record_draft(tier, backend, completion, self._clock() - started)
-                return completion
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def astream(
+        self, turn: Turn, *, deadline_s: float | None | Unset = UNSET
+    ) -> AsyncRoutedStream:
+        """Route one turn and stream the answer.
+
+        No I/O happens until the stream is started or iterated. A fast draft is buffered
+        and gated before its first chunk when the gate needs the whole draft; otherwise it
+        streams straight through. See :mod:`tiered_router._streaming`.
+
+        Example:
+            ```python
+            stream = router.astream(turn)
+            await stream.start()          # the serving tier is known now
+            async for chunk in stream:
+                print(chunk.text, end="")
+            print(stream.result.trace.tier)
+            ```
+        """
+        return AsyncRoutedStream(self, self._start(turn, deadline_s))
+
+    def stream(self, turn: Turn, *, deadline_s: float | None | Unset = UNSET) -> RoutedStream:
+        """Sync twin of :meth:`astream`."""
+        return RoutedStream(self, self._start(turn, deadline_s))
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def task(
+        self,
+        task_id: str | None = None,
+        *,
+        max_cost: float | None = None,
+        max_latency_s: float | None = None,
+        max_escalations: int | None = None,
+    ) -> Task:
+        """Group the turns of one agent task (a sync and async context manager).
+
+        Inside ``with router.task() as task:`` every routed turn gets its step index, the
+        task id and the agent signals; the task adds up cost, latency, fast share and
+        escalations, keeps every trace, and may change decisions from task state (rules
+        ``task.stall``, ``task.locked``, ``task.budget.*``). See :mod:`tiered_router.task`.
+
+        Args:
+            task_id: The task's id (random when ``None``).
+            max_cost: Cost budget, US dollars (``None``: the policy's ``task.max_cost``).
+            max_latency_s: Latency budget, seconds (``None``: the policy's).
+            max_escalations: Escalation budget (``None``: the policy's).
+        """
+        return Task(
+            self,
+            task_id,
+            max_cost=max_cost,
+            max_latency_s=max_latency_s,
+            max_escalations=max_escalations,
+        )
 
     def _start(self, turn: Turn, deadline_s: float | None | Unset) -> _Run:
         limit = self.policy.resilience.deadline_s if isinstance(deadline_s, Unset) else deadline_s
         now = self._clock()
         deadline = Deadline(None if limit is None else now + limit)
-        return _Run(self, turn, self.decide(turn), deadline, started=now)
+        task = CURRENT_TASK.get()
+        if task is not None:
+            turn = task.prepare(turn)
+        decision = self._decide(turn)
+        if task is not None:
+            decision = task.adjust(turn, decision)
+        return _Run(self, turn, decision, deadline, started=now)
 
     def _finish(self, run: _Run) -> RoutedResult:
-        result = run.finish(self._clock() - run.started)
+        return run.finish(self._clock() - run.started)
+
+    def _abandon(self, run: _Run) -> Trace:
+        """End a turn whose stream broke after chunks reached the caller; emit its trace."""
+        trace = run.trace(self._clock() - run.started)
+        self._emit(trace)
+        return trace
+
+    def _emit(self, trace: Trace) -> None:
+        task = CURRENT_TASK.get()
+        if task is not None:
+            task.observe(trace)
         for sink in self.sinks:
-            sink.emit(result.trace)
-        return result
+            sink.emit(trace)
 
 
 class _Run:
@@ -313,19 +422,23 @@ class _Run:
             return other
         return tier
 
-    def _next_after_failure(self, tier: Tier, reason: str) -> Tier | None:
+    def next_tier(self, tier: Tier, reason: str) -> Tier | None:
+        """The tier to try after ``tier`` failed for ``reason``, if any (no side effects)."""
         other = _OTHER[tier]
         if other in self.tried or not self.usable(other):
             return None
         if tier == "fast":
             esc = self.policy.escalation
             allowed = esc.on_gate_failure if reason == "gate_failed" else esc.on_backend_error
-            if not allowed:
-                return None
-        elif reason == "gate_failed":
-            return None  # a frontier draft is never sent down to the fast tier
-        self.escalations.append(reason if tier == "fast" else f"frontier_{reason}")
-        return other
+            return other if allowed else None
+        # a frontier draft is never sent down to the fast tier; a frontier error may be
+        return other if reason == "backend_error" else None
+
+    def _next_after_failure(self, tier: Tier, reason: str) -> Tier | None:
+        nxt = self.next_tier(tier, reason)
+        if nxt is not None:
+            self.escalations.append(reason if tier == "fast" else f"frontier_{reason}")
+        return nxt
 
     def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
         nxt = self._next_after_failure(tier, "backend_error")
@@ -396,12 +509,13 @@ class _Run:
 
     # the end --------------------------------------------------------------------------------
 
-    def finish(self, latency: float) -> RoutedResult:
+    def trace(self, latency: float) -> Trace:
+        """The trace of the turn as it stands."""
         returned = self.returned
         escalated = self.decision.tier == "fast" and any(
             e in ("gate_failed", "backend_error", "circuit_open") for e in self.escalations
         )
-        trace = Trace(
+        return Trace(
             turn_id=self.turn.id,
             decision=self.decision,
             attempts=tuple(self.attempts),
@@ -413,8 +527,13 @@ class _Run:
             latency_s=latency,
             metadata=self.turn.metadata,
         )
+
+    def finish(self, latency: float) -> RoutedResult:
+        returned = self.returned
+        trace = self.trace(latency)
+        escalated = trace.escalated
         if returned is None:
-            self._emit_failed(trace)
+            self.router._emit(trace)
             tried = ", ".join(sorted({a.backend for a in self.attempts})) or "none"
             raise AllTiersFailed(
                 f"no tier produced a completion for turn {self.turn.id} (tried: {tried}); "
@@ -438,7 +557,7 @@ class _Run:
             and not verdict.passed
             and self.policy.escalation.when_frontier_fails_gate == "raise"
         ):
-            self._emit_failed(trace)
+            self.router._emit(trace)
             raise GateFailed(
                 f"the {tier} draft of turn {self.turn.id} failed the gate: "
                 + "; ".join(verdict.reasons),
@@ -446,8 +565,5 @@ class _Run:
                 attempts=self.attempts,
                 trace=trace,
             )
+        self.router._emit(trace)
         return RoutedResult(completion=completion, tier=tier, escalated=escalated, trace=trace)
-
-    def _emit_failed(self, trace: Trace) -> None:
-        for sink in self.router.sinks:
-            sink.emit(trace)

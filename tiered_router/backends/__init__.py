@@ -2,11 +2,52 @@
 
 ``openai_compat`` speaks to any OpenAI-compatible server (Mercury 2, OpenAI, vLLM, SGLang,
 Ollama, ...); ``presets`` fills in known endpoints; the registry maps a policy's ``type`` to a
-factory.
+factory. Nothing here imports the ``openai`` SDK or the HTTP library until a backend first
+sends a request.
 """
 
 from __future__ import annotations
 
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
+from tiered_router.backends.openai_compat import OpenAICompatBackend
+from tiered_router.backends.presets import (
+    LOCAL_DIFFUSION_QUIRKS,
+    MERCURY_QUIRKS,
+    NO_QUIRKS,
+    PRESETS,
+    Preset,
+    Quirks,
+    local_diffusion,
+    mercury2,
+    openai_backend,
+    resolve_config,
+)
+from tiered_router.backends.registry import (
+    BackendFactory,
+    BackendRegistry,
+    backend_types,
+    build_backend,
+    register_backend_type,
+)
 
-__all__ = ["Backend", "CompletionRequest", "StreamingBackend"]
+__all__ = [
+    "LOCAL_DIFFUSION_QUIRKS",
+    "MERCURY_QUIRKS",
+    "NO_QUIRKS",
+    "PRESETS",
+    "Backend",
+    "BackendFactory",
+    "BackendRegistry",
+    "CompletionRequest",
+    "OpenAICompatBackend",
+    "Preset",
+    "Quirks",
+    "StreamingBackend",
+    "backend_types",
+    "build_backend",
+    "local_diffusion",
+    "mercury2",
+    "openai_backend",
+    "register_backend_type",
+    "resolve_config",
+]

@@ -1,10 +1,106 @@
 """Scoring: how hard is a turn? A :class:`Scorer` maps a turn to a :class:`Score` in [0, 1].
 
 Scorers are pure: no I/O, no clock, no randomness. The same turn always gets the same score.
+Two ship with the package: :class:`HeuristicScorer` (explainable features, hand-set weights
+that a policy may override) and :class:`LearnedScorer` (the same features, trained weights).
 """
 
 from __future__ import annotations
 
-from tiered_router.scoring._base import Score, Scorer
+from typing import TYPE_CHECKING
 
-__all__ = ["Score", "Scorer"]
+from tiered_router.scoring._base import Score, Scorer
+from tiered_router.scoring.features import approx_tokens
+from tiered_router.scoring.heuristic import (
+    DEFAULT_WEIGHTS,
+    FEATURE_NAMES,
+    HeuristicScorer,
+)
+from tiered_router.scoring.learned import LearnedScorer, LearnedWeights, fit
+
+if TYPE_CHECKING:
+    from tiered_router.policy import ScoringConfig
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "FEATURE_NAMES",
+    "HeuristicScorer",
+    "LearnedScorer",
+    "LearnedWeights",
+    "Score",
+    "Scorer",
+    "approx_tokens",
+    "build_scorer",
+    "fit",
+]
+
+_HEURISTIC_OPTIONS = frozenset({"max_reasons"})
+_LEARNED_OPTIONS = frozenset({"path", "max_reasons"})
+
+
+def build_scorer(config: ScoringConfig) -> Scorer:
+    """Build the scorer a policy's ``scoring`` section describes.
+
+    Example:
+        ```python
+        scorer = build_scorer(policy.scoring)
+        ```
+
+    - ``type: heuristic``: :class:`HeuristicScorer` with ``weights`` as overrides;
+      ``options`` may set ``max_reasons``.
+    - ``type: learned``: :class:`LearnedScorer` from the JSON file at ``options.path``
+      (a relative path is relative to the working directory); ``weights`` must be empty.
+
+    Args:
+        config: The policy's scoring configuration.
+
+    Returns:
+        The scorer.
+
+    Raises:
+        ValueError: On an unknown type, unknown weight names or options, a missing or
+            unreadable weights file; the message names the field.
+    """
+    options = dict(config.options)
+    if config.type == "heuristic":
+        _check_options(options, _HEURISTIC_OPTIONS, "heuristic")
+        try:
+            return HeuristicScorer(weights=config.weights, **_max_reasons(options))
+        except ValueError as exc:
+            raise ValueError(f"scoring.weights: {exc}") from exc
+    if config.type == "learned":
+        _check_options(options, _LEARNED_OPTIONS, "learned")
+        if config.weights:
+            raise ValueError(
+                "scoring.weights: only the heuristic scorer takes weight overrides; "
+                "a learned scorer reads its weights from scoring.options.path"
+            )
+        path = options.get("path")
+        if not isinstance(path, str) or not path:
+            raise ValueError(
+                "scoring.options.path: required for the learned scorer "
+                "(path of the weights JSON file)"
+            )
+        try:
+            return LearnedScorer.from_file(path, **_max_reasons(options))
+        except ValueError as exc:
+            raise ValueError(f"scoring.options.path: {exc}") from exc
+    raise ValueError(f"scoring.type: unknown scorer {config.type!r}; known: heuristic, learned")
+
+
+def _check_options(options: dict[str, object], known: frozenset[str], kind: str) -> None:
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(
+            f"scoring.options: unknown option(s) {sorted(unknown)} for the {kind} scorer; "
+            f"known: {', '.join(sorted(known))}"
+        )
+
+
+def _max_reasons(options: dict[str, object]) -> dict[str, int]:
+    if "max_reasons" not in options:
+        return {}
+    value = options["max_reasons"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"scoring.options.max_reasons: must be an integer >= 0, got {value!r}")
+    return {"max_reasons": value}

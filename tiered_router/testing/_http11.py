@@ -36,6 +36,7 @@ class Request:
         headers: Header names lower-cased; repeated headers joined with ``", "``.
         body: The raw body.
         keep_alive: Whether the connection may be reused after the response.
+
     """
 
     method: str
@@ -72,6 +73,7 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
     Raises:
         BadRequest: On a malformed request line, header block or body framing.
         asyncio.IncompleteReadError: When the connection closes mid-request.
+
     """
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -162,5 +164,5 @@ def chunk(data: bytes) -> bytes:
 
 
 def last_chunk() -> bytes:
-    """The terminating zero-length chunk."""
+    """Return the terminating zero-length chunk."""
     return b"0\r\n\r\n"

@@ -22,6 +22,7 @@ class Rendered:
         created: Unix time of the request.
         model: The model name to answer with.
         request: The request's JSON body.
+
     """
 
     seq: int
@@ -46,7 +47,7 @@ def _split(text: str, pieces: int) -> list[str]:
 def _tool_calls(reply: Reply, ctx: Rendered) -> list[tuple[str, str, str]]:
     return [
         (call_id or f"call_{ctx.seq}_{index}", name, arguments)
-        for index, (call_id, name, arguments) in enumerate(reply.tool_calls)
+        for index, (call_id, name, arguments) in enumerate(reply.calls)
     ]
 
 
@@ -59,8 +60,8 @@ def _usage(reply: Reply, ctx: Rendered) -> dict[str, int]:
         return usage
     messages = ctx.request.get("messages", [])
     prompt = max(1, len(json.dumps(messages)) // 4)
-    out_chars = len(reply.content or "") + len(reply.refusal or "")
-    out_chars += sum(len(name) + len(args) for _, name, args in reply.tool_calls)
+    out_chars = len(reply.content or "") + len(reply.refusal_text or "")
+    out_chars += sum(len(name) + len(args) for _, name, args in reply.calls)
     completion = max(1, out_chars // 4)
     return {
         "prompt_tokens": prompt,
@@ -74,9 +75,9 @@ def completion_body(reply: Reply, ctx: Rendered) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
         "content": reply.content,
-        "refusal": reply.refusal,
+        "refusal": reply.refusal_text,
     }
-    if reply.tool_calls:
+    if reply.calls:
         message["tool_calls"] = [
             {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             for call_id, name, args in _tool_calls(reply, ctx)
@@ -154,7 +155,7 @@ def stream_events(reply: Reply, ctx: Rendered) -> list[bytes]:
     include_usage = _include_usage(ctx.request)
     chunks = _Chunks(ctx, include_usage=include_usage)
     events = [chunks.delta({"role": "assistant", "content": ""})]
-    for piece in _split(reply.refusal or "", reply.chunks):
+    for piece in _split(reply.refusal_text or "", reply.chunks):
         events.append(chunks.delta({"refusal": piece}))
     for piece in _split(reply.content or "", reply.chunks):
         events.append(chunks.delta({"content": piece}))

@@ -21,10 +21,7 @@ ReplyFn = Callable[[dict[str, Any]], "Reply"]
 ReplyLike = Union["Reply", ReplyFn]
 """What a queue (or ``ScriptedServer.default``) holds: a reply or a callable that makes one."""
 
-ToolCallSpec = Union[
-    tuple[str, Union[Mapping[str, Any], str]],
-    tuple[str, Union[Mapping[str, Any], str], str],
-]
+ToolCallSpec = tuple[str, Mapping[str, Any] | str] | tuple[str, Mapping[str, Any] | str, str]
 """``(name, arguments)`` or ``(name, arguments, call_id)``; a string ``arguments`` is sent raw."""
 
 BrokenMode = Literal["drop", "invalid", "error"]
@@ -73,8 +70,8 @@ class Reply:
     Attributes:
         kind: What to do: ``completion``, ``status``, ``drop``, ``broken``, ``raw`` or ``slow``.
         content: The message content (``None`` serves ``"content": null``).
-        refusal: The message's ``refusal`` field.
-        tool_calls: ``(call_id or None, name, arguments_json)`` triples; a missing id is
+        refusal_text: The message's ``refusal`` field.
+        calls: Tool calls as ``(call_id or None, name, arguments_json)`` triples; a missing id is
             generated from the request's sequence number.
         finish_reason: The choice's ``finish_reason``.
         usage: Explicit usage fields, or ``None`` for an estimate from the request.
@@ -90,12 +87,13 @@ class Reply:
         delay_s: Delay of ``slow`` replies, before anything is sent.
         then: What a ``slow`` reply serves after its delay (``None``: the server's default).
         broken_mode: How a ``broken`` reply breaks a stream.
+
     """
 
     kind: _Kind = "completion"
     content: str | None = None
-    refusal: str | None = None
-    tool_calls: tuple[tuple[str | None, str, str], ...] = ()
+    refusal_text: str | None = None
+    calls: tuple[tuple[str | None, str, str], ...] = ()
     finish_reason: str = "stop"
     usage: tuple[tuple[str, int], ...] | None = None
     model: str | None = None
@@ -122,7 +120,7 @@ class Reply:
         chunks: int = 4,
         chunk_delay_s: float = 0.0,
     ) -> Reply:
-        """A plain assistant message.
+        """Answer with a plain assistant message.
 
         Args:
             content: The message text.
@@ -132,6 +130,7 @@ class Reply:
             model: Model name to answer with; ``None`` echoes the request's model.
             chunks: Content pieces when streamed (``1`` mimics one-chunk servers).
             chunk_delay_s: Pause between streamed events.
+
         """
         return cls(
             content=content,
@@ -151,23 +150,25 @@ class Reply:
         model: str | None = None,
         chunks: int = 4,
     ) -> Reply:
-        """A message whose content is ``json.dumps(obj)``.
+        """Answer with ``json.dumps(obj)`` as the content.
 
         Args:
             obj: Any JSON-serialisable value.
             usage: Usage fields, as in :meth:`text`.
             model: Model name to answer with.
             chunks: Content pieces when streamed.
+
         """
         return cls.text(json.dumps(obj), usage=usage, model=model, chunks=chunks)
 
     @classmethod
     def bad_json(cls, content: str = '{"answer": 4', *, model: str | None = None) -> Reply:
-        """A message whose content is not valid JSON (by default an unclosed object).
+        """Answer with content that is not valid JSON (by default an unclosed object).
 
         Args:
             content: The malformed text.
             model: Model name to answer with.
+
         """
         return cls.text(content, model=model)
 
@@ -182,7 +183,7 @@ class Reply:
         model: str | None = None,
         chunks: int = 4,
     ) -> Reply:
-        """An assistant message that calls tools.
+        """Answer with an assistant message that calls tools.
 
         Args:
             calls: ``(name, arguments)`` or ``(name, arguments, call_id)`` tuples. A mapping
@@ -194,6 +195,7 @@ class Reply:
             usage: Usage fields, as in :meth:`text`.
             model: Model name to answer with.
             chunks: Argument pieces per call when streamed.
+
         """
         triples: list[tuple[str | None, str, str]] = []
         for spec in calls:
@@ -203,7 +205,7 @@ class Reply:
             triples.append((call_id, name, raw))
         return cls(
             content=content,
-            tool_calls=tuple(triples),
+            calls=tuple(triples),
             finish_reason=finish_reason,
             usage=_usage_items(usage),
             model=model,
@@ -212,11 +214,12 @@ class Reply:
 
     @classmethod
     def truncated(cls, content: str, *, model: str | None = None) -> Reply:
-        """A message cut off by the length limit (``finish_reason="length"``).
+        """Answer with a message cut off by the length limit (``finish_reason="length"``).
 
         Args:
             content: The partial text.
             model: Model name to answer with.
+
         """
         return cls.text(content, finish_reason="length", model=model)
 
@@ -224,21 +227,23 @@ class Reply:
     def refusal(
         cls, text: str = "I'm sorry, but I can't help with that.", *, model: str | None = None
     ) -> Reply:
-        """A refusal: sets both ``message.refusal`` and ``message.content`` to ``text``.
+        """Refuse: set both ``message.refusal`` and ``message.content`` to ``text``.
 
         Args:
             text: The refusal text.
             model: Model name to answer with.
+
         """
-        return cls(content=text, refusal=text, model=model)
+        return cls(content=text, refusal_text=text, model=model)
 
     @classmethod
     def empty(cls, *, finish_reason: str = "stop", model: str | None = None) -> Reply:
-        """A message with empty content (``""``).
+        """Answer with empty content (``""``).
 
         Args:
             finish_reason: The ``finish_reason`` to report.
             model: Model name to answer with.
+
         """
         return cls.text("", finish_reason=finish_reason, model=model)
 
@@ -246,13 +251,14 @@ class Reply:
     def repetition(
         cls, unit: str, times: int, *, finish_reason: str = "stop", model: str | None = None
     ) -> Reply:
-        """A degenerate repetition loop: ``unit`` repeated ``times`` times.
+        """Answer with a repetition loop: ``unit`` repeated ``times`` times.
 
         Args:
             unit: The repeated text.
             times: How many repetitions.
             finish_reason: The ``finish_reason`` to report (``"length"`` is also typical).
             model: Model name to answer with.
+
         """
         return cls.text(unit * times, finish_reason=finish_reason, model=model)
 
@@ -268,7 +274,7 @@ class Reply:
         error_type: str | None = None,
         error_code: str | None = None,
     ) -> Reply:
-        """An HTTP error with OpenAI's body shape ``{"error": {"message", "type", "code"}}``.
+        """Answer with an HTTP error in OpenAI's shape ``{"error": {"message", "type", "code"}}``.
 
         Args:
             code: The HTTP status code.
@@ -279,6 +285,7 @@ class Reply:
             error_type: The error ``type`` (default derived from the code, e.g.
                 ``rate_limit_error`` for 429, ``server_error`` for 5xx).
             error_code: The error ``code`` (default derived from the code, else ``null``).
+
         """
         extra = dict(headers or {})
         if retry_after is not None:
@@ -304,6 +311,7 @@ class Reply:
         Args:
             delay_s: The delay, before the status line is sent.
             then: The reply to serve afterwards; ``None`` serves the server's default.
+
         """
         return cls(kind="slow", delay_s=delay_s, then=then)
 
@@ -314,7 +322,7 @@ class Reply:
 
     @classmethod
     def broken_sse(cls, mode: BrokenMode = "drop", *, content: str = "a partial answer") -> Reply:
-        """A broken answer.
+        """Answer brokenly.
 
         For ``stream=true``: the role chunk and the first pieces of ``content``, then
         ``mode`` ``"drop"`` closes the connection mid-stream, ``"invalid"`` sends a ``data:``
@@ -324,20 +332,21 @@ class Reply:
         Args:
             mode: How to break the stream.
             content: The text whose first pieces are streamed before the break.
+
         """
         return cls(kind="broken", broken_mode=mode, content=content)
 
     @classmethod
-    def raw(
-        cls, status: int, body: bytes | str, headers: Mapping[str, str] | None = None
-    ) -> Reply:
-        """Exactly this status and body (``content-length`` is always set; ``content-type``
-        defaults to ``application/json``).
+    def raw(cls, status: int, body: bytes | str, headers: Mapping[str, str] | None = None) -> Reply:
+        """Answer with exactly this status and body.
+
+        ``content-length`` is always set; ``content-type`` defaults to ``application/json``.
 
         Args:
             status: The HTTP status code.
             body: The response body; a ``str`` is UTF-8 encoded.
             headers: Response headers.
+
         """
         data = body.encode() if isinstance(body, str) else bytes(body)
         return cls(
@@ -345,10 +354,8 @@ class Reply:
         )
 
     @staticmethod
-    def agent(
-        tool_name: str, arguments: Mapping[str, Any] | str, final_text: str
-    ) -> AgentReply:
-        """A callable reply for a one-tool agent loop.
+    def agent(tool_name: str, arguments: Mapping[str, Any] | str, final_text: str) -> AgentReply:
+        """Return a callable reply for a one-tool agent loop.
 
         It calls ``tool_name`` with ``arguments`` while the conversation's last message is
         not a tool result, and answers ``final_text`` once it is. Use it as
@@ -358,6 +365,7 @@ class Reply:
             tool_name: The tool to call.
             arguments: Its arguments (a mapping, or a raw string).
             final_text: The answer after the tool result.
+
         """
         return AgentReply(tool_name=tool_name, arguments=arguments, final_text=final_text)
 
@@ -367,6 +375,7 @@ class Reply:
         Args:
             chunks: Pieces per streamed content / tool arguments.
             chunk_delay_s: Pause between streamed events.
+
         """
         return replace(
             self,
@@ -383,6 +392,7 @@ class AgentReply:
         tool_name: The tool to call.
         arguments: Its arguments.
         final_text: The answer once the last message is a tool result.
+
     """
 
     tool_name: str

@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from routerkit import Slept, make_policy
+
+from tiered_router import MemorySink, Router, Turn
+from tiered_router.exceptions import AllTiersFailed, GateFailed, StreamInterrupted
+from tiered_router.testing import Reply, ScriptedServer
+
+CHEAP_GATE = {"checks": ["non_empty", "not_truncated", "no_refusal"]}
+
+
+def turn(**kw: Any) -> Turn:
+    return Turn([{"role": "user", "content": "Say hi."}], **kw)
+
+
+def router(server: ScriptedServer, **kw: Any) -> Router:
+    slept = Slept()
+    sinks = kw.pop("sinks", ())
+    return Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks)
+
+
+@pytest.mark.anyio
+async def test_cheap_gate_streams_fast_draft_straight_through(server: ScriptedServer) -> None:
+    server.script([Reply.text("hello there, friend")], model="fast-model")
+    stream = router(server, gate=CHEAP_GATE).astream(turn())
+    assert stream.decision.tier == "fast"
+    await stream.start()
+    assert stream.tier == "fast" and stream.escalated is False
+    chunks = [c async for c in stream]
+    assert "".join(c.text for c in chunks) == "hello there, friend"
+    assert len([c for c in chunks if c.text]) > 1  # really streamed, not one blob
+    result = stream.result
+    assert result.tier == "fast" and result.completion.text == "hello there, friend"
+    assert result.trace.attempts[0].verdict is not None
+    assert result.trace.attempts[0].verdict.passed
+    assert server.requests[0].body["stream"] is True
+
+
+@pytest.mark.anyio
+async def test_whole_draft_gate_buffers_and_escalates(server: ScriptedServer) -> None:
+    server.script([Reply.bad_json()], model="fast-model")
+    server.script([Reply.json({"answer": 42})], model="frontier-model")
+    stream = router(server).astream(turn(response_format={"type": "json_object"}))
+    await stream.start()
+    assert stream.tier == "frontier" and stream.escalated is True
+    text = "".join([c.text async for c in stream])
+    assert json.loads(text) == {"answer": 42}  # the failed fast draft never reached the caller
+    assert stream.result.trace.escalations == ("gate_failed",)
+
+
+def test_whole_draft_gate_sync_twin(server: ScriptedServer) -> None:
+    server.script([Reply.bad_json()], model="fast-model")
+    server.script([Reply.json({"answer": 42})], model="frontier-model")
+    stream = router(server).stream(turn(response_format={"type": "json_object"}))
+    stream.start()
+    assert stream.tier == "frontier"
+    assert json.loads("".join(c.text for c in stream)) == {"answer": 42}
+    assert stream.result.escalated
+
+
+@pytest.mark.anyio
+async def test_empty_live_draft_is_still_escalated(server: ScriptedServer) -> None:
+    server.script([Reply.empty()], model="fast-model")
+    server.script([Reply.text("frontier text")], model="frontier-model")
+    stream = router(server, gate=CHEAP_GATE).astream(turn())
+    text = "".join([c.text async for c in stream])
+    assert text == "frontier text"
+    assert stream.result.tier == "frontier"
+    assert stream.result.trace.escalations == ("gate_failed",)
+
+
+@pytest.mark.anyio
+async def test_error_before_first_chunk_is_retried(server: ScriptedServer) -> None:
+    server.script([Reply.status(429, retry_after=1), Reply.text("ok then")], model="fast-model")
+    stream = router(server, gate=CHEAP_GATE).astream(turn())
+    assert "".join([c.text async for c in stream]) == "ok then"
+    assert [a.error is None for a in stream.result.trace.attempts] == [False, True]
+
+
+@pytest.mark.anyio
+async def test_break_after_first_chunk_raises_in_band(server: ScriptedServer) -> None:
+    sink = MemorySink()
+    server.script([Reply.broken_sse()], model="fast-model")
+    stream = router(server, gate=CHEAP_GATE, sinks=[sink]).astream(turn())
+    seen: list[str] = []
+    with pytest.raises(StreamInterrupted) as info:
+        async for chunk in stream:
+            seen.append(chunk.text)
+    assert "".join(seen)  # some text had reached the caller
+    assert info.value.trace is not None
+    assert info.value.attempts[-1].error is not None
+    assert sink.traces and sink.traces[-1].attempts[-1].error is not None
+
+
+@pytest.mark.anyio
+async def test_all_tiers_failing_raises_before_any_chunk(server: ScriptedServer) -> None:
+    server.script([Reply.status(400)], model="fast-model")
+    server.script([Reply.status(400)], model="frontier-model")
+    stream = router(server).astream(turn())
+    with pytest.raises(AllTiersFailed) as info:
+        await stream.start()
+    assert len(info.value.attempts) == 2
+
+
+def test_gate_failure_raises_before_any_chunk_when_policy_says_raise(
+    server: ScriptedServer,
+) -> None:
+    server.script([Reply.bad_json()], model="fast-model")
+    server.script([Reply.bad_json()], model="frontier-model")
+    r = router(server, escalation={"when_frontier_fails_gate": "raise"})
+    stream = r.stream(turn(response_format={"type": "json_object"}))
+    with pytest.raises(GateFailed):
+        stream.start()
+
+
+@pytest.mark.anyio
+async def test_streamed_tool_calls_are_gated(server: ScriptedServer) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                    "required": ["a", "b"],
+                },
+            },
+        }
+    ]
+    server.script([Reply.tool_calls([("add", {"a": "one"})])], model="fast-model")
+    server.script([Reply.tool_calls([("add", {"a": 1, "b": 2})])], model="frontier-model")
+    stream = router(server).astream(turn(tools=tools))
+    _ = [c async for c in stream]
+    result = stream.result
+    assert result.tier == "frontier"
+    assert json.loads(result.completion.tool_calls[0].arguments) == {"a": 1, "b": 2}
+    assert "tool_arguments" in result.trace.attempts[0].verdict.failed_checks  # type: ignore[union-attr]

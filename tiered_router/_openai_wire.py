@@ -1,0 +1,401 @@
+"""OpenAI's wire shapes for the drop-in client and the proxy: requests in, completions out.
+
+Both surfaces take ``chat.completions.create`` arguments, route them, and answer with
+``chat.completion`` / ``chat.completion.chunk`` objects. This module holds what they share,
+as plain dicts (the proxy serialises them; the client validates them into the SDK's types):
+
+- :func:`parse_request`: arguments -> a :class:`~tiered_router.Turn` and the call options;
+- :func:`resolve_model`: ``model`` -> routed (``auto``) or pinned to a tier;
+- :func:`pinned`: pins the decision of the turns routed inside it;
+- :func:`completion_body` and :class:`ChunkRenderer`: our completion -> OpenAI's objects;
+- :func:`route_summary`: the routing decision as a small JSON object.
+
+Nothing here imports ``openai``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from tiered_router._context import CURRENT_TASK, TaskHooks
+from tiered_router._types import UNSET, Tier, Unset
+from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
+
+if TYPE_CHECKING:
+    from tiered_router.policy import Policy
+    from tiered_router.routing import Decision
+    from tiered_router.trace import Trace
+
+__all__ = [
+    "AUTO",
+    "ChunkRenderer",
+    "RequestOptions",
+    "UnknownModel",
+    "completion_body",
+    "model_ids",
+    "parse_request",
+    "pinned",
+    "resolve_model",
+    "route_summary",
+    "usage_dict",
+]
+
+AUTO = "auto"
+"""The model name that lets the router decide."""
+
+_FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+_SDK_SENTINELS = frozenset({"NotGiven", "Omit"})
+
+
+class UnknownModel(ValueError):
+    """A ``model`` that is neither ``auto``, a tier, nor a backend serving a tier.
+
+    Attributes:
+        model: The name asked for.
+        known: The names that are accepted.
+    """
+
+    def __init__(self, model: str, known: list[str]) -> None:
+        self.model = model
+        self.known = known
+        super().__init__(f"unknown model {model!r}; this router serves: {', '.join(known)}")
+
+
+def model_ids(policy: Policy) -> list[str]:
+    """Return the model names a client may ask for: ``auto``, the tiers, their backends."""
+    names = [AUTO, "fast", "frontier"]
+    for tier in ("fast", "frontier"):
+        backend = policy.backend_for(tier)
+        if backend not in names:
+            names.append(backend)
+    return names
+
+
+def resolve_model(policy: Policy, model: str | None) -> Tier | None:
+    """Return the tier a ``model`` pins, or ``None`` for ``auto`` (the router decides).
+
+    A tier name (``fast``, ``frontier``), the name of the backend serving a tier, or the
+    ``model`` configured for that backend pins the tier.
+
+    Raises:
+        UnknownModel: For any other name.
+    """
+    if model is None or model == AUTO:
+        return None
+    if model in ("fast", "frontier"):
+        return model  # type: ignore[return-value]
+    for tier in ("fast", "frontier"):
+        name = policy.backend_for(tier)  # type: ignore[arg-type]
+        config = policy.backends.get(name)
+        if model == name or (config is not None and config.model == model):
+            return tier  # type: ignore[return-value]
+    raise UnknownModel(model, model_ids(policy))
+
+
+class _Pin:
+    """Task hooks that fix the tier of a decision, wrapping the caller's own task if any."""
+
+    def __init__(self, tier: Tier, backend: str, model: str, outer: TaskHooks | None) -> None:
+        self.tier, self.backend, self.model, self.outer = tier, backend, model, outer
+
+    def prepare(self, turn: Turn) -> Turn:
+        return self.outer.prepare(turn) if self.outer is not None else turn
+
+    def adjust(self, turn: Turn, decision: Decision) -> Decision:
+        if self.outer is not None:
+            decision = self.outer.adjust(turn, decision)
+        if decision.rule == "capability.tools":
+            return decision  # the pinned backend cannot call tools: never send it a tool turn
+        return replace(
+            decision,
+            tier=self.tier,
+            backend=self.backend,
+            rule=f"model:{self.model}",
+            reasons=(f"pinned to the {self.tier} tier by model={self.model!r}", *decision.reasons),
+        )
+
+    def observe(self, trace: Trace) -> None:
+        if self.outer is not None:
+            self.outer.observe(trace)
+
+
+@contextmanager
+def pinned(policy: Policy, tier: Tier | None, model: str) -> Iterator[None]:
+    """Pin the tier of turns decided inside the block (``tier=None`` changes nothing).
+
+    The router still gates the pinned tier's draft and escalates by the policy's rules;
+    the decision's rule reads ``model:<name>``.
+    """
+    if tier is None:
+        yield
+        return
+    token = CURRENT_TASK.set(_Pin(tier, policy.backend_for(tier), model, CURRENT_TASK.get()))
+    try:
+        yield
+    finally:
+        CURRENT_TASK.reset(token)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestOptions:
+    """The call options that are not part of the turn.
+
+    Attributes:
+        model: The ``model`` asked for (``auto`` when none was given).
+        stream: Whether to answer with a stream of chunks.
+        include_usage: ``stream_options.include_usage``: end the stream with a usage chunk.
+        deadline_s: ``timeout`` as the turn's deadline, or ``UNSET`` for the policy's.
+    """
+
+    model: str = AUTO
+    stream: bool = False
+    include_usage: bool = False
+    deadline_s: float | None | Unset = UNSET
+
+
+def _given(value: Any) -> bool:
+    return value is not None and type(value).__name__ not in _SDK_SENTINELS
+
+
+def parse_request(
+    kwargs: Mapping[str, Any], *, signals: Mapping[str, Any] | None = None
+) -> tuple[Turn, RequestOptions]:
+    """Split ``chat.completions.create`` arguments into a turn and the call options.
+
+    The SDK's "not given" sentinels and ``None`` values are dropped; ``stream``,
+    ``stream_options``, ``model`` and ``timeout`` become options; everything else goes to
+    :meth:`Turn.from_openai` (agent signals in ``extra_body.tiered_router``).
+
+    Args:
+        kwargs: The arguments.
+        signals: Agent signals given outside ``extra_body`` (the proxy's body field and
+            headers); merged over the ones in ``extra_body``.
+
+    Raises:
+        ValueError: Missing messages, ``n`` other than 1, malformed signals or tools.
+    """
+    args = {k: v for k, v in kwargs.items() if _given(v)}
+    model = args.pop("model", AUTO)
+    if not isinstance(model, str) or not model:
+        raise ValueError("model: must be a non-empty string ('auto' lets the router decide)")
+    stream = args.pop("stream", False)
+    if not isinstance(stream, bool):
+        raise ValueError("stream: must be true or false")
+    stream_options = args.pop("stream_options", None) or {}
+    if not isinstance(stream_options, Mapping):
+        raise ValueError("stream_options: must be an object")
+    n = args.get("n")
+    if n is not None and n != 1:
+        raise ValueError("n: the router returns one choice; only n=1 is supported")
+    args.pop("n", None)
+    timeout = args.pop("timeout", None)
+    deadline: float | None | Unset = UNSET
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        deadline = float(timeout)
+    if signals:
+        extra = dict(args.get("extra_body") or {})
+        merged = dict(extra.get("tiered_router") or {})
+        merged.update(signals)
+        extra["tiered_router"] = merged
+        args["extra_body"] = extra
+    if "messages" not in args:
+        raise ValueError("messages: required")
+    turn = Turn.from_openai(**args)
+    return turn, RequestOptions(
+        model=model,
+        stream=stream,
+        include_usage=stream_options.get("include_usage") is True,
+        deadline_s=deadline,
+    )
+
+
+def route_summary(
+    decision: Decision,
+    *,
+    tier: Tier | None,
+    backend: str | None,
+    escalated: bool,
+    escalations: tuple[str, ...] = (),
+    turn_id: str = "",
+) -> dict[str, Any]:
+    """Return the routing decision as a JSON object (``tiered_router`` on responses).
+
+    Keys: ``tier`` and ``backend`` (who answered), ``escalated``, ``escalations``,
+    ``decided_tier`` (where the router sent the turn first), ``score``, ``threshold``,
+    ``rule`` and ``turn_id``.
+    """
+    return {
+        "tier": tier,
+        "backend": backend,
+        "escalated": escalated,
+        "escalations": list(escalations),
+        "decided_tier": decision.tier,
+        "score": round(decision.score, 4),
+        "threshold": decision.threshold,
+        "rule": decision.rule,
+        "turn_id": turn_id,
+    }
+
+
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    """Return usage in OpenAI's shape."""
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+    if usage.cached_input_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": usage.cached_input_tokens}
+    return out
+
+
+def _finish(reason: str | None) -> str:
+    return reason if reason in _FINISH else "stop"  # type: ignore[return-value]
+
+
+def completion_body(
+    completion: Completion,
+    *,
+    completion_id: str,
+    model: str,
+    route: Mapping[str, Any] | None = None,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """Return ``completion`` as a ``chat.completion`` object.
+
+    Args:
+        completion: What the router returned.
+        completion_id: The ``id``.
+        model: Model name to report when the backend reported none.
+        route: The ``tiered_router`` object to add, if any.
+        created: Unix time; now when ``None``.
+    """
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": completion.text if completion.text or not completion.tool_calls else None,
+        "refusal": completion.refusal,
+    }
+    if completion.tool_calls:
+        message["tool_calls"] = [call.to_openai() for call in completion.tool_calls]
+    if completion.reasoning:
+        message["reasoning_content"] = completion.reasoning
+    body: dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": completion.model or model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _finish(completion.finish_reason),
+            }
+        ],
+        "usage": usage_dict(completion.usage),
+    }
+    if route is not None:
+        body["tiered_router"] = dict(route)
+    return body
+
+
+class ChunkRenderer:
+    """Turns our stream chunks into ``chat.completion.chunk`` objects, in OpenAI's order.
+
+    The first object carries ``delta.role``; each chunk's text and tool-call fragments become
+    one delta; ``finish_reason`` comes on its own object; usage (when asked for) comes last,
+    with empty ``choices``, from :meth:`finish`.
+
+    Args:
+        completion_id: The ``id`` shared by every chunk.
+        model: Model name to report until the backend reports one.
+        include_usage: End with a usage chunk.
+        created: Unix time; now when ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        completion_id: str,
+        model: str,
+        include_usage: bool = False,
+        created: int | None = None,
+    ) -> None:
+        self.completion_id = completion_id
+        self.model = model
+        self.include_usage = include_usage
+        self.created = int(time.time()) if created is None else created
+        self.usage: Usage | None = None
+        self._started = False
+        self._finished = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ],
+        }
+
+    def render(self, chunk: CompletionChunk) -> list[dict[str, Any]]:
+        """Return the objects for one of our chunks (possibly none)."""
+        if chunk.model:
+            self.model = chunk.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        delta: dict[str, Any] = {}
+        if not self._started:
+            self._started = True
+            delta["role"] = "assistant"
+            delta["content"] = ""
+        if chunk.text:
+            delta["content"] = chunk.text
+        if chunk.reasoning:
+            delta["reasoning_content"] = chunk.reasoning
+        if chunk.tool_calls:
+            calls = []
+            for d in chunk.tool_calls:
+                call: dict[str, Any] = {"index": d.index}
+                if d.id:
+                    call["id"] = d.id
+                    call["type"] = "function"
+                function: dict[str, Any] = {"arguments": d.arguments}
+                if d.name:
+                    function["name"] = d.name
+                call["function"] = function
+                calls.append(call)
+            delta["tool_calls"] = calls
+        out = [self._chunk(delta)] if delta else []
+        if chunk.finish_reason is not None and not self._finished:
+            self._finished = True
+            out.append(self._chunk({}, _finish(chunk.finish_reason)))
+        return out
+
+    def finish(self, route: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Return the closing objects: a finish chunk if none came, then usage if asked.
+
+        Args:
+            route: The ``tiered_router`` object, added to the last chunk.
+        """
+        out: list[dict[str, Any]] = []
+        if not self._started:
+            self._started = True
+            out.append(self._chunk({"role": "assistant", "content": ""}))
+        if not self._finished:
+            self._finished = True
+            out.append(self._chunk({}, "stop"))
+        if self.include_usage:
+            last = self._chunk({})
+            last["choices"] = []
+            last["usage"] = usage_dict(self.usage or Usage())
+            out.append(last)
+        if route is not None:
+            out[-1]["tiered_router"] = dict(route)
+        return out

@@ -1,0 +1,325 @@
+"""Conversions at the openai SDK seam: SDK objects to ours, SDK errors to ours.
+
+Servers that only claim OpenAI compatibility send bodies the SDK does not validate (it builds
+its models without checking), so every field is read defensively: a missing or mistyped field
+becomes a :class:`~tiered_router.BackendResponseError`, never an ``AttributeError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from tiered_router.exceptions import (
+    BackendConnectionError,
+    BackendError,
+    BackendRateLimited,
+    BackendResponseError,
+    BackendStatusError,
+    BackendTimeout,
+)
+from tiered_router.turn import Completion, CompletionChunk, ToolCall, ToolCallDelta, Usage
+
+__all__ = [
+    "caught_errors",
+    "chunk",
+    "completion",
+    "reasoning_text",
+    "sdk_param_names",
+    "server_message",
+    "translate",
+]
+
+_MAX_MESSAGE = 500
+
+
+@functools.cache
+def caught_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions the SDK and the HTTP layer raise; everything else propagates unchanged.
+
+    ``ValueError`` covers ``json.JSONDecodeError`` and ``UnicodeDecodeError`` from an
+    unreadable body or SSE event.
+    """
+    import openai
+
+    from tiered_router import _http
+
+    return (openai.OpenAIError, _http.HTTPError, ValueError)
+
+
+@functools.cache
+def sdk_param_names() -> frozenset[str]:
+    """Keyword arguments the installed SDK's ``chat.completions.create`` accepts."""
+    from openai.resources.chat.completions import Completions
+
+    return frozenset(inspect.signature(Completions.create).parameters) - {"self"}
+
+
+def _get(obj: Any, name: str) -> Any:
+    """Read ``name`` from a mapping or an object (SDK model, extra field); ``None`` if absent."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _text(content: Any) -> str:
+    """Text of a message ``content``: a string, or a list of parts with ``text``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(t for t in (_str(_get(p, "text")) for p in content) if t)
+    return ""
+
+
+def reasoning_text(value: Any) -> str | None:
+    """Text of a reasoning field: a string, ``{"content"|"text"|"summary": ...}`` or a list.
+
+    Mercury 2 sends ``reasoning_summary`` as an object such as
+    ``{"content": "...", "status": "complete"}``; others send ``reasoning_content`` strings.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list):
+        parts = [t for t in (reasoning_text(v) for v in value) if t]
+        return "\n".join(parts) or None
+    for key in ("content", "text", "summary"):
+        text = reasoning_text(_get(value, key))
+        if text:
+            return text
+    return None
+
+
+def _arguments(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _usage(raw: Any) -> Usage:
+    details = _get(raw, "prompt_tokens_details")
+    return Usage(
+        input_tokens=_int(_get(raw, "prompt_tokens")),
+        output_tokens=_int(_get(raw, "completion_tokens")),
+        cached_input_tokens=_int(_get(details, "cached_tokens")),
+    )
+
+
+def _describe(raw: Any) -> str:
+    if isinstance(raw, str):
+        snippet = raw[:200].replace("\n", " ")
+        return f"expected a JSON chat completion, got text: {snippet!r}"
+    return f"expected a chat completion, got {type(raw).__name__} without choices"
+
+
+def completion(raw: Any, *, backend: str) -> Completion:
+    """Convert a ``ChatCompletion`` (or what a server sent instead) to a :class:`Completion`.
+
+    Raises:
+        BackendResponseError: When the body has no usable first choice.
+
+    """
+    choices = _get(raw, "choices")
+    if isinstance(raw, str) or not isinstance(choices, list) or not choices:
+        raise BackendResponseError(_describe(raw), backend=backend)
+    choice = choices[0]
+    message = _get(choice, "message")
+    if message is None:
+        raise BackendResponseError("choices[0] has no message", backend=backend)
+    calls = []
+    for i, call in enumerate(_get(message, "tool_calls") or ()):
+        fn = _get(call, "function")
+        name = _str(_get(fn, "name"))
+        if not name:
+            raise BackendResponseError(f"tool_calls[{i}] has no function name", backend=backend)
+        calls.append(
+            ToolCall(
+                id=_str(_get(call, "id")) or f"call_{i}",
+                name=name,
+                arguments=_arguments(_get(fn, "arguments")) or "{}",
+            )
+        )
+    reasoning = reasoning_text(_get(raw, "reasoning_summary"))
+    for key in ("reasoning_summary", "reasoning_content", "reasoning"):
+        reasoning = reasoning or reasoning_text(_get(message, key))
+    usage = _get(raw, "usage")
+    return Completion(
+        text=_text(_get(message, "content")),
+        tool_calls=tuple(calls),
+        finish_reason=_str(_get(choice, "finish_reason")),
+        usage=_usage(usage) if usage is not None else Usage(),
+        model=_str(_get(raw, "model")) or "",
+        backend=backend,
+        refusal=_str(_get(message, "refusal")),
+        reasoning=reasoning,
+    )
+
+
+def chunk(raw: Any, *, backend: str) -> CompletionChunk:
+    """Convert a ``ChatCompletionChunk`` to a :class:`CompletionChunk`.
+
+    A server that sends the whole answer as ``message`` instead of ``delta`` is read too;
+    tool-call fragments without an ``index`` get their position.
+
+    Raises:
+        BackendResponseError: When the chunk is not an object with a ``choices`` list.
+
+    """
+    choices = _get(raw, "choices")
+    if isinstance(raw, str) or raw is None or not isinstance(choices or [], list):
+        raise BackendResponseError(
+            f"unreadable stream chunk: {type(raw).__name__}", backend=backend
+        )
+    text = ""
+    deltas: list[ToolCallDelta] = []
+    finish: str | None = None
+    reasoning = reasoning_text(_get(raw, "reasoning_summary"))
+    if choices:
+        choice = choices[0]
+        delta = _get(choice, "delta")
+        if delta is None:
+            delta = _get(choice, "message")
+        text = _text(_get(delta, "content"))
+        for i, call in enumerate(_get(delta, "tool_calls") or ()):
+            fn = _get(call, "function")
+            index = _get(call, "index")
+            deltas.append(
+                ToolCallDelta(
+                    index=index if isinstance(index, int) else i,
+                    id=_str(_get(call, "id")),
+                    name=_str(_get(fn, "name")),
+                    arguments=_arguments(_get(fn, "arguments")),
+                )
+            )
+        finish = _str(_get(choice, "finish_reason"))
+        for key in ("reasoning_content", "reasoning"):
+            reasoning = reasoning or reasoning_text(_get(delta, key))
+    usage = _get(raw, "usage")
+    return CompletionChunk(
+        text=text,
+        tool_calls=tuple(deltas),
+        finish_reason=finish,
+        usage=_usage(usage) if usage is not None else None,
+        model=_str(_get(raw, "model")) or "",
+        reasoning=reasoning,
+    )
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def _item(item: Any) -> str:
+    """Render one validation item, e.g. ``{"loc": ["body", "temperature"], "msg": ...}``."""
+    if not isinstance(item, Mapping):
+        return str(item)
+    loc = item.get("loc")
+    where = ".".join(str(p) for p in loc) if isinstance(loc, (list, tuple)) else loc or ""
+    msg = item.get("msg") or item.get("message") or json.dumps(dict(item), default=str)
+    return f"{where}: {msg}" if where else str(msg)
+
+
+def server_message(body: Any) -> str:
+    """Render the error message in a server's error body readably.
+
+    Handles OpenAI's ``{"error": {"message": ..., "type": ...}}``, a ``message`` that is a
+    list of validation items with ``loc`` (Mercury 2), FastAPI's ``{"detail": [...]}`` and
+    plain text. Returns ``""`` when there is nothing to show.
+    """
+    if body is None:
+        return ""
+    if isinstance(body, str):
+        return _clip(body)
+    if isinstance(body, list):
+        return _clip("; ".join(_item(i) for i in body))
+    if isinstance(body, Mapping):
+        if "error" in body and isinstance(body["error"], (Mapping, list, str)):
+            return server_message(body["error"])
+        for key in ("message", "detail", "msg", "error_description"):
+            if body.get(key):
+                text = server_message(body[key])
+                kind = body.get("type") or body.get("code")
+                return f"{text} [{kind}]" if isinstance(kind, str) and kind else text
+        return _clip(json.dumps(dict(body), default=str))
+    return _clip(str(body))
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    if cause is None:
+        return ""
+    detail = str(cause)
+    return f": {type(cause).__name__}" + (f": {detail}" if detail else "")
+
+
+def translate(exc: BaseException, *, backend: str, secret: str | None = None) -> BackendError:
+    """Translate an SDK / HTTP / decoding exception to the most specific backend error.
+
+    The API key (``secret``) is scrubbed from the message in case a server echoed it.
+    """
+    import openai
+
+    from tiered_router import _http
+
+    result: BackendError
+    if isinstance(exc, openai.APITimeoutError):
+        result = BackendTimeout("request timed out" + _cause(exc), backend=backend)
+    elif isinstance(exc, openai.APIConnectionError):
+        result = BackendConnectionError("connection failed" + _cause(exc), backend=backend)
+    elif isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retry_after = _http.parse_retry_after(exc.response.headers)
+        detail = server_message(exc.body) or exc.response.reason_phrase or "no message"
+        if status == 429:
+            result = BackendRateLimited(
+                f"HTTP 429 rate limited: {detail}", backend=backend, retry_after_s=retry_after
+            )
+        else:
+            result = BackendStatusError(
+                f"HTTP {status}: {detail}",
+                backend=backend,
+                status_code=status,
+                retry_after_s=retry_after,
+            )
+    elif isinstance(exc, openai.APIError):
+        detail = server_message(exc.body) or exc.message
+        result = BackendResponseError(f"error event in the response: {detail}", backend=backend)
+    elif isinstance(exc, _http.TimeoutException):
+        result = BackendTimeout(f"request timed out: {type(exc).__name__}", backend=backend)
+    elif isinstance(exc, _http.HTTPError):
+        result = BackendConnectionError(
+            f"HTTP failure: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
+        )
+    elif isinstance(exc, ValueError):
+        result = BackendResponseError(
+            f"unreadable response body: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
+        )
+    else:
+        result = BackendError(f"{type(exc).__name__}: {_clip(str(exc))}", backend=backend)
+    if secret and len(secret) >= 8:
+        _scrub(result, secret)
+        _scrub(exc, secret)  # it becomes __cause__ and shows in tracebacks
+    return result
+
+
+def _scrub(exc: BaseException, secret: str) -> None:
+    if secret in str(exc):
+        exc.args = tuple(a.replace(secret, "***") if isinstance(a, str) else a for a in exc.args)
+    message = getattr(exc, "message", None)
+    if isinstance(message, str) and secret in message:
+        exc.message = message.replace(secret, "***")  # type: ignore[attr-defined]

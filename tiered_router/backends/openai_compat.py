@@ -1,0 +1,463 @@
+"""A backend for any OpenAI-compatible chat-completions endpoint.
+
+Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
+``POST /v1/chat/completions``; :class:`OpenAICompatBackend` talks to them through the
+``openai`` SDK over pooled httpx2 clients from :mod:`tiered_router._http`. The SDK and the
+HTTP library are imported lazily, when a backend first builds its client, so importing
+tiered_router stays cheap.
+
+One call is one try: the SDK's own retries are off (``max_retries=0``) because the router
+owns the only retry loop. Every SDK or HTTP exception is translated here, at the seam, to the
+most specific :class:`~tiered_router.BackendError`.
+
+Provider differences that would otherwise fail a request are handled by :class:`Quirks`:
+Mercury 2 rejects the ``developer`` role, temperatures outside 0.5..1.0 and more than four
+stop sequences; local diffusion servers take extra per-request fields and may lack tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+from tiered_router._types import BackendKind, Message
+from tiered_router.backends import _openai_convert as _convert
+from tiered_router.backends._base import CompletionRequest
+from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
+from tiered_router.exceptions import (
+    BackendConnectionError,
+    BackendError,
+    BackendResponseError,
+    CapabilityError,
+)
+from tiered_router.turn import Completion, CompletionChunk
+
+if TYPE_CHECKING:
+    import openai
+
+    from tiered_router import _http
+    from tiered_router.policy import BackendConfig
+
+__all__ = ["OpenAICompatBackend"]
+
+logger = logging.getLogger(__name__)
+
+# request fields the backend sets itself; a request's params cannot override them
+_OWNED = frozenset({"model", "messages", "stream", "tools", "response_format", "timeout"})
+
+
+class OpenAICompatBackend:
+    """A backend for one model behind an OpenAI-compatible endpoint (complete and stream).
+
+    Example:
+        ```python
+        backend = OpenAICompatBackend(
+            "mercury", model="mercury-2", base_url="https://api.inceptionlabs.ai/v1",
+            api_key=os.environ["INCEPTION_API_KEY"], kind="diffusion", quirks="mercury",
+        )
+        completion = await backend.acomplete(CompletionRequest(messages=[...], timeout_s=10))
+        ```
+
+    Args:
+        name: The backend's name in the policy.
+        model: The model name sent to the endpoint.
+        base_url: The endpoint (``.../v1``); ``None`` for the SDK's default (OpenAI).
+        api_key: The API key. ``None`` lets the SDK read ``OPENAI_API_KEY`` when
+            ``base_url`` is ``None``; for other endpoints it sends a placeholder, so an
+            OpenAI key never leaks to another host.
+        kind: ``diffusion`` or ``autoregressive``.
+        supports_tools: ``False`` makes a request with tools raise ``CapabilityError``.
+        timeout_s: Per-call timeout used when a request carries none (``None``: no limit).
+        params: Default chat.completions arguments; a request's params win over them.
+        extra_body: Default provider-specific fields, merged under the request's.
+        headers: Extra HTTP headers sent with every request.
+        quirks: A :class:`Quirks` or its name (``none``, ``mercury``, ``local_diffusion``).
+        http_client: A sync httpx2 client to share (from :func:`tiered_router._http.build_client`);
+            it is not closed by :meth:`close`.
+        async_http_client: An async httpx2 client to share; not closed by :meth:`aclose`.
+        config: The resolved policy config this backend was built from, when it was.
+
+    Attributes:
+        name: The backend's name.
+        kind: ``diffusion`` or ``autoregressive``.
+        model: The model it sends.
+        supports_tools: Whether tool turns may go to it.
+        quirks: The provider differences it handles.
+        config: The resolved :class:`~tiered_router.policy.BackendConfig`, or ``None``.
+
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        kind: BackendKind = "autoregressive",
+        supports_tools: bool = True,
+        timeout_s: float | None = 60.0,
+        params: Mapping[str, Any] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        quirks: Quirks | str = NO_QUIRKS,
+        http_client: _http.Client | None = None,
+        async_http_client: _http.AsyncClient | None = None,
+        config: BackendConfig | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError(f"backend {name!r}: model must be a non-empty string")
+        self.name = name
+        self.model = model
+        self.kind: BackendKind = kind
+        self.supports_tools = supports_tools
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.quirks = resolve_quirks(quirks)
+        self.config = config
+        self._params = dict(params or {})
+        self._extra_body = dict(extra_body or {})
+        self._headers = dict(headers or {})
+        secret = api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key
+        self.__key: str | None = secret
+        self._http_client = http_client
+        self._async_http_client = async_http_client
+        self._owns_http = http_client is None
+        self._owns_async_http = async_http_client is None
+        self._sdk: openai.OpenAI | None = None
+        self._async_sdk: openai.AsyncOpenAI | None = None
+        self._loop: object = None
+        self._closer: AsyncGenerator[None, None] | None = None
+        self._warned: set[str] = set()
+
+    @classmethod
+    def from_config(
+        cls, name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
+    ) -> OpenAICompatBackend:
+        """Build a backend from a policy's backend config (the ``openai`` type's factory).
+
+        The preset (named, or inferred from the base URL's host) fills the fields the config
+        leaves unset; the API key comes from the config or the preset's environment variable,
+        read here rather than at import time.
+
+        Raises:
+            PolicyError: When the model or a required API key is missing, or an option is
+                unknown; the message names the backend and the environment variable.
+
+        """
+        from tiered_router.backends.presets import backend_kwargs
+
+        return cls(name, **backend_kwargs(name, config, env=env))
+
+    def __repr__(self) -> str:
+        host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, host={host!r}, "
+            f"kind={self.kind!r}, quirks={self.quirks.name!r})"
+        )
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        """Make one call and return the whole completion.
+
+        Raises:
+            BackendError: The most specific subclass for what went wrong.
+
+        """
+        kwargs = self._build_kwargs(request, stream=False)
+        client = await self._get_async_sdk()
+        try:
+            raw = await client.chat.completions.create(**kwargs)
+        except _convert.caught_errors() as exc:
+            raise self._translate(exc) from exc
+        return _convert.completion(raw, backend=self.name)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        """Sync twin of :meth:`acomplete`."""
+        kwargs = self._build_kwargs(request, stream=False)
+        client = self._get_sdk()
+        try:
+            raw = client.chat.completions.create(**kwargs)
+        except _convert.caught_errors() as exc:
+            raise self._translate(exc) from exc
+        return _convert.completion(raw, backend=self.name)
+
+    async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
+        """Make one streaming call; yield chunks as they arrive.
+
+        Errors (including a dropped connection or an unreadable chunk) are raised from the
+        iterator as :class:`~tiered_router.BackendError` subclasses.
+        """
+        kwargs = self._build_kwargs(request, stream=True)
+        client = await self._get_async_sdk()
+        seen, finished = 0, False
+        try:
+            stream = await client.chat.completions.create(**kwargs)
+            async with stream:
+                async for raw in stream:
+                    chunk = _convert.chunk(raw, backend=self.name)
+                    seen += 1
+                    finished = finished or chunk.finish_reason is not None
+                    yield chunk
+        except _convert.caught_errors() as exc:
+            raise self._translate(exc) from exc
+        self._check_finished(seen, finished)
+
+    def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
+        """Sync twin of :meth:`astream`."""
+        kwargs = self._build_kwargs(request, stream=True)
+        client = self._get_sdk()
+        seen, finished = 0, False
+        try:
+            with client.chat.completions.create(**kwargs) as stream:
+                for raw in stream:
+                    chunk = _convert.chunk(raw, backend=self.name)
+                    seen += 1
+                    finished = finished or chunk.finish_reason is not None
+                    yield chunk
+        except _convert.caught_errors() as exc:
+            raise self._translate(exc) from exc
+        self._check_finished(seen, finished)
+
+    def close(self) -> None:
+        """Close the sync HTTP client this backend built (a shared one stays open).
+
+        The backend stays usable: the next call opens a new connection pool.
+        """
+        sdk, self._sdk = self._sdk, None
+        if self._owns_http:
+            if sdk is not None:
+                sdk.close()
+            self._http_client = None
+
+    async def aclose(self) -> None:
+        """Close the HTTP clients this backend built (shared ones stay open)."""
+        self._async_sdk = None
+        closer, self._closer = self._closer, None
+        if self._owns_async_http:
+            self._async_http_client = None
+            # a pool opened under an event loop that has ended was closed when it ended
+            if closer is not None and self._loop is _running_loop():
+                await closer.aclose()
+        self.close()
+
+    def _check_finished(self, seen: int, finished: bool) -> None:
+        if seen == 0:
+            raise BackendResponseError(
+                "the stream carried no chat.completion.chunk events", backend=self.name
+            )
+        if not finished and not self.quirks.tolerate_unfinished_stream:
+            raise BackendConnectionError(
+                "stream ended before the model finished (no finish_reason): "
+                "the connection was probably cut",
+                backend=self.name,
+            )
+
+    def _translate(self, exc: BaseException) -> BackendError:
+        return _convert.translate(exc, backend=self.name, secret=self.__key)
+
+    def _sdk_kwargs(self) -> dict[str, Any]:
+        key = self.__key
+        if key is None and self.base_url is not None:
+            # never let the SDK fall back to OPENAI_API_KEY for another provider's host
+            key = "none"
+        return {
+            "api_key": key,
+            "base_url": self.base_url,
+            "max_retries": 0,
+            "timeout": self.timeout_s,
+            "default_headers": self._headers or None,
+        }
+
+    def _get_sdk(self) -> openai.OpenAI:
+        if self._sdk is None:
+            import openai
+
+            from tiered_router import _http
+
+            if self._http_client is None:
+                self._http_client = _http.build_client(timeout_s=self.timeout_s)
+                # close pooled sockets when a never-closed backend is collected
+                weakref.finalize(self, self._http_client.close)
+            try:
+                self._sdk = openai.OpenAI(http_client=self._http_client, **self._sdk_kwargs())
+            except openai.OpenAIError as exc:
+                raise self._translate(exc) from exc
+        return self._sdk
+
+    async def _get_async_sdk(self) -> openai.AsyncOpenAI:
+        loop = _running_loop()
+        if self._async_sdk is not None and self._owns_async_http and loop is not self._loop:
+            # pooled connections belong to the loop that opened them: a backend reused across
+            # asyncio.run() calls would fail with "Event loop is closed", so start a new pool
+            logger.debug("backend %s: new event loop, new async HTTP client", self.name)
+            self._async_sdk = self._async_http_client = self._closer = None
+        if self._async_sdk is None:
+            import openai
+
+            from tiered_router import _http
+
+            self._loop = loop
+            if self._async_http_client is None:
+                client = _http.build_async_client(timeout_s=self.timeout_s)
+                self._async_http_client = client
+                self._closer = _close_when_loop_ends(client)
+                await self._closer.asend(None)
+            try:
+                self._async_sdk = openai.AsyncOpenAI(
+                    http_client=self._async_http_client, **self._sdk_kwargs()
+                )
+            except openai.OpenAIError as exc:
+                raise self._translate(exc) from exc
+        return self._async_sdk
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning("backend %s: " + message, self.name, *args)
+
+    def _build_kwargs(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
+        """Map a request to ``chat.completions.create`` keyword arguments."""
+        if request.tools and not self.supports_tools:
+            raise CapabilityError(
+                "the request has tools but this backend has tools: false", backend=self.name
+            )
+        params = {**self._params, **request.params}
+        extra_body = dict(self._extra_body)
+        extra_body.update(self._params.get("extra_body") or {})
+        extra_body.update(request.params.get("extra_body") or {})
+        extra_headers = dict(params.pop("extra_headers", None) or {})
+        params.pop("extra_body", None)
+        for key in _OWNED & params.keys():
+            params.pop(key)
+        messages = self._apply_quirks(request.messages, params, extra_body)
+        tools = self._shape_tools([dict(t) for t in request.tools or ()], params)
+
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+        if request.response_format is not None:
+            kwargs["response_format"] = dict(request.response_format)
+        sdk_params = _convert.sdk_param_names()
+        for key, value in params.items():
+            if key in sdk_params:
+                kwargs[key] = value
+            else:
+                extra_body[key] = value
+        if stream:
+            kwargs["stream"] = True
+            if self.quirks.stream_usage and "stream_options" not in kwargs:
+                kwargs["stream_options"] = {"include_usage": True}
+        if extra_body:
+            kwargs["extra_body"] = extra_body
+        if extra_headers:
+            kwargs["extra_headers"] = extra_headers
+        kwargs["timeout"] = request.timeout_s if request.timeout_s is not None else self.timeout_s
+        return kwargs
+
+    def _shape_tools(
+        self, tools: list[dict[str, Any]], params: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Return the tools to send; adjust ``tool_choice`` in ``params`` to match."""
+        choice = params.get("tool_choice")
+        if tools and self.quirks.simple_tool_choice and choice not in (None, "auto", "required"):
+            # same meaning in the two values the provider accepts
+            if choice == "none":
+                tools = []
+            elif isinstance(choice, Mapping):
+                name = (choice.get("function") or {}).get("name")
+                only = [t for t in tools if (t.get("function") or {}).get("name") == name]
+                if only:
+                    tools, params["tool_choice"] = only, "required"
+            logger.debug(
+                "backend %s: tool_choice %r sent as %d tools", self.name, choice, len(tools)
+            )
+        if not tools:
+            # OpenAI-style servers reject tool_choice without tools
+            params.pop("tool_choice", None)
+            params.pop("parallel_tool_calls", None)
+        return tools
+
+    def _apply_quirks(
+        self, messages: Sequence[Message], params: dict[str, Any], extra_body: dict[str, Any]
+    ) -> list[Message]:
+        """Apply :attr:`quirks` to the request in place; return the messages to send."""
+        q = self.quirks
+        out = [dict(m) for m in messages]
+        if q.developer_to_system:
+            for m in out:
+                if m.get("role") == "developer":
+                    m["role"] = "system"
+        for key in q.drop_fields:
+            for where in (params, extra_body):
+                if key in where:
+                    where.pop(key)
+                    logger.debug("backend %s: not sending %r (%s quirks)", self.name, key, q.name)
+        for key in q.extra_body_fields & params.keys():
+            extra_body[key] = params.pop(key)
+        if q.temperature_range is not None and params.get("temperature") is not None:
+            params["temperature"] = self._clamp(
+                "temperature", params["temperature"], *q.temperature_range
+            )
+        if q.max_stop is not None and isinstance(params.get("stop"), (list, tuple)):
+            stop = list(params["stop"])
+            if len(stop) > q.max_stop:
+                if q.strict:
+                    raise CapabilityError(
+                        f"stop: {len(stop)} sequences given, {q.name} accepts at most {q.max_stop}",
+                        backend=self.name,
+                    )
+                self._warn_once(
+                    "stop", "stop: keeping the first %d of %d sequences", q.max_stop, len(stop)
+                )
+                params["stop"] = stop[: q.max_stop]
+        if q.max_tokens_range is not None:
+            if "max_completion_tokens" in params:
+                value = params.pop("max_completion_tokens")
+                params.setdefault("max_tokens", value)
+            if params.get("max_tokens") is not None:
+                params["max_tokens"] = int(
+                    self._clamp("max_tokens", params["max_tokens"], *q.max_tokens_range)
+                )
+        return out
+
+    def _clamp(self, field: str, value: Any, low: float, high: float) -> Any:
+        q = self.quirks
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or low <= value <= high:
+            return value
+        if q.strict:
+            raise CapabilityError(
+                f"{field}={value!r} is outside the range {q.name} accepts ({low}..{high})",
+                backend=self.name,
+            )
+        clamped = min(max(value, low), high)
+        self._warn_once(
+            field, "%s=%r is outside %s..%s; sending %r instead", field, value, low, high, clamped
+        )
+        return clamped
+
+
+def _running_loop() -> object:
+    """Return the running asyncio loop, or ``None`` under another event loop (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _close_when_loop_ends(client: _http.AsyncClient) -> AsyncGenerator[None, None]:
+    """Close ``client`` when this generator is closed.
+
+    The event loop closes live async generators when it shuts down (``asyncio.run`` does), and
+    when they are garbage-collected, so a pool that nobody closed is still closed in its own
+    loop instead of leaking sockets.
+    """
+    try:
+        yield
+    finally:
+        await client.aclose()

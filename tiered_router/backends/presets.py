@@ -1,0 +1,438 @@
+"""Presets and quirks: what tiered_router knows about providers.
+
+A :class:`Quirks` value says how a provider differs from OpenAI (rejected roles, value ranges,
+extra request fields) and what the backend does about it. A :class:`Preset` fills the
+:class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
+pydantic's ``model_fields_set``): base URL, model, kind, tool support, prices, latency model,
+quirks, and where the API key comes from.
+
+Example:
+    ```yaml
+    backends:
+      fast: {preset: mercury-2}                       # key from $INCEPTION_API_KEY
+      big: {preset: openai, model: gpt-5.2}           # key from $OPENAI_API_KEY
+      local: {preset: local-diffusion, model: LLaDA2.0-mini}
+    ```
+
+    ```python
+    from tiered_router.backends.presets import mercury2
+
+    fast = mercury2(api_key=os.environ["INCEPTION_API_KEY"])
+    ```
+
+Without ``preset``, one is inferred: no ``base_url`` means OpenAI, and a base URL on
+``inceptionlabs.ai`` means Mercury 2 (so its quirks apply even to a hand-written entry).
+
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from tiered_router._types import BackendKind
+from tiered_router.exceptions import PolicyError
+from tiered_router.policy import BackendConfig, LatencyModel, Price
+
+if TYPE_CHECKING:
+    from tiered_router.backends.openai_compat import OpenAICompatBackend
+
+__all__ = [
+    "LOCAL_DIFFUSION_QUIRKS",
+    "MERCURY_QUIRKS",
+    "NO_QUIRKS",
+    "PRESETS",
+    "QUIRKS",
+    "Preset",
+    "Quirks",
+    "backend_kwargs",
+    "get_preset",
+    "local_diffusion",
+    "mercury2",
+    "openai_backend",
+    "preset_for",
+    "resolve_config",
+    "resolve_quirks",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Quirks:
+    """How one provider differs from OpenAI, and what the backend does about it.
+
+    Out-of-range values are clamped into range with one warning per backend and field
+    (the choice that keeps an agent running: a temperature of 0 becomes 0.5, the closest
+    the provider allows). With ``strict=True`` they raise :class:`~tiered_router.CapabilityError`
+    instead, which the router can escalate.
+
+    Example:
+        ```python
+        backend = OpenAICompatBackend("m", model="mercury-2", quirks=MERCURY_QUIRKS.with_strict())
+        ```
+
+    Attributes:
+        name: A label for logs and reprs.
+        developer_to_system: Send ``developer`` messages as ``system`` messages.
+        temperature_range: Allowed ``temperature``, inclusive.
+        max_stop: Most ``stop`` sequences allowed; extra ones are dropped.
+        max_tokens_range: Allowed ``max_tokens``, inclusive; ``max_completion_tokens`` is
+            sent as ``max_tokens`` (the provider documents only the latter).
+        extra_body_fields: Request fields moved from params into ``extra_body``.
+        drop_fields: Request fields never sent (Mercury's ``diffusing`` streams drafts that
+            replace each other, which an agent cannot use).
+        simple_tool_choice: Only ``tool_choice`` ``auto`` and ``required`` are accepted:
+            ``none`` is sent as no tools, a named function as ``required`` with only that tool
+            (the same meaning either way).
+        strict: Raise instead of clamping or dropping.
+        stream_usage: Ask for usage in streams (``stream_options.include_usage``).
+        tolerate_unfinished_stream: Accept a stream that ends without a ``finish_reason``
+            (some small servers send the whole answer in one chunk and stop).
+
+    """
+
+    name: str = "none"
+    developer_to_system: bool = False
+    temperature_range: tuple[float, float] | None = None
+    max_stop: int | None = None
+    max_tokens_range: tuple[int, int] | None = None
+    extra_body_fields: frozenset[str] = frozenset()
+    drop_fields: frozenset[str] = frozenset()
+    strict: bool = False
+    simple_tool_choice: bool = False
+    stream_usage: bool = True
+    tolerate_unfinished_stream: bool = False
+
+    def with_strict(self, strict: bool = True) -> Quirks:
+        """Return a copy that raises instead of clamping (or clamps, with ``False``)."""
+        return replace(self, strict=strict)
+
+
+NO_QUIRKS = Quirks()
+"""A plain OpenAI-compatible endpoint."""
+
+MERCURY_QUIRKS = Quirks(
+    name="mercury",
+    developer_to_system=True,
+    temperature_range=(0.5, 1.0),
+    max_stop=4,
+    max_tokens_range=(1, 50_000),
+    extra_body_fields=frozenset(
+        {"reasoning_effort", "reasoning_summary", "reasoning_summary_wait", "realtime"}
+    ),
+    drop_fields=frozenset({"diffusing"}),
+    simple_tool_choice=True,
+)
+"""Inception Mercury 2."""
+
+LOCAL_DIFFUSION_QUIRKS = Quirks(
+    name="local_diffusion",
+    extra_body_fields=frozenset(
+        {
+            "num_denoising_steps",
+            "block_length",
+            "confidence_threshold",
+            "gen_length",
+            "steps",
+            "threshold",
+            "remasking",
+            "vllm_xargs",
+        }
+    ),
+    tolerate_unfinished_stream=True,
+)
+"""Local diffusion servers (SGLang, vLLM, dlmserve, dfastllm, ollada, ...)."""
+
+QUIRKS: Mapping[str, Quirks] = {
+    "none": NO_QUIRKS,
+    "mercury": MERCURY_QUIRKS,
+    "local_diffusion": LOCAL_DIFFUSION_QUIRKS,
+}
+"""Quirks by name, as written in a policy's ``options.quirks``."""
+
+
+def resolve_quirks(quirks: Quirks | str) -> Quirks:
+    """Return the :class:`Quirks` for a name or instance.
+
+    Raises:
+        ValueError: For an unknown name; the message lists the known ones.
+
+    """
+    if isinstance(quirks, Quirks):
+        return quirks
+    try:
+        return QUIRKS[quirks]
+    except KeyError:
+        raise ValueError(f"unknown quirks {quirks!r}; known: {', '.join(sorted(QUIRKS))}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preset:
+    """Defaults for one known endpoint.
+
+    Attributes:
+        name: The preset's name, as written in ``preset:``.
+        base_url: Endpoint base URL; ``None`` for the SDK's default (OpenAI).
+        model: Default model, or ``None`` when the user must name one.
+        kind: ``diffusion`` or ``autoregressive``.
+        api_key_env: Environment variable holding the API key.
+        api_key_required: ``False`` sends the placeholder ``"none"`` when no key is found.
+        tools: Whether the endpoint supports tools.
+        quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
+        price: Token prices.
+        latency: Expected latency.
+        hosts: Base-URL host suffixes for which this preset is inferred.
+
+    """
+
+    name: str
+    base_url: str | None
+    model: str | None
+    kind: BackendKind
+    api_key_env: str | None
+    api_key_required: bool = True
+    tools: bool = True
+    quirks: str = "none"
+    price: Price = field(default_factory=Price)
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    hosts: tuple[str, ...] = ()
+
+    def apply(self, config: BackendConfig) -> BackendConfig:
+        """Return ``config`` with the fields the user did not set taken from this preset."""
+        defaults: dict[str, Any] = {
+            "base_url": self.base_url,
+            "model": self.model,
+            "kind": self.kind,
+            "tools": self.tools,
+            "price": self.price,
+            "latency": self.latency,
+        }
+        update = {k: v for k, v in defaults.items() if k not in config.model_fields_set}
+        return config.model_copy(update=update)
+
+
+PRESETS: Mapping[str, Preset] = MappingProxyType(
+    {
+        "mercury-2": Preset(
+            name="mercury-2",
+            base_url="https://api.inceptionlabs.ai/v1",
+            model="mercury-2",
+            kind="diffusion",
+            api_key_env="INCEPTION_API_KEY",
+            quirks="mercury",
+            price=Price(input_per_mtok=0.25, cached_input_per_mtok=0.025, output_per_mtok=0.75),
+            latency=LatencyModel(ttft_s=0.35, tokens_per_s=1000.0),
+            hosts=("inceptionlabs.ai",),
+        ),
+        "openai": Preset(
+            name="openai",
+            base_url=None,
+            model=None,
+            kind="autoregressive",
+            api_key_env="OPENAI_API_KEY",
+            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
+            hosts=("api.openai.com",),
+        ),
+        "local-diffusion": Preset(
+            name="local-diffusion",
+            base_url="http://127.0.0.1:30000/v1",
+            model=None,
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            tools=False,
+            quirks="local_diffusion",
+        ),
+    }
+)
+"""Known presets by name."""
+
+
+def get_preset(name: str, *, backend: str = "?") -> Preset:
+    """Return the preset called ``name``.
+
+    Raises:
+        PolicyError: For an unknown name; the message lists the known ones.
+
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise PolicyError(
+            f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}",
+            field=f"backends.{backend}.preset",
+        ) from None
+
+
+def preset_for(config: BackendConfig, *, backend: str = "?") -> Preset | None:
+    """Return the preset ``config`` names, or the one inferred from its base URL.
+
+    No ``base_url`` infers ``openai``; a host ending in a preset's ``hosts`` infers that
+    preset; any other endpoint gets none.
+    """
+    if config.preset is not None:
+        return get_preset(config.preset, backend=backend)
+    if config.base_url is None:
+        return PRESETS["openai"]
+    host = (urlsplit(config.base_url).hostname or "").lower()
+    for preset in PRESETS.values():
+        if any(host == h or host.endswith("." + h) for h in preset.hosts):
+            return preset
+    return None
+
+
+def resolve_config(config: BackendConfig, *, backend: str = "?") -> BackendConfig:
+    """Return ``config`` with its preset (named or inferred) applied.
+
+    Use this wherever a policy's backend fields are read (prices, ``tools``, latency): the
+    raw config lacks what the preset fills.
+    """
+    preset = preset_for(config, backend=backend)
+    return preset.apply(config) if preset is not None else config
+
+
+def _api_key(
+    name: str, config: BackendConfig, preset: Preset | None, env: Mapping[str, str]
+) -> str | None:
+    if config.api_key is not None and config.api_key.get_secret_value():
+        return config.api_key.get_secret_value()
+    if preset is None:
+        return None  # an unknown endpoint may need no key; the backend sends a placeholder
+    if preset.api_key_env is not None:
+        value = env.get(preset.api_key_env)
+        if value:
+            return value
+    if not preset.api_key_required:
+        return "none"
+    var = preset.api_key_env or "an environment variable"
+    raise PolicyError(
+        f"backend {name!r} needs an API key: set {var} or write "
+        f'api_key: "${{{var}}}" in the policy',
+        field=f"backends.{name}.api_key",
+    )
+
+
+_OPTIONS = frozenset({"quirks", "strict_quirks"})
+
+
+def backend_kwargs(
+    name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
+
+    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
+    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
+    provider rejects instead of clamping them.
+
+    Raises:
+        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+
+    """
+    preset = preset_for(config, backend=name)
+    resolved = preset.apply(config) if preset is not None else config
+    unknown = set(resolved.options) - _OPTIONS
+    if unknown:
+        raise PolicyError(
+            f"unknown options {sorted(unknown)} for an openai backend; known: {sorted(_OPTIONS)}",
+            field=f"backends.{name}.options",
+        )
+    if not resolved.model:
+        raise PolicyError(
+            f"backend {name!r} has no model: set model"
+            + (f" (preset {preset.name!r} has no default)" if preset is not None else ""),
+            field=f"backends.{name}.model",
+        )
+    try:
+        quirks = resolve_quirks(
+            resolved.options.get("quirks", preset.quirks if preset is not None else "none")
+        )
+    except ValueError as exc:
+        raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
+    if resolved.options.get("strict_quirks"):
+        quirks = quirks.with_strict()
+    api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
+    return {
+        "model": resolved.model,
+        "base_url": resolved.base_url,
+        "api_key": api_key,
+        "kind": resolved.kind or "autoregressive",
+        "supports_tools": resolved.tools,
+        "timeout_s": resolved.timeout_s,
+        "params": resolved.params,
+        "extra_body": resolved.extra_body,
+        "headers": resolved.headers,
+        "quirks": quirks,
+        "config": resolved,
+    }
+
+
+def _build(
+    preset: str, name: str, api_key: str | None, fields: dict[str, Any]
+) -> OpenAICompatBackend:
+    from tiered_router.backends.openai_compat import OpenAICompatBackend
+
+    http = {k: fields.pop(k) for k in ("http_client", "async_http_client") if k in fields}
+    if api_key is not None:
+        fields["api_key"] = api_key
+    config = BackendConfig(preset=preset, **fields)
+    return OpenAICompatBackend(name, **backend_kwargs(name, config), **http)
+
+
+def mercury2(
+    *, name: str = "mercury", api_key: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return a Mercury 2 backend (Inception's diffusion model).
+
+    Args:
+        name: The backend's name.
+        api_key: The key; by default read from ``INCEPTION_API_KEY`` now.
+        **fields: Other :class:`~tiered_router.policy.BackendConfig` fields (``model``,
+            ``timeout_s``, ``params``, ``extra_body``, ``options``...) or ``http_client`` /
+            ``async_http_client``.
+
+    Raises:
+        PolicyError: When no key is given and ``INCEPTION_API_KEY`` is unset.
+
+    """
+    return _build("mercury-2", name, api_key, fields)
+
+
+def openai_backend(
+    *, name: str = "openai", model: str, api_key: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return an OpenAI backend.
+
+    Args:
+        name: The backend's name.
+        model: The model, e.g. ``gpt-5.2``.
+        api_key: The key; by default read from ``OPENAI_API_KEY`` now.
+        **fields: Other backend config fields, or ``http_client`` / ``async_http_client``.
+
+    Raises:
+        PolicyError: When no key is given and ``OPENAI_API_KEY`` is unset.
+
+    """
+    return _build("openai", name, api_key, {"model": model, **fields})
+
+
+def local_diffusion(
+    *, name: str = "local", model: str, base_url: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return a backend for a local diffusion server (SGLang, vLLM, dlmserve, ...).
+
+    Args:
+        name: The backend's name.
+        model: The model the server serves.
+        base_url: The server, by default ``http://127.0.0.1:30000/v1`` (SGLang's port).
+        **fields: Other backend config fields (``extra_body`` for diffusion knobs such as
+            ``num_denoising_steps``; ``tools=True`` if the server supports tools), or
+            ``http_client`` / ``async_http_client``.
+
+    """
+    if base_url is not None:
+        fields["base_url"] = base_url
+    api_key = fields.pop("api_key", None)
+    return _build("local-diffusion", name, api_key, {"model": model, **fields})

@@ -1,0 +1,350 @@
+"""``tiered-router eval`` and ``tiered-router calibrate``: offline evaluation on recorded outcomes.
+
+Both commands replay recorded model outcomes through a policy (no keys, no network). With
+no policy and no ``--data``, ``eval`` runs the bundled default policy over the bundled
+sample of RouteLLM outcomes. Heavy imports happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tiered_router.evaluation.results import EvalResult
+    from tiered_router.policy import Policy
+
+__all__ = ["register"]
+
+_DATA_HELP = (
+    "Dataset file (.jsonl / .jsonl.gz) or data name: sample, mmlu, gsm8k, mt_bench, "
+    "arc_challenge, mbpp, winogrande, routerbench, bfcl, alpacaeval; a name may pick the "
+    "models as NAME:FAST->FRONTIER (e.g. bfcl:gpt-4o-mini-2024-07-18-FC->gpt-4o-2024-08-06-FC). "
+    "Default: the policy's replay data, else the bundled sample."
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _load(policy: Path | None, data: str | None) -> tuple[Policy, Any, str]:
+    """Load the policy (bundled default when ``None``) and the data."""
+    from tiered_router.evaluation.calibration import load_policy_offline
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.sources import bundled_policy_path, load_data
+    from tiered_router.exceptions import PolicyError
+
+    source = policy if policy is not None else bundled_policy_path()
+    try:
+        loaded = load_policy_offline(source)
+    except PolicyError as exc:
+        raise _fail(str(exc)) from exc
+    if data is None:
+        fast = loaded.backends[loaded.tiers.fast]
+        replay_data = fast.options.get("data") if fast.type == "replay" else None
+        data = str(replay_data) if replay_data else "sample"
+    try:
+        dataset = load_data(data)
+    except DatasetError as exc:
+        raise _fail(str(exc)) from exc
+    return loaded, dataset, data
+
+
+@contextmanager
+def _progress(total: int, *, enabled: bool, label: str) -> Iterator[Callable[[int], None] | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        f"[progress.description]{label}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _run(
+    policy: Policy,
+    dataset: Any,
+    *,
+    quiet: bool,
+    prices: str,
+    latency: str,
+    fast_model: str | None,
+    frontier_model: str | None,
+) -> EvalResult:
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.results import evaluate
+
+    show = not quiet and sys.stderr.isatty()
+    try:
+        with _progress(len(dataset), enabled=show, label=f"replaying {dataset.name}") as step:
+            return evaluate(
+                policy,
+                dataset,
+                fast_model=fast_model,
+                frontier_model=frontier_model,
+                prices="policy" if prices == "policy" else "data",
+                recorded_latency=latency == "recorded",
+                progress=step,
+            )
+    except DatasetError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def _print_table(console: Console, result: EvalResult, policy_label: str) -> None:
+    from rich.table import Table
+
+    s = result.summary
+    table = Table(
+        title=f"{policy_label} on {result.dataset} ({s.n} turns)",
+        caption=f"fast = {result.fast_model}, frontier = {result.frontier_model}",
+        show_header=True,
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("all-frontier", justify="right")
+    rows = [
+        ("threshold", f"{s.threshold:g}", ""),
+        ("quality (mean label)", _num(s.quality, 4), _num(s.quality_frontier, 4)),
+        ("quality retained", _pct(s.quality_retained), "100.0%"),
+        ("cost (US$)", f"{s.cost:.4f}", f"{s.cost_frontier:.4f}"),
+        ("cost saved", _pct(s.cost_saved), ""),
+        ("latency mean (s, simulated)", _num(s.latency_mean_s), _num(s.latency_frontier_mean_s)),
+        ("latency p95 (s, simulated)", _num(s.latency_p95_s), _num(s.latency_frontier_p95_s)),
+        ("fast share (answered fast)", _pct(s.fast_share), "0.0%"),
+        ("frontier calls", _pct(s.frontier_call_share), "100.0%"),
+        ("escalation rate (of fast)", f"{_pct(s.escalation_rate)} ({s.escalations})", ""),
+    ]
+    if s.tasks:
+        rows.append(
+            (
+                f"task latency mean (s, {s.tasks} tasks)",
+                _num(s.task_latency_mean_s),
+                _num(s.task_latency_frontier_mean_s),
+            )
+        )
+        rows.append(("task latency p95 (s)", _num(s.task_latency_p95_s), ""))
+    g = s.gate
+    rows += [
+        ("gate: P(wrong | pass)", _pct(g.p_wrong_given_pass), f"{g.drafts} drafts"),
+        ("gate: P(fail | wrong) catch", _pct(g.p_fail_given_wrong), ""),
+        ("gate: P(fail | right) false alarm", _pct(g.p_fail_given_right), ""),
+        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)}"),
+        ("CPT(50%)", _pct(s.cpt50), ""),
+        ("CPT(80%)", _pct(s.cpt80), ""),
+    ]
+    if s.failures:
+        rows.append(("turns without an answer", str(s.failures), ""))
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    if s.escalation_reasons:
+        reasons = ", ".join(f"{k} {v}" for k, v in s.escalation_reasons.items())
+        checks = ", ".join(f"{k} {v}" for k, v in s.failed_checks.items()) or "none"
+        console.print(f"escalations: {reasons}; failed checks: {checks}")
+    if s.rules:
+        console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    for note in result.notes:
+        console.print(f"[dim]note: {note}[/dim]", highlight=False)
+
+
+def eval_command(
+    policy: Annotated[
+        Optional[Path],
+        typer.Argument(help="Policy YAML (default: the bundled evaluation policy).", show_default=False),
+    ] = None,
+    data: Annotated[Optional[str], typer.Option("--data", "-d", help=_DATA_HELP)] = None,
+    report: Annotated[
+        Optional[Path], typer.Option("--report", help="Write a self-contained HTML report here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
+    fast_model: Annotated[
+        Optional[str], typer.Option("--fast-model", help="Recorded model for the fast tier.")
+    ] = None,
+    frontier_model: Annotated[
+        Optional[str], typer.Option("--frontier-model", help="Recorded model for the frontier tier.")
+    ] = None,
+    prices: Annotated[
+        str,
+        typer.Option(help="Costs from the data's recorded/list prices ('data') or the policy's."),
+    ] = "data",
+    latency: Annotated[
+        str,
+        typer.Option(help="'recorded' latencies where the data has them, or always the 'model'."),
+    ] = "recorded",
+) -> None:
+    """Replay recorded model outcomes through a policy and report quality, cost and latency."""
+    if prices not in ("data", "policy"):
+        raise _fail(f"--prices: 'data' or 'policy', not {prices!r}")
+    if latency not in ("recorded", "model"):
+        raise _fail(f"--latency: 'recorded' or 'model', not {latency!r}")
+    loaded, dataset, _ = _load(policy, data)
+    result = _run(
+        loaded,
+        dataset,
+        quiet=as_json,
+        prices=prices,
+        latency=latency,
+        fast_model=fast_model,
+        frontier_model=frontier_model,
+    )
+    if report is not None:
+        from tiered_router.evaluation.report import render_html
+
+        report.write_text(render_html(result), encoding="utf-8")
+    if as_json:
+        out = result.to_dict()
+        out["policy"] = str(policy) if policy is not None else "bundled default"
+        if report is not None:
+            out["report"] = str(report)
+        typer.echo(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+
+    console = Console()
+    _print_table(console, result, str(policy) if policy else "default policy")
+    if report is not None:
+        console.print(f"report written to {report}")
+
+
+def calibrate_command(
+    policy: Annotated[Path, typer.Argument(help="Policy YAML to calibrate.")],
+    data: Annotated[Optional[str], typer.Option("--data", "-d", help=_DATA_HELP)] = None,
+    target_fast_share: Annotated[
+        Optional[float],
+        typer.Option("--target-fast-share", help="Least share of turns answered fast (0-1)."),
+    ] = None,
+    target_quality_retained: Annotated[
+        Optional[float],
+        typer.Option(
+            "--target-quality-retained", help="Least share of all-frontier quality kept (0-1)."
+        ),
+    ] = None,
+    max_cost: Annotated[
+        Optional[str],
+        typer.Option(
+            "--max-cost", help="Most cost: US$ per turn (0.002) or % of all-frontier cost (40%)."
+        ),
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="Update scoring.threshold in the policy file.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Pick the threshold that meets a target on recorded outcomes (and write it back)."""
+    from tiered_router.evaluation.calibration import Target, calibrate_policy, write_threshold
+    from tiered_router.evaluation.sweep import CalibrationError
+    from tiered_router.exceptions import PolicyError
+
+    given = [target_fast_share, target_quality_retained, max_cost]
+    if sum(v is not None for v in given) != 1:
+        raise _fail(
+            "give exactly one target: --target-fast-share, --target-quality-retained or --max-cost"
+        )
+    try:
+        if max_cost is not None:
+            target = Target.max_cost(max_cost)
+        else:
+            target = Target(fast_share=target_fast_share, quality_retained=target_quality_retained)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    loaded, dataset, _ = _load(policy, data)
+    result = _run(
+        loaded, dataset, quiet=as_json, prices="data", latency="recorded",
+        fast_model=None, frontier_model=None,
+    )
+    try:
+        point = calibrate_policy(result, target)
+    except CalibrationError as exc:
+        raise _fail(str(exc), code=1) from exc
+    s = result.summary
+    expected = {
+        "threshold": point.threshold,
+        "quality": point.quality,
+        "quality_retained": point.quality / s.quality_frontier if s.quality_frontier else None,
+        "cost": point.cost,
+        "cost_saved": 1 - point.cost / s.cost_frontier if s.cost_frontier else None,
+        "fast_share": point.fast_share,
+        "frontier_call_share": point.strong_share,
+        "escalation_rate": point.escalation_rate,
+        "latency_mean_s": point.latency_s,
+    }
+    if write:
+        try:
+            write_threshold(policy, point.threshold)
+        except PolicyError as exc:
+            raise _fail(str(exc)) from exc
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "policy": str(policy),
+                    "dataset": result.dataset,
+                    "target": target.describe(),
+                    "previous_threshold": s.threshold,
+                    "expected": expected,
+                    "written": write,
+                },
+                indent=2,
+            )
+        )
+        return
+    _print_calibration(result, target.describe(), expected, policy if write else None)
+
+
+def _print_calibration(
+    result: EvalResult, target: str, expected: dict[str, Any], written: Path | None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = result.summary
+    table = Table(title=f"calibrated for {target} on {result.dataset} ({s.n} turns)")
+    table.add_column("metric")
+    table.add_column("calibrated", justify="right")
+    table.add_column("current", justify="right")
+    table.add_row("threshold", f"{expected['threshold']:g}", f"{s.threshold:g}")
+    table.add_row("quality", _num(expected["quality"], 4), _num(s.quality, 4))
+    table.add_row("quality retained", _pct(expected["quality_retained"]), _pct(s.quality_retained))
+    table.add_row("cost (US$)", f"{expected['cost']:.4f}", f"{s.cost:.4f}")
+    table.add_row("cost saved", _pct(expected["cost_saved"]), _pct(s.cost_saved))
+    table.add_row("fast share", _pct(expected["fast_share"]), _pct(s.fast_share))
+    table.add_row("frontier calls", _pct(expected["frontier_call_share"]),
+                  _pct(s.frontier_call_share))
+    table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
+    console = Console()
+    console.print(table)
+    if written is not None:
+        console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``eval`` and ``calibrate`` commands to ``app``."""
+    app.command("eval")(eval_command)
+    app.command("calibrate")(calibrate_command)

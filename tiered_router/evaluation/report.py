@@ -1,0 +1,300 @@
+"""A self-contained HTML report of an evaluation: inline SVG charts, inline CSS, no scripts.
+
+The report opens offline in any browser and loads nothing from the network. It shows the
+headline metrics, the cost-quality curve across thresholds (the policy's threshold marked,
+the random and oracle routers for reference), the PGR curve against the share of frontier
+calls, the escalation breakdown and the gate's confusion against the labels.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tiered_router.evaluation.results import EvalResult, Summary
+from tiered_router.evaluation.sweep import SweepPoint
+
+__all__ = ["render_html"]
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
+max-width:980px;color:#1d232a;padding:0 1rem}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;margin-top:2rem}
+.sub{color:#5b6670;margin-top:0}table{border-collapse:collapse;margin:.5rem 0}
+td,th{padding:.25rem .7rem;border-bottom:1px solid #e3e7ea;text-align:right}
+td:first-child,th:first-child{text-align:left}th{background:#f4f6f8}
+.grid{display:flex;flex-wrap:wrap;gap:1.5rem}.note{color:#5b6670;font-size:.9em}
+svg text{font:12px system-ui,sans-serif;fill:#34404a}svg .axis{stroke:#8a959e}
+svg .gridline{stroke:#eceff1}
+"""
+
+_COLORS = {
+    "policy": "#1f6feb",
+    "random": "#8a959e",
+    "oracle": "#2da44e",
+    "chosen": "#d1242f",
+    "frontier": "#bf8700",
+}
+
+_MAX_LINE_POINTS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    name: str
+    label: str
+    points: Sequence[tuple[float, float]]
+    dashed: bool = False
+
+
+def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    if hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = []
+    t = first
+    while t <= hi + 1e-9:
+        ticks.append(round(t, 10))
+        t += step
+    return ticks
+
+
+def _fmt_tick(v: float) -> str:
+    return f"{v:g}" if abs(v) >= 0.01 or v == 0 else f"{v:.2g}"
+
+
+def _thin(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(points) <= _MAX_LINE_POINTS:
+        return list(points)
+    step = (len(points) - 1) / (_MAX_LINE_POINTS - 1)
+    return [points[round(i * step)] for i in range(_MAX_LINE_POINTS)]
+
+
+def _chart(
+    chart_id: str,
+    title: str,
+    x_label: str,
+    y_label: str,
+    series: Sequence[_Series],
+    marker: tuple[float, float, str] | None,
+) -> str:
+    w, h, left, right, top, bottom = 460, 330, 56, 16, 30, 46
+    xs = [x for s in series for x, _ in s.points] + ([marker[0]] if marker else [])
+    ys = [y for s in series for _, y in s.points] + ([marker[1]] if marker else [])
+    x_ticks = _nice_ticks(min(0.0, *xs), max(xs))
+    y_lo, y_hi = min(ys), max(ys)
+    pad = (y_hi - y_lo) * 0.08 or 0.05
+    y_ticks = _nice_ticks(y_lo - pad, y_hi + pad)
+    x0, x1 = x_ticks[0], x_ticks[-1]
+    y0, y1 = y_ticks[0], y_ticks[-1]
+
+    def px(x: float) -> float:
+        return left + (x - x0) / ((x1 - x0) or 1) * (w - left - right)
+
+    def py(y: float) -> float:
+        return h - bottom - (y - y0) / ((y1 - y0) or 1) * (h - top - bottom)
+
+    out = [
+        f'<svg id="{chart_id}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'viewBox="0 0 {w} {h}" role="img" aria-label="{html.escape(title)}">',
+        f'<text x="{left}" y="18" font-weight="600">{html.escape(title)}</text>',
+    ]
+    for t in x_ticks:
+        out.append(
+            f'<line class="gridline" x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" '
+            f'y2="{h - bottom}"/><text x="{px(t):.1f}" y="{h - bottom + 16}" '
+            f'text-anchor="middle">{_fmt_tick(t)}</text>'
+        )
+    for t in y_ticks:
+        out.append(
+            f'<line class="gridline" x1="{left}" x2="{w - right}" y1="{py(t):.1f}" '
+            f'y2="{py(t):.1f}"/><text x="{left - 6}" y="{py(t) + 4:.1f}" '
+            f'text-anchor="end">{_fmt_tick(t)}</text>'
+        )
+    out.append(
+        f'<line class="axis" x1="{left}" x2="{w - right}" y1="{h - bottom}" y2="{h - bottom}"/>'
+        f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{h - bottom}"/>'
+        f'<text x="{(left + w - right) / 2}" y="{h - 8}" text-anchor="middle">'
+        f"{html.escape(x_label)}</text>"
+        f'<text transform="translate(14 {(top + h - bottom) / 2}) rotate(-90)" '
+        f'text-anchor="middle">{html.escape(y_label)}</text>'
+    )
+    for s in series:
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in _thin(s.points))
+        dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+        out.append(
+            f'<polyline data-series="{s.name}" fill="none" stroke="{_COLORS[s.name]}" '
+            f'stroke-width="2"{dash} points="{pts}"><title>{html.escape(s.label)}</title>'
+            "</polyline>"
+        )
+    if marker is not None:
+        mx, my, label = marker
+        out.append(
+            f'<circle data-series="chosen" cx="{px(mx):.1f}" cy="{py(my):.1f}" r="6" '
+            f'fill="{_COLORS["chosen"]}"><title>{html.escape(label)}</title></circle>'
+        )
+    legend = [(s.name, s.label) for s in series] + ([("chosen", marker[2])] if marker else [])
+    ly = top + 6
+    for name, label in legend:
+        out.append(
+            f'<rect x="{w - right - 190}" y="{ly - 8}" width="12" height="4" '
+            f'fill="{_COLORS[name]}"/><text x="{w - right - 172}" y="{ly - 3}">'
+            f"{html.escape(label[:30])}</text>"
+        )
+        ly += 15
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _bars(chart_id: str, items: Sequence[tuple[str, int]], total: int) -> str:
+    if not items:
+        return f'<p id="{chart_id}" class="note">No escalations.</p>'
+    w, row = 460, 24
+    h = 20 + row * len(items)
+    top = max(v for _, v in items)
+    out = [f'<svg id="{chart_id}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">']
+    for i, (name, value) in enumerate(items):
+        y = 10 + i * row
+        bar = 230 * value / top
+        share = f" ({value / total:.1%} of turns)" if total else ""
+        out.append(
+            f'<text x="150" y="{y + 14}" text-anchor="end">{html.escape(name)}</text>'
+            f'<rect data-bar="{html.escape(name)}" x="158" y="{y + 3}" width="{bar:.1f}" '
+            f'height="15" fill="{_COLORS["policy"]}"/>'
+            f'<text x="{162 + bar:.1f}" y="{y + 14}">{value}{share}</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _rows(pairs: Sequence[tuple[str, str]]) -> str:
+    return "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in pairs)
+
+
+def _metrics(s: Summary) -> list[tuple[str, str]]:
+    pairs = [
+        ("turns", f"{s.n}"),
+        ("threshold", f"{s.threshold:g}"),
+        ("quality (mean label)", f"{s.quality:.4f}"),
+        ("quality retained vs all-frontier", _pct(s.quality_retained)),
+        ("cost", f"${s.cost:.4f}  (all-frontier ${s.cost_frontier:.4f})"),
+        ("cost saved vs all-frontier", _pct(s.cost_saved)),
+        ("latency mean / p95", f"{s.latency_mean_s:.3f} s / {s.latency_p95_s:.3f} s"),
+        (
+            "all-frontier latency mean / p95",
+            f"{s.latency_frontier_mean_s:.3f} s / {s.latency_frontier_p95_s:.3f} s",
+        ),
+        ("fast share (answered by fast tier)", _pct(s.fast_share)),
+        ("frontier calls", _pct(s.frontier_call_share)),
+        ("escalation rate (of turns sent fast)", f"{_pct(s.escalation_rate)} ({s.escalations})"),
+        ("APGR (random 0.5, oracle)", f"{_num(s.apgr)} (oracle {_num(s.apgr_oracle)})"),
+        ("CPT(50%) / CPT(80%)", f"{_pct(s.cpt50)} / {_pct(s.cpt80)}"),
+    ]
+    if s.tasks:
+        pairs.append(
+            (
+                f"task latency, summed over steps ({s.tasks} tasks)",
+                f"mean {_num(s.task_latency_mean_s)} s, p95 {_num(s.task_latency_p95_s)} s "
+                f"(all-frontier {_num(s.task_latency_frontier_mean_s)} s)",
+            )
+        )
+    if s.failures:
+        pairs.append(("turns without an answer (router raised)", f"{s.failures}"))
+    return pairs
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def _sweep_table(points: Sequence[SweepPoint], s: Summary) -> str:
+    step = max(1, len(points) // 20)
+    picked = list(points[::step])
+    if points[-1] not in picked:
+        picked.append(points[-1])
+    body = "".join(
+        f"<tr><td>{p.threshold:g}</td><td>{p.quality:.4f}</td>"
+        f"<td>{_pct(p.cost / s.cost_frontier if s.cost_frontier else None)}</td>"
+        f"<td>{_pct(p.fast_share)}</td><td>{_pct(p.strong_share)}</td>"
+        f"<td>{p.latency_s:.3f}</td></tr>"
+        for p in picked
+    )
+    return (
+        "<table><tr><th>threshold</th><th>quality</th><th>cost vs all-frontier</th>"
+        "<th>fast share</th><th>frontier calls</th><th>latency s</th></tr>" + body + "</table>"
+    )
+
+
+def render_html(result: EvalResult, *, title: str | None = None) -> str:
+    """Return the report of ``result`` as one self-contained HTML page."""
+    s = result.summary
+    base = s.cost_frontier or 1.0
+    by_cost = sorted(result.points, key=lambda p: (p.cost, p.quality))
+    cost_series = [
+        _Series("policy", "policy, across thresholds",
+                [(100 * p.cost / base, p.quality) for p in by_cost]),
+        _Series("random", "random router", [(100 * p.cost / base, p.quality) for p in result.random],
+                dashed=True),
+        _Series("oracle", "oracle router", [(100 * p.cost / base, p.quality) for p in result.oracle]),
+    ]
+    chosen = f"threshold {s.threshold:g}"
+    cost_chart = _chart(
+        "cost-quality", "Quality vs cost across thresholds", "cost, % of all-frontier",
+        "quality (mean label)", cost_series, (100 * s.cost / base, s.quality, chosen),
+    )
+    pgr_chart = ""
+    if s.q_strong != s.q_weak:
+        gap = s.q_strong - s.q_weak
+
+        def g(q: float) -> float:
+            return (q - s.q_weak) / gap
+
+        by_share = sorted(result.points, key=lambda p: (p.strong_share, p.quality))
+        pgr_chart = _chart(
+            "pgr-curve", "Performance gap recovered", "frontier calls, % of turns", "PGR",
+            [
+                _Series("policy", "policy", [(100 * p.strong_share, g(p.quality)) for p in by_share]),
+                _Series("random", "random (APGR 0.5)", [(0, 0.0), (100, 1.0)], dashed=True),
+                _Series("oracle", "oracle",
+                        [(100 * p.strong_share, g(p.quality)) for p in result.oracle]),
+            ],
+            (100 * s.frontier_call_share, g(s.quality), chosen),
+        )
+    reasons = sorted(s.escalation_reasons.items(), key=lambda kv: -kv[1])
+    checks = sorted(s.failed_checks.items(), key=lambda kv: -kv[1])
+    gate = s.gate
+    gate_rows = [
+        ("fast drafts judged (answer recorded)", f"{gate.drafts}"),
+        ("passed / failed", f"{gate.passed} / {gate.failed}"),
+        ("P(wrong | pass)", _pct(gate.p_wrong_given_pass)),
+        ("P(fail | wrong): catch rate", _pct(gate.p_fail_given_wrong)),
+        ("P(fail | right): false alarms", _pct(gate.p_fail_given_right)),
+    ]
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
+    heading = html.escape(title or f"tiered-router evaluation: {result.dataset}")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{heading}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{heading}</h1><p class=\"sub\">{s.n} turns of <b>{html.escape(result.dataset)}</b>"
+        f"; fast tier replays <b>{html.escape(result.fast_model)}</b>, frontier tier replays "
+        f"<b>{html.escape(result.frontier_model)}</b>.</p>"
+        f"<h2>At the policy's threshold</h2><table>{_rows(_metrics(s))}</table>"
+        f"<h2>Across thresholds</h2><div class=\"grid\">{cost_chart}{pgr_chart}</div>"
+        "<p class=\"note\">Each point of the policy curve is one threshold (a score at or "
+        "below it goes to the fast tier); the red dot is the policy's threshold. The random "
+        "router mixes the two tiers at random; the oracle knows every answer's label.</p>"
+        f"<h2>Escalations</h2>{_bars('escalations', reasons, s.n)}"
+        f"<h3>Gate checks that failed fast drafts</h3>{_bars('failed-checks', checks, s.n)}"
+        f"<h2>Gate against the labels</h2><table>{_rows(gate_rows)}</table>"
+        f"<h2>Sweep</h2>{_sweep_table(result.points, s)}"
+        f"<h2>Notes</h2><ul class=\"note\">{notes}</ul></body></html>\n"
+    )

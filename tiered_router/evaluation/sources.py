@@ -1,0 +1,518 @@
+"""Loaders that convert public routing-evaluation data into the dataset format, and data names.
+
+A data argument (``tiered-router eval --data ...``) is one of:
+
+- a dataset file in the format of :mod:`tiered_router.evaluation.dataset` (``.jsonl`` or
+  ``.jsonl.gz``), optionally followed by ``:FAST->FRONTIER`` to pick the two models;
+- ``sample``: the small sample of RouteLLM's MMLU and GSM8K outcomes bundled in the package;
+- the name of a source in the shared data folder, ``NAME[:FAST[->FRONTIER]]``:
+
+  ========================  ==================================================  ==========================================
+  name                      data                                                default pair (fast -> frontier)
+  ========================  ==================================================  ==========================================
+  ``mmlu``                  RouteLLM MMLU (decontaminated)                      Mixtral-8x7B-Instruct -> gpt-4-1106-preview
+  ``gsm8k``                 RouteLLM GSM8K (decontaminated), with responses     Mixtral-8x7B-Instruct -> gpt-4-1106-preview
+  ``mt_bench``              RouteLLM MT-Bench, 2-turn tasks, judge score / 10   Mixtral-8x7B-Instruct -> gpt-4-1106-preview
+  ``arc_challenge``         RouterBench ARC-Challenge (11 models, $ cost)       gpt-3.5-turbo-1106 -> gpt-4-1106-preview
+  ``mbpp``, ``winogrande``  RouterBench MBPP / Winogrande                       gpt-3.5-turbo-1106 -> gpt-4-1106-preview
+  ``routerbench``           the three RouterBench tasks together                gpt-3.5-turbo-1106 -> gpt-4-1106-preview
+  ``bfcl``                  BFCL v1 tool calls (tokens, latency, list prices)   gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC
+  ``alpacaeval``            AlpacaEval 2 judge preference vs GPT-4-Turbo        gpt-3.5-turbo-1106 -> gpt4_1106_preview
+  ========================  ==================================================  ==========================================
+
+  e.g. ``bfcl:gpt-3.5-turbo-0125-FC->gpt-4-turbo-2024-04-09-FC`` or ``alpacaeval:claude-2``.
+
+The shared data folder is ``$TIERED_ROUTER_DATA_DIR`` when set, else ``../shared/data``
+relative to the working directory or to the package's repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tiered_router.evaluation import _bfcl
+from tiered_router.evaluation.dataset import (
+    Dataset,
+    DatasetError,
+    EvalRow,
+    Outcome,
+    estimate_tokens,
+    read_dataset,
+)
+from tiered_router.policy import Price
+from tiered_router.turn import Usage
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "SOURCE_NAMES",
+    "bundled_policy_path",
+    "find_data_dir",
+    "load_alpacaeval",
+    "load_bfcl",
+    "load_data",
+    "load_routellm",
+    "load_routerbench",
+    "load_sample",
+]
+
+DATA_DIR_ENV = "TIERED_ROUTER_DATA_DIR"
+"""Environment variable naming the shared data folder."""
+
+MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+GPT4 = "gpt-4-1106-preview"
+
+# list prices of the time (US$ per million tokens, 2024-08), from BFCL's price table
+# (bfcl_v1_results/prices_usd_per_million_tokens.json: gpt-4-1106-preview, open-mixtral-8x7b)
+_ROUTELLM_PRICES = {
+    GPT4: Price(input_per_mtok=10.0, output_per_mtok=30.0),
+    MIXTRAL: Price(input_per_mtok=0.7, output_per_mtok=0.7),
+}
+_ALPACA_PRICES = {
+    "gpt4_1106_preview": Price(input_per_mtok=10.0, output_per_mtok=30.0),
+    "claude-instant-1.2": Price(input_per_mtok=0.8, output_per_mtok=2.4),
+}
+
+_ROUTELLM_SOURCE = "lm-sys/RouteLLM@0b64fdafe049e596a3f5657c219329f24af24198 routellm/evals"
+_ROUTELLM_LICENSE = "Apache-2.0 (RouteLLM); MMLU MIT, GSM8K MIT; outputs: provider terms"
+
+_PAIRS: dict[str, tuple[str, str]] = {
+    "mmlu": (MIXTRAL, GPT4),
+    "gsm8k": (MIXTRAL, GPT4),
+    "mt_bench": (MIXTRAL, GPT4),
+    "arc_challenge": ("gpt-3.5-turbo-1106", GPT4),
+    "mbpp": ("gpt-3.5-turbo-1106", GPT4),
+    "winogrande": ("gpt-3.5-turbo-1106", GPT4),
+    "routerbench": ("gpt-3.5-turbo-1106", GPT4),
+    "bfcl": ("gpt-4o-mini-2024-07-18-FC", "gpt-4o-2024-08-06-FC"),
+    "alpacaeval": ("gpt-3.5-turbo-1106", "gpt4_1106_preview"),
+}
+
+SOURCE_NAMES: tuple[str, ...] = ("sample", *_PAIRS)
+"""Names accepted by :func:`load_data` besides file paths."""
+
+_ROUTERBENCH_TASKS = ("arc_challenge", "mbpp", "winogrande")
+
+
+def find_data_dir() -> Path | None:
+    """Return the shared data folder, or ``None`` when there is none."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env) if Path(env).is_dir() else None
+    candidates = [
+        Path.cwd() / ".." / "shared" / "data",
+        Path(__file__).resolve().parents[2] / ".." / "shared" / "data",
+    ]
+    for c in candidates:
+        if c.is_dir():
+            return c.resolve()
+    return None
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        raise DatasetError(f"{path}: not found")
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from exc
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def load_routellm(
+    data_dir: str | os.PathLike[str], benchmark: str, *, include_contaminated: bool = False
+) -> Dataset:
+    """Load RouteLLM's MMLU, GSM8K or MT-Bench outcomes (``routellm_evals/``).
+
+    Contaminated prompts (in RouteLLM's router training data) are left out unless asked,
+    as RouteLLM does. MMLU keeps no responses (the gate has nothing to check and passes);
+    token counts are estimated from text length (about four characters per token; an MMLU
+    answer is one token: a letter).
+
+    Raises:
+        DatasetError: When the files are missing or ``benchmark`` is unknown.
+    """
+    folder = Path(data_dir) / "routellm_evals"
+    if benchmark == "mt_bench":
+        return _load_mt_bench(folder, include_contaminated=include_contaminated)
+    if benchmark not in ("mmlu", "gsm8k"):
+        raise DatasetError(f"unknown RouteLLM benchmark {benchmark!r}: mmlu, gsm8k, mt_bench")
+    rows = []
+    for rec in _jsonl(folder / f"{benchmark}.jsonl"):
+        if rec.get("contaminated") and not include_contaminated:
+            continue
+        prompt = str(rec["prompt"])
+        responses: Mapping[str, str] = rec.get("response") or {}
+        outcomes = {}
+        for model, correct in rec["correct"].items():
+            text = responses.get(model)
+            out_tokens = estimate_tokens(text) if text is not None else 1
+            outcomes[model] = Outcome(
+                quality=1.0 if correct else 0.0,
+                text=text,
+                usage=Usage(input_tokens=estimate_tokens(prompt), output_tokens=out_tokens),
+                usage_estimated=True,
+            )
+        meta = {"source": f"routellm/{benchmark}"}
+        if "subject" in rec:
+            meta["subject"] = rec["subject"]
+        rows.append(EvalRow.build(str(rec["id"]), _user(prompt), outcomes, metadata=meta))
+    notes = ["token counts estimated from text length (~4 characters per token)"]
+    if benchmark == "mmlu":
+        notes.append("MMLU keeps no responses: the gate passes every draft without checks")
+    return Dataset(
+        name=benchmark,
+        rows=tuple(rows),
+        fast_model=MIXTRAL,
+        frontier_model=GPT4,
+        prices=dict(_ROUTELLM_PRICES),
+        source=_ROUTELLM_SOURCE,
+        license=_ROUTELLM_LICENSE,
+        notes=tuple(notes),
+    )
+
+
+def _load_mt_bench(folder: Path, *, include_contaminated: bool) -> Dataset:
+    questions = {q["question_id"]: q for q in _jsonl(folder / "mt_bench_questions.jsonl")}
+    scores: dict[tuple[Any, int], dict[str, float]] = defaultdict(dict)
+    for j in _jsonl(folder / "mt_bench_judgements.jsonl"):
+        scores[(j["question_id"], int(j["turn"]))][str(j["model"])] = float(j["score"])
+    rows = []
+    for (qid, turn_no), per_model in sorted(scores.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        q = questions.get(qid)
+        if q is None or (q.get("contaminated") and not include_contaminated):
+            continue
+        turns = [str(t) for t in q["turns"]][:turn_no]
+        # the earlier answers differ per model and were not kept apart: only user turns go in
+        messages = [{"role": "user", "content": t} for t in turns]
+        outcomes = {
+            m: Outcome(
+                quality=min(max(s, 0.0), 10.0) / 10.0,
+                usage=Usage(input_tokens=estimate_tokens("\n".join(turns)), output_tokens=0),
+                usage_estimated=True,
+            )
+            for m, s in per_model.items()
+        }
+        meta = {"source": "routellm/mt_bench", "category": q.get("category"), "task_id": f"mt_bench.{qid}"}
+        rows.append(
+            EvalRow.build(f"mt_bench.{qid}.{turn_no}", messages, outcomes, step=turn_no - 1, metadata=meta)
+        )
+    return Dataset(
+        name="mt_bench",
+        rows=tuple(rows),
+        fast_model=MIXTRAL,
+        frontier_model=GPT4,
+        prices=dict(_ROUTELLM_PRICES),
+        source=_ROUTELLM_SOURCE,
+        license=_ROUTELLM_LICENSE + "; MT-Bench questions Apache-2.0",
+        notes=(
+            "quality = GPT-4 judge score / 10; each question is a 2-step task",
+            "no responses or output lengths: latency is the time to first token only",
+        ),
+    )
+
+
+def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench") -> Dataset:
+    """Load RouterBench rows (``routerbench_subset/``): ``arc_challenge``, ``mbpp``, ``winogrande``.
+
+    ``routerbench`` loads all three. Costs are RouterBench's recorded per-request dollars;
+    token counts are estimated from text length.
+
+    Raises:
+        DatasetError: When the files are missing or ``task`` is unknown.
+    """
+    tasks = _ROUTERBENCH_TASKS if task == "routerbench" else (task,)
+    if any(t not in _ROUTERBENCH_TASKS for t in tasks):
+        raise DatasetError(f"unknown RouterBench task {task!r}: {', '.join(_ROUTERBENCH_TASKS)}")
+    rows = []
+    for t in tasks:
+        for rec in _jsonl(Path(data_dir) / "routerbench_subset" / f"{t}.jsonl"):
+            prompt = str(rec["prompt"])
+            responses = rec.get("response") or {}
+            costs = rec.get("cost_usd") or {}
+            outcomes = {}
+            for model, perf in rec["performance"].items():
+                text = responses.get(model)
+                outcomes[model] = Outcome(
+                    quality=float(perf),
+                    text=None if text is None else str(text),
+                    usage=Usage(
+                        input_tokens=estimate_tokens(prompt),
+                        output_tokens=estimate_tokens(str(text or "")),
+                    ),
+                    usage_estimated=True,
+                    cost=costs.get(model),
+                )
+            meta = {"source": f"routerbench/{t}", "split": rec.get("split_routerdc")}
+            rows.append(EvalRow.build(str(rec["sample_id"]), _user(prompt), outcomes, metadata=meta))
+    fast, frontier = _PAIRS["routerbench"]
+    return Dataset(
+        name=task,
+        rows=tuple(rows),
+        fast_model=fast,
+        frontier_model=frontier,
+        source="shuhao02/RouterDC@0e63989c datasets/routerbench_zs (RouterBench 0-shot)",
+        license="no license file upstream: internal evaluation only",
+        notes=("cost: RouterBench's recorded per-request dollars; tokens estimated from text",),
+    )
+
+
+def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = None) -> Dataset:
+    """Load BFCL v1 questions with every model's recorded tool calls (``bfcl_v1_results/``).
+
+    Function specs become OpenAI tools with JSON Schema parameters (see
+    :mod:`tiered_router.evaluation._bfcl`), recorded calls become tool calls the gate checks;
+    tokens and latency are recorded; cost is tokens times the list price.
+
+    Raises:
+        DatasetError: When the files are missing.
+    """
+    folder = Path(data_dir) / "bfcl_v1_results"
+    questions = list(_jsonl(folder / "questions.jsonl"))
+    prices_file = folder / "prices_usd_per_million_tokens.json"
+    table = json.loads(prices_file.read_text()) if prices_file.is_file() else {}
+    ins = table.get("INPUT_PRICE_PER_MILLION_TOKEN", {})
+    outs = table.get("OUTPUT_PRICE_PER_MILLION_TOKEN", {})
+    names = models or sorted(p.stem for p in (folder / "results").glob("*.jsonl"))
+    prices = {
+        m: Price(input_per_mtok=float(ins[m]), output_per_mtok=float(outs[m]))
+        for m in names
+        if m in ins and m in outs
+    }
+    results: dict[str, dict[str, Outcome]] = defaultdict(dict)
+    for model in names:
+        for rec in _jsonl(folder / "results" / f"{model}.jsonl"):
+            results[str(rec["id"])][model] = _bfcl_outcome(rec, prices.get(model))
+    rows = []
+    for q in questions:
+        qid = str(q["id"])
+        if qid not in results:
+            continue
+        category = str(q.get("category", ""))
+        tools = _bfcl.openai_tools(q["function"], category=category)
+        meta = {"source": "bfcl_v1", "category": category}
+        rows.append(
+            EvalRow.build(qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta)
+        )
+    fast, frontier = _PAIRS["bfcl"]
+    return Dataset(
+        name="bfcl",
+        rows=tuple(rows),
+        fast_model=fast,
+        frontier_model=frontier,
+        prices=prices,
+        source="ShishirPatil/gorilla@de8307b4 (questions); HuanzhiMao/BFCL-Result@b4adfc9b (outputs)",
+        license="questions Apache-2.0; outputs: no license file, internal evaluation only",
+        notes=("every model is given the tools in function-calling form, whatever its mode",),
+    )
+
+
+def _bfcl_messages(question: Any) -> list[dict[str, Any]]:
+    if isinstance(question, str):
+        return _user(question)
+    if isinstance(question, list) and question and isinstance(question[0], list):
+        question = question[0]
+    if isinstance(question, list) and all(isinstance(m, Mapping) for m in question):
+        return [dict(m) for m in question]
+    return _user(json.dumps(question))
+
+
+def _bfcl_outcome(rec: Mapping[str, Any], price: Price | None) -> Outcome:
+    text, calls = _bfcl.parse_result(rec.get("result"))
+    tin, tout = rec.get("input_token_count"), rec.get("output_token_count")
+    usage = None
+    cost = None
+    if isinstance(tin, (int, float)) and isinstance(tout, (int, float)):
+        usage = Usage(input_tokens=int(tin), output_tokens=int(tout))
+        if price is not None:
+            cost = (tin * price.input_per_mtok + tout * price.output_per_mtok) / 1_000_000
+    latency = rec.get("latency_s")
+    return Outcome(
+        quality=1.0 if rec.get("correct") else 0.0,
+        text=text,
+        tool_calls=calls,
+        finish_reason="tool_calls" if calls else "stop",
+        usage=usage,
+        latency_s=float(latency) if isinstance(latency, (int, float)) else None,
+        cost=cost,
+    )
+
+
+def load_alpacaeval(data_dir: str | os.PathLike[str]) -> Dataset:
+    """Load AlpacaEval 2 per-prompt preferences against ``gpt4_1106_preview``.
+
+    The quality of a cheaper model on a prompt is the judge's probability that its answer
+    beats GPT-4-Turbo's (``preference - 1``); GPT-4-Turbo itself scores 0.5 (itself against
+    itself). Answers are kept for the three models whose outputs are in the data.
+
+    Raises:
+        DatasetError: When the files are missing.
+    """
+    folder = Path(data_dir) / "alpacaeval2_pairwise"
+    instructions = {int(r["idx"]): r for r in _jsonl(folder / "instructions.jsonl")}
+    texts: dict[tuple[int, str], str] = {}
+    if (folder / "outputs.jsonl").is_file():
+        for r in _jsonl(folder / "outputs.jsonl"):
+            texts[(int(r["idx"]), str(r["model"]))] = str(r["output"])
+    outcomes: dict[int, dict[str, Outcome]] = defaultdict(dict)
+    for r in _jsonl(folder / "preferences_vs_gpt4_1106_preview.jsonl"):
+        idx, model, base = int(r["idx"]), str(r["model"]), str(r["baseline"])
+        if idx not in instructions:
+            continue
+        prompt_tokens = estimate_tokens(str(instructions[idx]["instruction"]))
+        outcomes[idx][model] = Outcome(
+            quality=min(max(float(r["preference"]) - 1.0, 0.0), 1.0),
+            text=texts.get((idx, model)),
+            usage=Usage(
+                input_tokens=prompt_tokens,
+                output_tokens=max(1, int(r.get("model_output_chars") or 0) // 4),
+            ),
+            usage_estimated=True,
+        )
+        outcomes[idx].setdefault(
+            base,
+            Outcome(
+                quality=0.5,
+                text=texts.get((idx, base)),
+                usage=Usage(
+                    input_tokens=prompt_tokens,
+                    output_tokens=max(1, int(r.get("baseline_output_chars") or 0) // 4),
+                ),
+                usage_estimated=True,
+            ),
+        )
+    rows = [
+        EvalRow.build(
+            f"alpacaeval.{idx}",
+            _user(str(instructions[idx]["instruction"])),
+            outs,
+            metadata={"source": "alpacaeval2", "dataset": instructions[idx].get("dataset")},
+        )
+        for idx, outs in sorted(outcomes.items())
+    ]
+    fast, frontier = _PAIRS["alpacaeval"]
+    return Dataset(
+        name="alpacaeval",
+        rows=tuple(rows),
+        fast_model=fast,
+        frontier_model=frontier,
+        prices=dict(_ALPACA_PRICES),
+        source="tatsu-lab/alpaca_eval@cd543a14 results/*/weighted_alpaca_eval_gpt4_turbo",
+        license="CC BY-NC 4.0: internal evaluation only",
+        notes=(
+            "quality = judge's P(answer beats GPT-4-Turbo); GPT-4-Turbo scores 0.5",
+            "judged without length control; tokens estimated from output length",
+        ),
+    )
+
+
+def load_sample() -> Dataset:
+    """Load the sample of RouteLLM outcomes bundled in the package (Apache-2.0)."""
+    ref = resources.files("tiered_router.evaluation") / "data" / "routellm_sample.jsonl.gz"
+    with resources.as_file(ref) as path:
+        return read_dataset(path, name="sample")
+
+
+def bundled_policy_path() -> Path:
+    """Return the path of the bundled default evaluation policy."""
+    ref = resources.files("tiered_router.evaluation") / "data" / "default_policy.yaml"
+    return Path(str(ref))
+
+
+def _is_name(text: str) -> bool:
+    return all(part.strip().lower() in SOURCE_NAMES for part in text.split("+"))
+
+
+def _split_spec(spec: str) -> tuple[str, str | None, str | None]:
+    head, sep, pair = spec.rpartition(":")
+    if not sep or not (_is_name(head) or "->" in pair):
+        return spec, None, None
+    fast, arrow, frontier = pair.partition("->")
+    return head, fast.strip() or None, (frontier.strip() or None) if arrow else None
+
+
+def _concat(parts: list[Dataset]) -> Dataset:
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    ids = [r.id for d in parts for r in d.rows]
+    if len(set(ids)) != len(ids):
+        raise DatasetError("the combined datasets share row ids; combine different sources")
+    prices = {m: p for d in parts for m, p in d.prices.items()}
+    return Dataset(
+        name="+".join(d.name for d in parts),
+        rows=tuple(r for d in parts for r in d.rows),
+        fast_model=first.fast_model if all(d.fast_model == first.fast_model for d in parts) else None,
+        frontier_model=(
+            first.frontier_model
+            if all(d.frontier_model == first.frontier_model for d in parts)
+            else None
+        ),
+        prices=prices,
+        source="; ".join(dict.fromkeys(d.source for d in parts if d.source)),
+        license="; ".join(dict.fromkeys(d.license for d in parts if d.license)),
+        notes=tuple(dict.fromkeys(n for d in parts for n in d.notes)),
+    )
+
+
+def _load_one(base: str, data_dir: str | os.PathLike[str] | None) -> Dataset:
+    key = base.strip().lower()
+    if key == "sample":
+        return load_sample()
+    if key in _PAIRS:
+        folder = Path(data_dir) if data_dir is not None else find_data_dir()
+        if folder is None or not folder.is_dir():
+            raise DatasetError(
+                f"--data {base}: the shared data folder was not found; set {DATA_DIR_ENV} "
+                "or pass a dataset file"
+            )
+        return _load_named(key, folder)
+    if Path(base).is_file():
+        return read_dataset(base)
+    raise DatasetError(
+        f"--data {base!r}: not a file and not a known name; names: {', '.join(SOURCE_NAMES)}"
+    )
+
+
+def load_data(spec: str, *, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load a dataset by file path or name (``NAME[+NAME...][:FAST[->FRONTIER]]``).
+
+    Names are those of the module docs; ``mmlu+gsm8k`` concatenates two sources.
+
+    Raises:
+        DatasetError: When the name is unknown, the shared data folder is absent, the file
+            is malformed, or a named model has no outcomes.
+    """
+    base, fast, frontier = _split_spec(spec)
+    if _is_name(base):
+        dataset = _concat([_load_one(part, data_dir) for part in base.split("+")])
+    else:
+        dataset = _load_one(base, data_dir)
+    if fast is not None or frontier is not None:
+        dataset = dataset.with_pair(
+            fast or dataset.fast_model or "", frontier or dataset.frontier_model or ""
+        )
+    elif dataset.fast_model and dataset.frontier_model:
+        dataset = dataset.with_pair(dataset.fast_model, dataset.frontier_model)
+    return dataset
+
+
+def _load_named(key: str, folder: Path) -> Dataset:
+    if key in ("mmlu", "gsm8k", "mt_bench"):
+        return load_routellm(folder, key)
+    if key in ("routerbench", *_ROUTERBENCH_TASKS):
+        return load_routerbench(folder, key)
+    if key == "bfcl":
+        return load_bfcl(folder)
+    return load_alpacaeval(folder)

@@ -1,0 +1,432 @@
+"""Built-in checks on a draft's text: emptiness, truncation, refusals, loops, regex, size.
+
+Every check here is a frozen dataclass built from the policy's options, returning
+``None`` on pass and a reason string on failure. They are tuned to catch what goes wrong
+with diffusion drafts (fixed-length canvases padded with EOS tokens, repetition loops,
+early EOS) while passing ordinary prose, code and JSON.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import ClassVar
+
+from tiered_router.turn import Completion, Turn
+
+__all__ = [
+    "EOS_TOKENS",
+    "MaxCharsCheck",
+    "NoRefusalCheck",
+    "NonEmptyCheck",
+    "NotTruncatedCheck",
+    "RegexCheck",
+    "RepetitionCheck",
+]
+
+EOS_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|eos|>",
+    "</s>",
+    "<eos>",
+    "<pad>",
+    "<|pad|>",
+    "[PAD]",
+    "<|mdm_mask|>",
+    "<|mask|>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+)
+"""End-of-sequence, padding and unfilled-mask tokens that leak into the text of local
+servers (GPT/Qwen/Llama/Mistral/Gemma/DeepSeek families; LLaDA and Dream mask tokens)."""
+
+
+def _tokens(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        raise ValueError(f"{where}: must be a list of strings")
+    tokens = tuple(value)
+    if not tokens or not all(isinstance(t, str) and t for t in tokens):
+        raise ValueError(f"{where}: must be a non-empty list of non-empty strings")
+    return tokens
+
+
+def _int(value: object, where: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _tool_calls_only(completion: Completion) -> bool:
+    return bool(completion.tool_calls) and not completion.text.strip()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NonEmptyCheck:
+    """``non_empty``: the draft has content.
+
+    Fails when there is no text and no tool call, or when the text is only whitespace and
+    end-of-sequence / padding tokens (``<|endoftext|>``, ``</s>``, ``<eos>``, ...).
+
+    Attributes:
+        eos_tokens: The tokens that count as padding.
+    """
+
+    name: ClassVar[str] = "non_empty"
+    eos_tokens: Sequence[str] = EOS_TOKENS
+    _padding: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        tokens = _tokens(self.eos_tokens, "non_empty.eos_tokens")
+        object.__setattr__(self, "eos_tokens", tokens)
+        padding = re.compile("(?:\\s|" + "|".join(map(re.escape, tokens)) + ")*")
+        object.__setattr__(self, "_padding", padding)
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the draft is empty."""
+        if completion.tool_calls:
+            return None
+        text = completion.text.strip()
+        if not text:
+            if completion.text:
+                return "output is only whitespace"
+            return "empty output: no text and no tool calls"
+        if text.startswith(tuple(self.eos_tokens)) and self._padding.fullmatch(text):
+            return "output is only end-of-sequence / padding tokens"
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotTruncatedCheck:
+    """``not_truncated``: the draft was not cut off or padded out to a fixed length.
+
+    Fails on ``finish_reason == "length"`` (the token limit was hit), and on text whose end
+    is padding: more than ``max_eos_run`` end-of-sequence tokens or more than
+    ``max_trailing_newlines`` newlines after the last real character (a diffusion model
+    filling a fixed-length canvas).
+
+    Attributes:
+        max_eos_run: Most EOS tokens allowed at the end of the text.
+        max_trailing_newlines: Most newlines allowed at the end of the text.
+        eos_tokens: The tokens that count as padding.
+    """
+
+    name: ClassVar[str] = "not_truncated"
+    max_eos_run: int = 2
+    max_trailing_newlines: int = 8
+    eos_tokens: Sequence[str] = EOS_TOKENS
+
+    def __post_init__(self) -> None:
+        _int(self.max_eos_run, "not_truncated.max_eos_run")
+        _int(self.max_trailing_newlines, "not_truncated.max_trailing_newlines")
+        tokens = _tokens(self.eos_tokens, "not_truncated.eos_tokens")
+        object.__setattr__(self, "eos_tokens", tokens)
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the draft was truncated or padded."""
+        if completion.finish_reason == "length":
+            return "finish_reason is 'length': the output hit the token limit"
+        text = completion.text
+        tokens = tuple(self.eos_tokens)
+        end = len(text)
+        eos = newlines = 0
+        # walk back over the padding without copying the text; stop once the verdict is known
+        while end and eos <= self.max_eos_run:
+            while end and text[end - 1].isspace():
+                end -= 1
+                newlines += text[end] == "\n"
+            if not text.endswith(tokens, 0, end):
+                break
+            end -= next(len(t) for t in tokens if text.endswith(t, 0, end))
+            eos += 1
+        if eos > self.max_eos_run:
+            return f"output is padded with end-of-sequence tokens (more than {self.max_eos_run})"
+        if newlines > self.max_trailing_newlines:
+            return (
+                f"output is padded with {newlines} trailing newlines "
+                f"(max {self.max_trailing_newlines})"
+            )
+        return None
+
+
+_VERBS = (
+    r"(?:help(?!\s+but\b)(?!\s+\w+ing\b)|assist|provide|comply|fulfill?|create|generate|produce"
+    r"|share|write|engage|support|answer\s+that|do\s+(?:that|this)|continue|participate"
+    r"|be\s+of\s+(?:any\s+)?(?:help|assistance)|accommodate|offer|give|discuss|complete\s+(?:that"
+    r"|this)|process\s+(?:that|this)|respond\s+to\s+(?:that|this))"
+)
+_CANT = (
+    r"(?:can(?:not|'t|\s+not)|won't|will\s+not"
+    r"|am\s+(?:unable|not\s+able)|'m\s+(?:unable|not\s+able))"
+)
+_REFUSAL = re.compile(
+    rf"""
+    [\s"'*_>#]*                                     # quotes / markdown before the words
+    (?:
+        (?:i'm|i\s+am)\s+(?:really\s+|very\s+|so\s+|truly\s+)?sorry\b.{{0,60}}?\bi\s*{_CANT}
+      | (?:sorry|unfortunately|regrettably)\b[,.!]?\s*(?:but\s+)?i\s*{_CANT}
+      | i\s+(?:apologi[sz]e|regret)\b.{{0,60}}?\bi\s*{_CANT}
+      | (?:i'm|i\s+am)\s+afraid\s+i\s*{_CANT}
+      | i\s*{_CANT}\s+(?:to\s+)?{_VERBS}
+      | i\s+(?:must|have\s+to)\s+(?:respectfully\s+|politely\s+)?decline
+      | (?:i'm|i\s+am)\s+not\s+(?:allowed|permitted|comfortable)\b
+      | as\s+an\s+ai\b
+    )
+    """,
+    re.IGNORECASE | re.VERBOSE | re.DOTALL,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoRefusalCheck:
+    """``no_refusal``: the model did not refuse.
+
+    Fails when the completion carries OpenAI's structured ``refusal``, when
+    ``finish_reason`` is ``content_filter``, or when a short text (at most ``max_chars``
+    characters, where the refusal is the answer) *starts* with a refusal phrase: "I'm
+    sorry, but I can't ...", "I cannot help with ...", "As an AI ...". A longer answer that
+    opens with an apology, or mentions "I can't" in passing, passes: the phrase must lead
+    and dominate. A draft that called tools is not checked for phrases.
+
+    Attributes:
+        max_chars: Longest text still judged by its opening phrase.
+    """
+
+    name: ClassVar[str] = "no_refusal"
+    max_chars: int = 400
+
+    def __post_init__(self) -> None:
+        _int(self.max_chars, "no_refusal.max_chars")
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the draft is a refusal."""
+        if completion.refusal:
+            return f"model refused: {completion.refusal[:120]!r}"
+        if completion.finish_reason == "content_filter":
+            return "finish_reason is 'content_filter': the output was filtered"
+        text = completion.text
+        if completion.tool_calls or len(text) > self.max_chars or not text:
+            return None
+        match = _REFUSAL.match(text.replace("\u2019", "'"))
+        if match is None:
+            return None
+        return f"output is a refusal: {text.strip()[:120]!r}"
+
+
+_SEPARATORS = frozenset("-=_*#~.\u2500\u2501\u2550")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepetitionCheck:
+    """``repetition``: the draft is not stuck in a loop.
+
+    Three tests over the last ``window`` characters of the text (loops take over the end
+    of a draft; bounding the window keeps the check O(1) on long drafts):
+
+    - the share of repeated word ``n``-grams, ``1 - unique / total``, must not exceed
+      ``max_ratio`` (skipped below ``min_words`` words). A phrase repeated k times over a
+      share s of the text scores about ``s * (1 - 1/k)``; ordinary prose scores under 0.05,
+      code and pretty-printed JSON under 0.3;
+    - no line (with letters or digits) may repeat more than ``max_line_repeats`` times in
+      a row;
+    - no single character may repeat ``max_char_run`` times in a row (separators such as
+      ``-``, ``=``, ``*`` and whitespace excepted).
+
+    Attributes:
+        n: Words per n-gram.
+        max_ratio: Highest share of repeated n-grams that passes.
+        min_words: Texts with fewer words skip the n-gram test.
+        window: Characters from the end of the text examined (0: all of it).
+        max_line_repeats: Most consecutive copies of one line.
+        max_char_run: Shortest run of one character that fails.
+    """
+
+    name: ClassVar[str] = "repetition"
+    n: int = 4
+    max_ratio: float = 0.5
+    min_words: int = 32
+    window: int = 2048
+    max_line_repeats: int = 4
+    max_char_run: int = 48
+
+    def __post_init__(self) -> None:
+        _int(self.n, "repetition.n", minimum=1)
+        _int(self.min_words, "repetition.min_words", minimum=1)
+        _int(self.window, "repetition.window")
+        _int(self.max_line_repeats, "repetition.max_line_repeats", minimum=1)
+        _int(self.max_char_run, "repetition.max_char_run", minimum=2)
+        ratio = self.max_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise ValueError(f"repetition.max_ratio: must be in (0, 1], got {ratio!r}")
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the draft loops."""
+        text = completion.text
+        cut = bool(self.window) and len(text) > self.window
+        if cut:
+            text = text[-self.window :]
+        words = text.split()
+        if cut and words:
+            words = words[1:]  # the first word may be cut in half
+        return self._char_run(text) or self._lines(text) or self._ngrams(words)
+
+    def _char_run(self, text: str) -> str | None:
+        # a run of >= 2h equal characters covers two neighbouring samples taken every h
+        # characters, so only characters equal at neighbouring samples need a real search
+        limit = self.max_char_run
+        samples = text[:: limit // 2]
+        for prev, char in zip(samples, islice(samples, 1, None), strict=False):
+            if char == prev and char not in _SEPARATORS and not char.isspace():
+                if char * limit in text:
+                    return f"character {char!r} repeated {limit}+ times in a row"
+        return None
+
+    def _lines(self, text: str) -> str | None:
+        lines = text.splitlines()
+        limit = self.max_line_repeats
+        if len(lines) <= limit:
+            return None
+        if sum(map(operator.eq, lines, islice(lines, 1, None))) < limit:
+            return None  # not enough equal neighbours anywhere for a run: skip the slow loop
+        run = 1
+        for prev, line in zip(lines, islice(lines, 1, None), strict=False):
+            run = run + 1 if line == prev else 1
+            if run > limit and any(c.isalnum() for c in line):
+                return f"line {line.strip()[:60]!r} repeated {run}+ times in a row"
+        return None
+
+    def _ngrams(self, words: list[str]) -> str | None:
+        n = self.n
+        if len(words) < max(self.min_words, n + 1):
+            return None
+        total = len(words) - n + 1
+        # n-grams starting with different words differ, so distinct words bound the ratio
+        # from above; most prose is cleared here without building any n-gram
+        if 1 - (len(set(words)) - n + 1) / total <= self.max_ratio:
+            return None
+        grams = zip(*(islice(words, i, None) for i in range(n)), strict=False)
+        unique = len(set(grams))
+        ratio = 1 - unique / total
+        if ratio <= self.max_ratio:
+            return None
+        top, count = Counter(
+            zip(*(islice(words, i, None) for i in range(n)), strict=False)
+        ).most_common(1)[0]
+        phrase = " ".join(top)[:60]
+        return (
+            f"repetition loop: {ratio:.0%} of {n}-word sequences are repeats "
+            f"(max {self.max_ratio:.0%}); {phrase!r} x{count}"
+        )
+
+
+_FLAGS = {
+    "a": re.ASCII,
+    "i": re.IGNORECASE,
+    "m": re.MULTILINE,
+    "s": re.DOTALL,
+    "x": re.VERBOSE,
+    "ascii": re.ASCII,
+    "ignorecase": re.IGNORECASE,
+    "multiline": re.MULTILINE,
+    "dotall": re.DOTALL,
+    "verbose": re.VERBOSE,
+}
+
+
+def _flags(value: object) -> re.RegexFlag:
+    names = list(value) if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)):
+        raise ValueError(
+            f"regex.flags: must be letters like 'im' or a list of names, got {value!r}"
+        )
+    flags = re.RegexFlag(0)
+    for name in names:
+        flag = _FLAGS.get(str(name).lower())
+        if flag is None:
+            raise ValueError(
+                f"regex.flags: unknown flag {name!r}; known: a, i, m, s, x or their names "
+                "(IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII)"
+            )
+        flags |= flag
+    return flags
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegexCheck:
+    """``regex``: the text must (or must not) contain a match of a pattern.
+
+    Uses ``re.search``: anchor with ``^``/``$`` (and the ``m`` flag) to match whole lines.
+    A draft that only called tools is not checked.
+
+    Example:
+        ```yaml
+        gate:
+          checks:
+            - regex: {pattern: "^ANSWER: ", flags: m}
+            - regex: {pattern: "(?i)lorem ipsum", must_match: false}
+        ```
+
+    Attributes:
+        pattern: A Python regular expression.
+        must_match: ``True``: fail when nothing matches; ``False``: fail when something does.
+        flags: Letters (``"im"``) or names (``[IGNORECASE, MULTILINE]``).
+    """
+
+    name: ClassVar[str] = "regex"
+    pattern: str
+    must_match: bool = True
+    flags: str | Sequence[str] = ""
+    _compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str) or not self.pattern:
+            raise ValueError(f"regex.pattern: must be a non-empty string, got {self.pattern!r}")
+        if not isinstance(self.must_match, bool):
+            raise ValueError(f"regex.must_match: must be true or false, got {self.must_match!r}")
+        try:
+            compiled = re.compile(self.pattern, _flags(self.flags))
+        except re.error as exc:
+            raise ValueError(f"regex.pattern: invalid regular expression: {exc}") from exc
+        object.__setattr__(self, "_compiled", compiled)
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the text breaks the pattern rule."""
+        if _tool_calls_only(completion):
+            return None
+        found = self._compiled.search(completion.text)
+        if self.must_match and found is None:
+            return f"text does not match /{self.pattern}/"
+        if not self.must_match and found is not None:
+            return (
+                f"text matches forbidden /{self.pattern}/ at char {found.start()}: "
+                f"{found.group()[:60]!r}"
+            )
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MaxCharsCheck:
+    """``max_chars``: the text is at most ``limit`` characters long.
+
+    Attributes:
+        limit: Most characters allowed.
+    """
+
+    name: ClassVar[str] = "max_chars"
+    limit: int
+
+    def __post_init__(self) -> None:
+        _int(self.limit, "max_chars.limit")
+
+    def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
+        """Return a reason when the text is too long."""
+        size = len(completion.text)
+        if size > self.limit:
+            return f"text is {size} characters (max {self.limit})"
+        return None

@@ -1,0 +1,42 @@
+"""Test doubles shipped with tiered_router.
+
+:class:`ScriptedServer` is a real OpenAI-compatible HTTP server on ``127.0.0.1`` whose answers
+are scripted per request with :class:`Reply` values: valid and invalid JSON, tool calls,
+truncation, refusals, error statuses with ``Retry-After``, slow answers, dropped connections
+and broken Server-Sent Event streams. It uses the standard library only.
+
+Example:
+    ```python
+    from openai import OpenAI
+    from tiered_router.testing import Reply, ScriptedServer
+
+    with ScriptedServer() as server:
+        server.script([Reply.status(429, retry_after=1), Reply.json({"answer": 4})])
+        client = OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+        ...
+    ```
+
+"""
+
+from __future__ import annotations
+
+from tiered_router.testing._reply import (
+    AgentReply,
+    BrokenMode,
+    Reply,
+    ReplyFn,
+    ReplyLike,
+    ToolCallSpec,
+)
+from tiered_router.testing._server import RecordedRequest, ScriptedServer
+
+__all__ = [
+    "AgentReply",
+    "BrokenMode",
+    "RecordedRequest",
+    "Reply",
+    "ReplyFn",
+    "ReplyLike",
+    "ScriptedServer",
+    "ToolCallSpec",
+]
