@@ -21,16 +21,19 @@ from tiered_router.backends import (
     CompletionRequest,
     OpenAICompatBackend,
     StreamingBackend,
+    backend_types,
     build_backend,
     local_diffusion,
     mercury2,
     openai_backend,
+    register_backend_type,
     resolve_config,
 )
-from tiered_router.backends._openai_convert import reasoning_text, server_message
+from tiered_router.backends._openai_convert import reasoning_text, server_message, translate
 from tiered_router.backends.presets import backend_kwargs
 from tiered_router.exceptions import (
     BackendConnectionError,
+    BackendError,
     BackendRateLimited,
     BackendResponseError,
     BackendStatusError,
@@ -603,6 +606,38 @@ def test_connection_refused(server: ScriptedServer) -> None:
     assert "connection failed" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("exc", "kind", "text"),
+    [
+        (_http.TimeoutException("pool timed out"), BackendTimeout, "timed out"),
+        (_http.TransportError(f"reset by {KEY}"), BackendConnectionError, "reset by ***"),
+        (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"), BackendResponseError, "unreadable"),
+        (KeyError("odd"), BackendError, "KeyError"),
+    ],
+)
+def test_translate_other_failures(exc: BaseException, kind: type, text: str) -> None:
+    err = translate(exc, backend="b", secret=KEY)
+    assert type(err) is kind and text in str(err) and KEY not in str(err)
+
+
+def test_missing_openai_credentials_is_a_backend_error() -> None:
+    be = OpenAICompatBackend("o", model="m")  # OpenAI's default host, no key anywhere
+    with pytest.raises(BackendError, match="Missing credentials"):
+        be.complete(req())
+
+
+def test_content_parts_and_delta_reasoning(server: ScriptedServer) -> None:
+    server.script(
+        [
+            body({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+            sse(chunk({"reasoning_content": "hmm", "content": "x"}, "stop")),
+        ]
+    )
+    be = backend(server)
+    assert be.complete(req()).text == "ab"
+    assert assemble(be.stream(req())).reasoning == "hmm"
+
+
 # -- quirks -----------------------------------------------------------------------------------
 
 
@@ -835,6 +870,14 @@ def test_registry_register_and_replace() -> None:
     built = registry.build("n", BackendConfig(type="fake"), env={"A": "1"})
     assert built.name == "n" and made == [("n", {"A": "1"})]
     assert "fake" in repr(registry)
+
+
+def test_default_registry_has_openai_and_refuses_silent_overrides() -> None:
+    assert "openai" in backend_types()
+    with pytest.raises(ValueError, match="replace=True"):
+        register_backend_type("openai", OpenAICompatBackend.from_config)
+    with pytest.raises(ValueError, match="non-empty"):
+        BackendRegistry().register("", OpenAICompatBackend.from_config)
 
 
 def test_importing_backends_loads_neither_openai_nor_httpx2() -> None:

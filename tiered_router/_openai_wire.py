@@ -307,8 +307,9 @@ class ChunkRenderer:
     """Turns our stream chunks into ``chat.completion.chunk`` objects, in OpenAI's order.
 
     The first object carries ``delta.role``; each chunk's text and tool-call fragments become
-    one delta; ``finish_reason`` comes on its own object; usage (when asked for) comes last,
-    with empty ``choices``, from :meth:`finish`.
+    one delta; :meth:`finish` then sends the ``finish_reason`` object (carrying the
+    ``tiered_router`` route, once the turn is over) and usage (when asked for) last, with
+    empty ``choices``.
 
     Args:
         completion_id: The ``id`` shared by every chunk.
@@ -331,7 +332,7 @@ class ChunkRenderer:
         self.created = int(time.time()) if created is None else created
         self.usage: Usage | None = None
         self._started = False
-        self._finished = False
+        self._finish_reason: str | None = None
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
@@ -372,30 +373,26 @@ class ChunkRenderer:
                 call["function"] = function
                 calls.append(call)
             delta["tool_calls"] = calls
-        out = [self._chunk(delta)] if delta else []
-        if chunk.finish_reason is not None and not self._finished:
-            self._finished = True
-            out.append(self._chunk({}, _finish(chunk.finish_reason)))
-        return out
+        if chunk.finish_reason is not None and self._finish_reason is None:
+            self._finish_reason = chunk.finish_reason  # sent by finish(), with the route
+        return [self._chunk(delta)] if delta else []
 
     def finish(self, route: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Return the closing objects: a finish chunk if none came, then usage if asked.
+        """Return the closing objects: the finish chunk, then usage if asked for.
 
         Args:
-            route: The ``tiered_router`` object, added to the last chunk.
+            route: The ``tiered_router`` object, added to the finish chunk.
         """
         out: list[dict[str, Any]] = []
         if not self._started:
             self._started = True
             out.append(self._chunk({"role": "assistant", "content": ""}))
-        if not self._finished:
-            self._finished = True
-            out.append(self._chunk({}, "stop"))
+        out.append(self._chunk({}, _finish(self._finish_reason)))
+        if route is not None:
+            out[-1]["tiered_router"] = dict(route)
         if self.include_usage:
             last = self._chunk({})
             last["choices"] = []
             last["usage"] = usage_dict(self.usage or Usage())
             out.append(last)
-        if route is not None:
-            out[-1]["tiered_router"] = dict(route)
         return out

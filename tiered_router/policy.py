@@ -62,6 +62,7 @@ __all__ = [
     "Rule",
     "RuleCondition",
     "ScoringConfig",
+    "ServerConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -414,6 +415,32 @@ class TaskConfig(_Model):
     """Output tokens assumed for a turn before any were measured on its backend."""
 
 
+class ServerConfig(_Model):
+    """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
+
+    Example:
+        ```yaml
+        server:
+          api_keys: ["${TIERED_ROUTER_KEY}"]   # clients send Authorization: Bearer <key>
+          host: 0.0.0.0                        # only allowed with api_keys
+          port: 8000
+          max_body_bytes: 4194304
+        ```
+
+    """
+
+    host: str = "127.0.0.1"
+    """Address to bind; a non-loopback address needs ``api_keys``."""
+    port: int = Field(default=8000, ge=0, le=65535)
+    """Port to bind (``0`` picks a free one)."""
+    api_keys: list[SecretStr] = Field(default_factory=list, repr=False)
+    """Keys clients must present (``TIERED_ROUTER_API_KEYS`` adds more, comma-separated)."""
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
+    """Largest request body accepted; a larger one gets 413."""
+    transport: Literal["raw", "sdk"] = "raw"
+    """Upstream calls: ``raw`` JSON over a lean HTTP/1.1 client, or ``sdk`` (the openai SDK)."""
+
+
 class Policy(_Model):
     """A whole routing policy (policy YAML version 1).
 
@@ -445,6 +472,8 @@ class Policy(_Model):
     """Retries, deadline, circuit breaker."""
     task: TaskConfig = Field(default_factory=TaskConfig)
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    """The proxy server: bind address, client API keys, request size limit."""
 
     @field_validator("backends")
     @classmethod

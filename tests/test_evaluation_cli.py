@@ -1,0 +1,180 @@
+"""``tiered-router eval`` and ``calibrate`` through the real CLI app."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tiered_router.cli import build_app
+from tiered_router.evaluation import evaluate, load_sample, render_html
+from tiered_router.evaluation.calibration import Target, load_policy_offline, write_threshold
+from tiered_router.evaluation.sources import bundled_policy_path
+from tiered_router.exceptions import PolicyError
+from tiered_router.policy import load_policy
+
+ROOT = Path(__file__).parents[1]
+runner = CliRunner()
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = runner.invoke(build_app(), list(args))
+    return result.exit_code, result.output
+
+
+def test_eval_with_no_arguments_prints_real_figures() -> None:
+    code, out = _invoke("eval")
+    assert code == 0, out
+    assert "default policy on sample (500 turns)" in out
+    for metric in ("quality retained", "cost saved", "latency p95", "fast share", "APGR", "CPT(50%)"):
+        assert metric in out
+    assert re.search(r"quality retained\s*│\s*\d+\.\d%", out)
+    assert "mistralai/Mixtral-8x7B-Instruct-v0.1" in out
+
+
+def test_eval_main_job_runs_as_a_module_without_keys() -> None:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "tiered_router.cli", "eval", "--json"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["summary"]["n"] == 500
+    assert done.stderr == ""  # no progress bar when not a terminal
+
+
+def test_eval_json_output_parses(tmp_path: Path) -> None:
+    code, out = _invoke("eval", "--json", "--report", str(tmp_path / "r.html"))
+    assert code == 0
+    data = json.loads(out)
+    s = data["summary"]
+    assert data["dataset"] == "sample" and s["n"] == 500
+    assert 0 < s["quality"] <= s["quality_frontier"] <= 1
+    assert s["apgr_random"] == 0.5 and s["apgr"] is not None and s["cpt50"] is not None
+    assert {"p_wrong_given_pass", "p_fail_given_wrong", "p_fail_given_right"} <= set(s["gate"])
+    assert len(data["sweep"]) > 10 and data["report"].endswith("r.html")
+
+
+def test_eval_report_contains_the_chart(tmp_path: Path) -> None:
+    report = tmp_path / "out.html"
+    code, out = _invoke("eval", "--report", str(report))
+    assert code == 0 and f"report written to {report}" in out.replace("\n", "")
+    page = report.read_text()
+    assert '<svg id="cost-quality"' in page and '<svg id="pgr-curve"' in page
+    for series in ("policy", "random", "oracle", "chosen"):
+        assert f'data-series="{series}"' in page
+    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org", "")
+    assert "https://" not in page
+
+
+def test_eval_report_shows_escalation_breakdown() -> None:
+    result = evaluate(load_policy_offline(bundled_policy_path()), load_sample())
+    html = render_html(result, title="t")
+    assert 'id="escalations"' in html and 'id="failed-checks"' in html
+    assert "<title>t</title>" in html
+
+
+def test_eval_errors_are_clear() -> None:
+    code, out = _invoke("eval", "--data", "no-such-data")
+    assert code == 2 and "not a file and not a known name" in out
+    code, out = _invoke("eval", "missing-policy.yaml")
+    assert code == 2 and "missing-policy.yaml" in out
+
+
+def _policy_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yaml"
+    text = bundled_policy_path().read_text()
+    path.write_text(text.replace("threshold: 0.5", "threshold: 0.5   # hand-set, to calibrate"))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--target-fast-share", "0.6"), ("--target-quality-retained", "0.9"), ("--max-cost", "50%")],
+)
+def test_calibrate_meets_each_target(tmp_path: Path, flag: str, value: str) -> None:
+    policy = _policy_copy(tmp_path)
+    code, out = _invoke("calibrate", str(policy), "--data", "sample", flag, value, "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    e = data["expected"]
+    if flag == "--target-fast-share":
+        assert e["fast_share"] >= 0.6
+    elif flag == "--target-quality-retained":
+        assert e["quality_retained"] >= 0.9 - 1e-9
+    else:
+        assert e["cost_saved"] >= 0.5 - 1e-9
+    assert data["written"] is False
+    assert "threshold: 0.5" in policy.read_text()  # not written without --write
+
+
+def test_calibrate_write_preserves_comments(tmp_path: Path) -> None:
+    policy = _policy_copy(tmp_path)
+    before = policy.read_text()
+    code, out = _invoke("calibrate", str(policy), "--target-fast-share", "0.6")
+    assert code == 0, out
+    assert "calibrated for fast share >= 60.0%" in out.replace("\n", " ")
+    code, out = _invoke("calibrate", str(policy), "--target-fast-share", "0.6", "--write")
+    assert code == 0, out
+    after = policy.read_text()
+    assert after != before
+    assert "# hand-set, to calibrate" in after and "# list price, 2024-08" in after
+    assert after.splitlines()[0] == before.splitlines()[0]  # the header comment is kept
+    threshold = load_policy(str(policy)).scoring.threshold
+    assert threshold != 0.5 and f"wrote scoring.threshold: {threshold:g}" in out.replace("\n", "")
+    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    assert len(changed) == 1 and "threshold:" in changed[0][1]
+
+
+def test_write_threshold_adds_a_missing_key_and_keeps_comments(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "# my policy\nversion: 1\nbackends:\n  a: {model: m}  # the only one\n"
+        "tiers: {fast: a, frontier: a}\n"
+    )
+    write_threshold(path, 0.42)
+    text = path.read_text()
+    assert "# my policy" in text and "# the only one" in text
+    assert load_policy(str(path)).scoring.threshold == 0.42
+    path.write_text("version: 1\nbackends: {}\n")
+    with pytest.raises(PolicyError):
+        write_threshold(path, 0.3)
+    assert path.read_text() == "version: 1\nbackends: {}\n"  # never left half-written
+
+
+def test_calibrate_needs_exactly_one_target(tmp_path: Path) -> None:
+    policy = _policy_copy(tmp_path)
+    code, out = _invoke("calibrate", str(policy))
+    assert code == 2 and "exactly one target" in out
+    code, out = _invoke("calibrate", str(policy), "--target-fast-share", "0.5", "--max-cost", "1")
+    assert code == 2
+    code, out = _invoke("calibrate", str(policy), "--target-fast-share", "1.5")
+    assert code == 2 and "[0, 1]" in out
+    code, out = _invoke("calibrate", str(policy), "--max-cost", "0")
+    assert code == 1 and "cheapest" in out
+
+
+def test_target_parses_max_cost() -> None:
+    assert Target.max_cost("40%").max_cost_share == pytest.approx(0.4)
+    assert Target.max_cost("$0.002").max_cost_per_turn == pytest.approx(0.002)
+    with pytest.raises(ValueError, match="--max-cost"):
+        Target.max_cost("cheap")
+
+
+def test_offline_loading_fills_unset_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TR_TEST_KEY", raising=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "version: 1\nbackends:\n  a: {model: m, api_key: '${TR_TEST_KEY}'}\n"
+        "tiers: {fast: a, frontier: a}\nscoring: {threshold: '${TR_T:-0.3}'}\n"
+    )
+    with pytest.raises(PolicyError):
+        load_policy(str(path))
+    policy = load_policy_offline(path)
+    assert policy.scoring.threshold == 0.3  # defaults still apply
