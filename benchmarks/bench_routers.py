@@ -73,7 +73,9 @@ def routellm_part(data_dir: Path) -> list[dict[str, Any]]:
         heuristic = score_rows(replay)
         length = [float(sum(len(message_text(m)) for m in r.turn.messages)) for r in dataset.rows]
         rows = {
-            "heuristic scorer": _metrics(threshold_curve(heuristic, weak, strong), q_weak, q_strong),
+            "heuristic scorer": _metrics(
+                threshold_curve(heuristic, weak, strong), q_weak, q_strong
+            ),
             "prompt length": _metrics(threshold_curve(length, weak, strong), q_weak, q_strong),
         }
         runs = []
@@ -87,10 +89,22 @@ def routellm_part(data_dir: Path) -> list[dict[str, Any]]:
         rows["oracle"] = _metrics(oracle_curve(weak, strong, steps=1000), q_weak, q_strong)
         result = evaluate(policy, dataset)
         s = result.summary
-        rows["default policy (router run, gate)"] = {"apgr": s.apgr, "cpt50": s.cpt50, "cpt80": s.cpt80}
+        rows["default policy (router run, gate)"] = {
+            "apgr": s.apgr,
+            "cpt50": s.cpt50,
+            "cpt80": s.cpt80,
+        }
         for router, m in rows.items():
-            out.append({"data": name, "n": len(dataset), "router": router, **m,
-                        "q_weak": q_weak, "q_strong": q_strong})
+            out.append(
+                {
+                    "data": name,
+                    "n": len(dataset),
+                    "router": router,
+                    **m,
+                    "q_weak": q_weak,
+                    "q_strong": q_strong,
+                }
+            )
     return out
 
 
@@ -104,24 +118,28 @@ def bfcl_part(data_dir: Path) -> list[dict[str, Any]]:
     default_threshold = load_policy_offline(bundled_policy_path()).scoring.threshold
     for fast, frontier in BFCL_PAIRS:
         dataset = load_data(f"bfcl:{fast}->{frontier}", data_dir=data_dir)
-        for label, threshold in (("cascade (all drafted fast)", 1.0),
-                                 (f"heuristic threshold {default_threshold:g}", default_threshold)):
+        for label, threshold in (
+            ("cascade (all drafted fast)", 1.0),
+            (f"heuristic threshold {default_threshold:g}", default_threshold),
+        ):
             policy = load_policy(CASCADE_POLICY.replace("THRESHOLD", str(threshold)))
             s = evaluate(policy, dataset).summary
             g = s.gate
-            out.append({
-                "pair": f"{fast} -> {frontier}",
-                "policy": label,
-                "n": s.n,
-                "accuracy": s.quality,
-                "strong_accuracy": s.q_strong,
-                "pct_of_strong_accuracy": s.quality / s.q_strong,
-                "pct_of_strong_cost": s.cost / s.cost_frontier,
-                "frontier_calls": s.frontier_call_share,
-                "catch_rate": g.p_fail_given_wrong,
-                "false_alarm_rate": g.p_fail_given_right,
-                "p_wrong_given_pass": g.p_wrong_given_pass,
-            })
+            out.append(
+                {
+                    "pair": f"{fast} -> {frontier}",
+                    "policy": label,
+                    "n": s.n,
+                    "accuracy": s.quality,
+                    "strong_accuracy": s.q_strong,
+                    "pct_of_strong_accuracy": s.quality / s.q_strong,
+                    "pct_of_strong_cost": s.cost / s.cost_frontier,
+                    "frontier_calls": s.frontier_call_share,
+                    "catch_rate": g.p_fail_given_wrong,
+                    "false_alarm_rate": g.p_fail_given_right,
+                    "p_wrong_given_pass": g.p_wrong_given_pass,
+                }
+            )
     return out
 
 
@@ -152,16 +170,22 @@ def main(argv: list[str] | None = None) -> int:
     print("| data | router | APGR | CPT(50%) | CPT(80%) |")
     print("| --- | --- | --- | --- | --- |")
     for r in routellm:
-        print(f"| {r['data']} (n={r['n']}) | {r['router']} | {_f(r['apgr'])} | "
-              f"{_pct(r['cpt50'])} | {_pct(r['cpt80'])} |")
+        print(
+            f"| {r['data']} (n={r['n']}) | {r['router']} | {_f(r['apgr'])} | "
+            f"{_pct(r['cpt50'])} | {_pct(r['cpt80'])} |"
+        )
     print()
-    print("| pair | policy | % of strong accuracy | % of strong cost | frontier calls | "
-          "gate catch rate (wrong calls) | gate false alarms (right calls) |")
+    print(
+        "| pair | policy | % of strong accuracy | % of strong cost | frontier calls | "
+        "gate catch rate (wrong calls) | gate false alarms (right calls) |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in bfcl:
-        print(f"| {r['pair']} (n={r['n']}) | {r['policy']} | {_pct(r['pct_of_strong_accuracy'])} | "
-              f"{_pct(r['pct_of_strong_cost'])} | {_pct(r['frontier_calls'])} | "
-              f"{_pct(r['catch_rate'])} | {_pct(r['false_alarm_rate'])} |")
+        print(
+            f"| {r['pair']} (n={r['n']}) | {r['policy']} | {_pct(r['pct_of_strong_accuracy'])} | "
+            f"{_pct(r['pct_of_strong_cost'])} | {_pct(r['frontier_calls'])} | "
+            f"{_pct(r['catch_rate'])} | {_pct(r['false_alarm_rate'])} |"
+        )
     print(f"\n({elapsed:.1f} s)")
     return 0
 

@@ -15,6 +15,7 @@ from tiered_router.evaluation import (
     DatasetError,
     EvalRow,
     Outcome,
+    _bfcl,
     apgr,
     calibrate,
     cpt,
@@ -26,7 +27,6 @@ from tiered_router.evaluation import (
     sweep,
     write_dataset,
 )
-from tiered_router.evaluation import _bfcl
 from tiered_router.evaluation.metrics import (
     CurvePoint,
     gate_confusion,
@@ -55,7 +55,9 @@ def test_dataset_round_trips_through_jsonl_and_gzip(tmp_path: Path) -> None:
     ds = Dataset(
         name="tiny",
         rows=(
-            _row(0, weak=Outcome(quality=1.0, text="4", usage=Usage(input_tokens=5, output_tokens=1))),
+            _row(
+                0, weak=Outcome(quality=1.0, text="4", usage=Usage(input_tokens=5, output_tokens=1))
+            ),
             _row(1, weak=Outcome(quality=0.0, tool_calls=calls, latency_s=0.5, cost=0.01)),
         ),
         fast_model="weak",
@@ -146,7 +148,9 @@ def test_routellm_loader_drops_contaminated_rows() -> None:
 def test_routerbench_loader_keeps_recorded_dollar_cost() -> None:
     ds = load_data("arc_challenge", data_dir=DATA)
     row = ds.rows[0]
-    assert set(row.outcomes) == {"gpt-3.5-turbo-1106", "gpt-4-1106-preview"} or len(row.outcomes) > 2
+    assert (
+        set(row.outcomes) == {"gpt-3.5-turbo-1106", "gpt-4-1106-preview"} or len(row.outcomes) > 2
+    )
     strong = row.outcomes["gpt-4-1106-preview"]
     assert strong.cost is not None and strong.cost > 0 and strong.text
     assert len(load_data("routerbench", data_dir=DATA)) > len(ds)
@@ -187,7 +191,9 @@ def test_alpacaeval_loader_scores_preferences() -> None:
 @needs_data
 def test_combined_names_concatenate_sources() -> None:
     both = load_data("mmlu+gsm8k", data_dir=DATA)
-    assert len(both) == len(load_data("mmlu", data_dir=DATA)) + len(load_data("gsm8k", data_dir=DATA))
+    assert len(both) == len(load_data("mmlu", data_dir=DATA)) + len(
+        load_data("gsm8k", data_dir=DATA)
+    )
     assert both.name == "mmlu+gsm8k"
 
 
@@ -195,8 +201,16 @@ def test_mt_bench_loader_builds_two_step_tasks(tmp_path: Path) -> None:
     folder = tmp_path / "routellm_evals"
     folder.mkdir()
     (folder / "mt_bench_questions.jsonl").write_text(
-        json.dumps({"question_id": 81, "category": "writing", "turns": ["Write.", "Shorter."],
-                    "reference": None, "contaminated": False}) + "\n"
+        json.dumps(
+            {
+                "question_id": 81,
+                "category": "writing",
+                "turns": ["Write.", "Shorter."],
+                "reference": None,
+                "contaminated": False,
+            }
+        )
+        + "\n"
     )
     lines = [
         {"question_id": 81, "model": m, "turn": t, "score": s}
@@ -231,14 +245,19 @@ def test_bfcl_types_become_json_schema() -> None:
     assert props["pair"] == {"type": "array", "items": {"type": "integer"}}
     assert props["opts"]["properties"]["deep"]["type"] == "boolean"
     assert "type" not in props["thing"]
-    java = _bfcl.to_json_schema({"type": "dict", "properties": {"n": {"type": "long"}}},
-                                language="java")
+    java = _bfcl.to_json_schema(
+        {"type": "dict", "properties": {"n": {"type": "long"}}}, language="java"
+    )
     assert java["properties"]["n"]["type"] == "string"
 
 
 def test_bfcl_results_become_tool_calls_or_text() -> None:
     text, calls = _bfcl.parse_result([{"math_hypot": '{"x": 4, "y": 5}'}])
-    assert text == "" and calls[0].name == "math_hypot" and calls[0].parsed_arguments() == {"x": 4, "y": 5}
+    assert (
+        text == ""
+        and calls[0].name == "math_hypot"
+        and calls[0].parsed_arguments() == {"x": 4, "y": 5}
+    )
     _, calls = _bfcl.parse_result("[math.hypot(x=4, y=5), f(s='a')]")
     assert [c.name for c in calls] == ["math_hypot", "f"]
     assert calls[1].parsed_arguments() == {"s": "a"}
@@ -268,7 +287,11 @@ def test_apgr_and_cpt_of_oracle_on_hand_made_rows() -> None:
     weak = [0.0, 0.0, 0.0, 1.0]
     strong = [1.0, 1.0, 0.0, 1.0]  # q_weak 0.25, q_strong 0.75
     curve = oracle_curve(weak, strong)
-    assert [(p.strong_share, p.quality) for p in curve][:3] == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75)]
+    assert [(p.strong_share, p.quality) for p in curve][:3] == [
+        (0.0, 0.25),
+        (0.25, 0.5),
+        (0.5, 0.75),
+    ]
     assert apgr(curve, q_weak=0.25, q_strong=0.75) == pytest.approx(0.75)
     assert cpt(curve, 0.5, q_weak=0.25, q_strong=0.75) == pytest.approx(0.25)
     assert cpt(curve, 0.8, q_weak=0.25, q_strong=0.75) == pytest.approx(0.4)
@@ -308,18 +331,31 @@ def test_gate_confusion_rates() -> None:
 
 
 def _path(q: float, cost: float, tier: str, *, frontier: bool) -> PathOutcome:
-    return PathOutcome(quality=q, cost=cost, latency_s=cost / 10, tier=tier,  # type: ignore[arg-type]
-                       frontier_called=frontier)
+    return PathOutcome(
+        quality=q,
+        cost=cost,
+        latency_s=cost / 10,
+        tier=tier,  # type: ignore[arg-type]
+        frontier_called=frontier,
+    )
 
 
 def _run(i: int, score: float, fast_q: float, *, rule: str | None = None) -> RowRun:
     fast = _path(fast_q, 1.0, "fast", frontier=False)
     front = _path(1.0, 10.0, "frontier", frontier=True)
     return RowRun(
-        row_id=f"r{i}", task_id=None, score=score, rule=rule,
+        row_id=f"r{i}",
+        task_id=None,
+        score=score,
+        rule=rule,
         decided="frontier" if rule or score > 0.5 else "fast",
-        headline=front if rule or score > 0.5 else fast, fast=fast, frontier=front,
-        fast_label=fast_q, frontier_label=1.0, fast_only_cost=1.0, fast_verdict=None,
+        headline=front if rule or score > 0.5 else fast,
+        fast=fast,
+        frontier=front,
+        fast_label=fast_q,
+        frontier_label=1.0,
+        fast_only_cost=1.0,
+        fast_verdict=None,
     )
 
 

@@ -31,7 +31,14 @@ def test_eval_with_no_arguments_prints_real_figures() -> None:
     code, out = _invoke("eval")
     assert code == 0, out
     assert "default policy on sample (500 turns)" in out
-    for metric in ("quality retained", "cost saved", "latency p95", "fast share", "APGR", "CPT(50%)"):
+    for metric in (
+        "quality retained",
+        "cost saved",
+        "latency p95",
+        "fast share",
+        "APGR",
+        "CPT(50%)",
+    ):
         assert metric in out
     assert re.search(r"quality retained\s*│\s*\d+\.\d%", out)
     assert "mistralai/Mixtral-8x7B-Instruct-v0.1" in out
@@ -41,7 +48,12 @@ def test_eval_main_job_runs_as_a_module_without_keys() -> None:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
         [sys.executable, "-m", "tiered_router.cli", "eval", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
@@ -128,7 +140,9 @@ def test_calibrate_write_preserves_comments(tmp_path: Path) -> None:
     assert after.splitlines()[0] == before.splitlines()[0]  # the header comment is kept
     threshold = load_policy(str(policy)).scoring.threshold
     assert threshold != 0.5 and f"wrote scoring.threshold: {threshold:g}" in out.replace("\n", "")
-    changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+    changed = [
+        (a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b
+    ]
     assert len(changed) == 1 and "threshold:" in changed[0][1]
 
 

@@ -45,12 +45,19 @@ def _policy(**changes: Any) -> Policy:
     data: dict[str, Any] = {
         "version": 1,
         "backends": {
-            "fast": {"type": "replay", "model": "weak", "kind": "diffusion",
-                     "latency": {"ttft_s": 0.1, "tokens_per_s": 1000},
-                     "price": {"input_per_mtok": 1, "output_per_mtok": 1}},
-            "frontier": {"type": "replay", "model": "strong",
-                         "latency": {"ttft_s": 0.5, "tokens_per_s": 100},
-                         "price": {"input_per_mtok": 10, "output_per_mtok": 10}},
+            "fast": {
+                "type": "replay",
+                "model": "weak",
+                "kind": "diffusion",
+                "latency": {"ttft_s": 0.1, "tokens_per_s": 1000},
+                "price": {"input_per_mtok": 1, "output_per_mtok": 1},
+            },
+            "frontier": {
+                "type": "replay",
+                "model": "strong",
+                "latency": {"ttft_s": 0.5, "tokens_per_s": 100},
+                "price": {"input_per_mtok": 10, "output_per_mtok": 10},
+            },
         },
         "tiers": {"fast": "fast", "frontier": "frontier"},
         "scoring": {"type": "heuristic", "threshold": 1.0},
@@ -64,33 +71,65 @@ def _policy(**changes: Any) -> Policy:
 def _dataset() -> Dataset:
     usage = Usage(input_tokens=100, output_tokens=50)
     rows = [
-        EvalRow.build("ok", [{"role": "user", "content": "hi"}], {
-            "weak": Outcome(quality=1.0, text="hello", usage=usage),
-            "strong": Outcome(quality=1.0, text="hello there", usage=usage, latency_s=2.0),
-        }),
-        EvalRow.build("empty", [{"role": "user", "content": "say something"}], {
-            "weak": Outcome(quality=0.0, text="", usage=usage),
-            "strong": Outcome(quality=1.0, text="something", usage=usage),
-        }),
-        EvalRow.build("tool", [{"role": "user", "content": "add 1 and 2"}], {
-            "weak": Outcome(quality=0.0, tool_calls=(ToolCall(id="c", name="add",
-                                                              arguments='{"a": "1"}'),),
-                            finish_reason="tool_calls", usage=usage),
-            "strong": Outcome(quality=1.0, tool_calls=(ToolCall(id="c", name="add",
-                                                                arguments='{"a": 1, "b": 2}'),),
-                              finish_reason="tool_calls", usage=usage),
-        }, tools=[TOOL]),
-        EvalRow.build("unrecorded", [{"role": "user", "content": "2+2?"}], {
-            "weak": Outcome(quality=1.0, usage=Usage(input_tokens=10, output_tokens=1)),
-            "strong": Outcome(quality=1.0, usage=Usage(input_tokens=10, output_tokens=1)),
-        }),
-        EvalRow.build("final", [{"role": "user", "content": "wrap up"}], {
-            "weak": Outcome(quality=0.0, text="meh", usage=usage),
-            "strong": Outcome(quality=1.0, text="done", usage=usage),
-        }, final=True),
-        EvalRow.build("weak-missing", [{"role": "user", "content": "only strong"}], {
-            "strong": Outcome(quality=1.0, text="here", usage=usage),
-        }),
+        EvalRow.build(
+            "ok",
+            [{"role": "user", "content": "hi"}],
+            {
+                "weak": Outcome(quality=1.0, text="hello", usage=usage),
+                "strong": Outcome(quality=1.0, text="hello there", usage=usage, latency_s=2.0),
+            },
+        ),
+        EvalRow.build(
+            "empty",
+            [{"role": "user", "content": "say something"}],
+            {
+                "weak": Outcome(quality=0.0, text="", usage=usage),
+                "strong": Outcome(quality=1.0, text="something", usage=usage),
+            },
+        ),
+        EvalRow.build(
+            "tool",
+            [{"role": "user", "content": "add 1 and 2"}],
+            {
+                "weak": Outcome(
+                    quality=0.0,
+                    tool_calls=(ToolCall(id="c", name="add", arguments='{"a": "1"}'),),
+                    finish_reason="tool_calls",
+                    usage=usage,
+                ),
+                "strong": Outcome(
+                    quality=1.0,
+                    tool_calls=(ToolCall(id="c", name="add", arguments='{"a": 1, "b": 2}'),),
+                    finish_reason="tool_calls",
+                    usage=usage,
+                ),
+            },
+            tools=[TOOL],
+        ),
+        EvalRow.build(
+            "unrecorded",
+            [{"role": "user", "content": "2+2?"}],
+            {
+                "weak": Outcome(quality=1.0, usage=Usage(input_tokens=10, output_tokens=1)),
+                "strong": Outcome(quality=1.0, usage=Usage(input_tokens=10, output_tokens=1)),
+            },
+        ),
+        EvalRow.build(
+            "final",
+            [{"role": "user", "content": "wrap up"}],
+            {
+                "weak": Outcome(quality=0.0, text="meh", usage=usage),
+                "strong": Outcome(quality=1.0, text="done", usage=usage),
+            },
+            final=True,
+        ),
+        EvalRow.build(
+            "weak-missing",
+            [{"role": "user", "content": "only strong"}],
+            {
+                "strong": Outcome(quality=1.0, text="here", usage=usage),
+            },
+        ),
     ]
     return Dataset(name="tiny", rows=tuple(rows))
 
@@ -124,18 +163,23 @@ def test_simulated_latency_prefers_recorded_then_model() -> None:
     assert simulated_latency(o, model) == 3.0
     assert simulated_latency(o, model, prefer_recorded=False) == pytest.approx(0.7)
     plain = Outcome(quality=1.0, text="x", usage=Usage(output_tokens=500))
-    assert simulated_latency(plain, LatencyModel(ttft_s=0.6, tokens_per_s=100)) == pytest.approx(5.6)
+    assert simulated_latency(plain, LatencyModel(ttft_s=0.6, tokens_per_s=100)) == pytest.approx(
+        5.6
+    )
 
 
 def test_replay_backend_serves_the_row_and_advances_the_clock() -> None:
     ds = _dataset()
     clock = SimulatedClock()
-    fast = ReplayBackend("fast", ds, model="weak", clock=clock,
-                         latency=LatencyModel(ttft_s=0.1, tokens_per_s=1000))
+    fast = ReplayBackend(
+        "fast", ds, model="weak", clock=clock, latency=LatencyModel(ttft_s=0.1, tokens_per_s=1000)
+    )
     row = ds.get("ok")
     assert row is not None
     completion = fast.complete(CompletionRequest.from_turn(row.turn))
-    assert completion.text == "hello" and completion.model == "weak" and completion.backend == "fast"
+    assert (
+        completion.text == "hello" and completion.model == "weak" and completion.backend == "fast"
+    )
     assert clock() == pytest.approx(0.1 + 50 / 1000)
     # found by content when the turn id is not a row id
     again = fast.complete(CompletionRequest.from_turn(Turn([{"role": "user", "content": "hi"}])))
@@ -238,14 +282,22 @@ def test_headline_equals_the_sweep_point_at_the_policy_threshold() -> None:
 def test_multi_step_tasks_sum_latency(tmp_path: Path) -> None:
     usage = Usage(input_tokens=10, output_tokens=100)
     rows = tuple(
-        EvalRow.build(f"t{t}.{s}", [{"role": "user", "content": f"task {t} step {s}"}], {
-            "weak": Outcome(quality=1.0, text="ok", usage=usage),
-            "strong": Outcome(quality=1.0, text="ok", usage=usage),
-        }, step=s, metadata={"task_id": f"t{t}"})
-        for t in range(2) for s in range(3)
+        EvalRow.build(
+            f"t{t}.{s}",
+            [{"role": "user", "content": f"task {t} step {s}"}],
+            {
+                "weak": Outcome(quality=1.0, text="ok", usage=usage),
+                "strong": Outcome(quality=1.0, text="ok", usage=usage),
+            },
+            step=s,
+            metadata={"task_id": f"t{t}"},
+        )
+        for t in range(2)
+        for s in range(3)
     )
-    result = evaluate(_policy(), Dataset(name="tasks", rows=rows), fast_model="weak",
-                      frontier_model="strong")
+    result = evaluate(
+        _policy(), Dataset(name="tasks", rows=rows), fast_model="weak", frontier_model="strong"
+    )
     s = result.summary
     assert s.tasks == 2
     assert s.task_latency_mean_s == pytest.approx(3 * (0.1 + 100 / 1000))
@@ -260,5 +312,6 @@ def test_replay_factory_builds_from_policy_options(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match="options.data"):
         replay_backend_factory("fast", BackendConfig(type="replay", model="weak"))
     with pytest.raises(PolicyError, match="no outcomes"):
-        replay_backend_factory("fast", BackendConfig(type="replay", model="nope",
-                                                     options={"data": str(path)}))
+        replay_backend_factory(
+            "fast", BackendConfig(type="replay", model="nope", options={"data": str(path)})
+        )

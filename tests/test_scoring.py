@@ -375,8 +375,11 @@ def test_score_does_not_depend_on_the_hash_seed() -> None:
         "from tiered_router.turn import Turn\n"
         "t = Turn([{'role': 'user', 'content': 'Prove, derive and compare: why must it be "
         "optimal? Explain step by step.'}])\n"
-        "s = HeuristicScorer().score(t)\n"
-        "print(repr(s))\n"
+        "print(repr(HeuristicScorer().score(t)))\n"
+        "from tiered_router.scoring import LearnedScorer, LearnedWeights\n"
+        "w = LearnedWeights(bias=-1.0, weights={'reasoning': 2.0}, hash_buckets=16,\n"
+        "                   hash_weights=tuple(i / 7 - 1 for i in range(16)))\n"
+        "print(repr(LearnedScorer(w).score(t)))\n"
     )
     root = Path(__file__).resolve().parents[1]
     outputs = set()

@@ -140,3 +140,18 @@ async def test_streamed_tool_calls_are_gated(server: ScriptedServer) -> None:
     assert result.tier == "frontier"
     assert json.loads(result.completion.tool_calls[0].arguments) == {"a": 1, "b": 2}
     assert "tool_arguments" in result.trace.attempts[0].verdict.failed_checks  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_turn_deadline_bounds_a_live_stream() -> None:
+    clock = [0.0]
+    with ScriptedServer() as srv:
+        srv.script([Reply.text("one two three four five six")], model="fast-model")
+        r = Router(make_policy(srv, gate=CHEAP_GATE), clock=lambda: clock[0])
+        stream = r.astream(turn(), deadline_s=10.0)
+        await stream.start()
+        clock[0] = 11.0  # the caller was slow: the turn's deadline passes mid-stream
+        with pytest.raises(StreamInterrupted) as info:
+            _ = [c async for c in stream]
+        assert info.value.attempts[-1].error is not None
+        assert info.value.attempts[-1].error["type"] == "BackendTimeout"

@@ -5,16 +5,17 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 
 from tiered_router.testing import RecordedRequest, Reply, ScriptedServer
 
-MESSAGES = [{"role": "user", "content": "What is 2 + 2?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "What is 2 + 2?"}]
 
 
 @pytest.fixture
@@ -413,7 +414,10 @@ def test_callable_that_raises_or_returns_junk_gives_500(
     def boom(body: dict[str, Any]) -> Reply:
         raise ValueError("scripted failure")
 
-    server.script([boom, lambda body: "not a reply"])  # type: ignore[list-item]
+    def junk(body: dict[str, Any]) -> Any:
+        return "not a reply"
+
+    server.script([boom, junk])
     with pytest.raises(openai.InternalServerError, match="scripted failure"):
         _ask(client)
     with pytest.raises(openai.InternalServerError, match="not Reply"):
@@ -425,14 +429,16 @@ def test_agent_reply_calls_the_tool_then_answers(
     server: ScriptedServer, client: openai.OpenAI
 ) -> None:
     server.default = Reply.agent("get_weather", {"city": "Paris"}, "It is sunny in Paris.")
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather in Paris?"}]
     first = client.chat.completions.create(model="m", messages=messages).choices[0].message
+    assert first.tool_calls is not None
     (call,) = first.tool_calls
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert (call.function.name, json.loads(call.function.arguments)) == (
         "get_weather",
         {"city": "Paris"},
     )
-    messages.append(first.model_dump(exclude_none=True))
+    messages.append(cast("ChatCompletionMessageParam", first.model_dump(exclude_none=True)))
     messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
     final = client.chat.completions.create(model="m", messages=messages).choices[0].message
     assert (final.content, final.tool_calls) == ("It is sunny in Paris.", None)
@@ -544,13 +550,56 @@ def test_connection_close_is_honoured(server: ScriptedServer) -> None:
     assert json.loads(body)["object"] == "list"
 
 
-def test_malformed_request_line_is_400(server: ScriptedServer) -> None:
+def _exchange(server: ScriptedServer, raw: bytes) -> bytes:
+    """Send raw bytes, half-close, and read until the server closes."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
-        sock.sendall(b"NONSENSE\r\n\r\n")
+        sock.sendall(raw)
+        sock.shutdown(socket.SHUT_WR)
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
-    assert data.startswith(b"HTTP/1.1 400 ")
+    return data
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NONSENSE\r\n\r\n", b"400"),
+        (b"GET /v1/models HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: x\r\n\r\n", b"400"),
+        (b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 999999999999\r\n\r\n", b"413"),
+        (
+            b"POST /v1/chat/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            b"400",
+        ),
+        (b"GET /v1/models HTTP/1.1\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+    ],
+    ids=["request-line", "header-line", "content-length", "too-large", "chunk-size", "head"],
+)
+def test_malformed_requests_get_an_error_status(
+    server: ScriptedServer, raw: bytes, status: bytes
+) -> None:
+    data = _exchange(server, raw)
+    assert data.startswith(b"HTTP/1.1 " + status + b" ")
+    assert b"connection: close" in data.partition(b"\r\n\r\n")[0]
+
+
+def test_http10_and_chunked_trailers(server: ScriptedServer) -> None:
+    data = _exchange(server, b"GET /v1/models HTTP/1.0\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert b"connection: close" in data
+    body = b'{"model": "t", "messages": []}'
+    chunked = b"%x;ext=1\r\n%s\r\n0\r\nx-trailer: 1\r\n\r\n" % (len(body), body)
+    head = b"POST /v1/chat/completions?q=1 HTTP/1.1\r\ntransfer-encoding: chunked\r\n"
+    data = _exchange(server, head + b"connection: close\r\n\r\n" + chunked)
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert server.requests[-1].body == {"model": "t", "messages": []}
+    assert server.requests[-1].path == "/v1/chat/completions"
+
+
+def test_half_sent_request_is_ignored(server: ScriptedServer) -> None:
+    assert _exchange(server, b"POST /v1/chat/completions HTTP/1.1\r\ncontent-le") == b""
+    assert server.requests == []
 
 
 @pytest.mark.anyio

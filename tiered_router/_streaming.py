@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tiered_router._types import Tier
-from tiered_router.exceptions import BackendError, StreamInterrupted
+from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
 
 if TYPE_CHECKING:
@@ -200,6 +200,12 @@ class _StreamState:
             trace=trace,
         )
 
+    def _check_deadline(self, tier: Tier) -> None:
+        """Per-read timeouts bound each wait; the turn's deadline bounds the whole stream."""
+        if self._run.deadline.expired(self._router._clock()):
+            name = self._router.policy.backend_for(tier)
+            raise BackendTimeout("the turn's deadline passed during the stream", backend=name)
+
     def _ended(self, tier: Tier, chunks: list[CompletionChunk], started: float) -> None:
         run = self._run
         backend = self._backend(tier)
@@ -272,6 +278,7 @@ class AsyncRoutedStream(_StreamState):
                 async for chunk in rest:
                     chunks.append(chunk)
                     yield chunk
+                    self._check_deadline(serving)
             except BackendError as exc:
                 raise self._broken(serving, exc, started) from exc
             self._ended(serving, chunks, started)
@@ -336,6 +343,7 @@ class RoutedStream(_StreamState):
                 for chunk in rest:
                     chunks.append(chunk)
                     yield chunk
+                    self._check_deadline(serving)
             except BackendError as exc:
                 raise self._broken(serving, exc, started) from exc
             self._ended(serving, chunks, started)

@@ -28,7 +28,7 @@ from tiered_router.exceptions import (
     _describe,
 )
 from tiered_router.gate import QualityGate, Verdict
-from tiered_router.policy import Policy, load_policy
+from tiered_router.policy import BackendConfig, Policy, load_policy
 from tiered_router.pricing import cost_of
 from tiered_router.resilience import CircuitBreaker, Deadline, RetrySchedule
 from tiered_router.routing import Decision, decide
@@ -119,6 +119,7 @@ class Router:
         self._asleep = asleep
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
         self._breakers: dict[str, CircuitBreaker] = {}
+        self._configs: dict[str, BackendConfig | None] = {}
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -149,12 +150,54 @@ class Router:
             )
         return found
 
+    def backend_config(self, name: str) -> BackendConfig | None:
+        """Return backend ``name``'s policy config with its preset applied, if it has one."""
+        if name in self._configs:
+            return self._configs[name]
+        config = self.policy.backends.get(name)
+        if config is not None and config.type == "openai":
+            from tiered_router.backends.presets import resolve_config
+
+            config = resolve_config(config, backend=name)
+        self._configs[name] = config
+        return config
+
     def _supports_tools(self, name: str) -> bool:
         injected = self._backends.get(name)
         if injected is not None:
             return injected.supports_tools
-        config = self.policy.backends.get(name)
+        config = self.backend_config(name)
         return config.tools if config is not None else True
+
+    def close(self) -> None:
+        """Close the HTTP clients of the backends built so far."""
+        for backend in self._backends.values():
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+
+    async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
+        for backend in self._backends.values():
+            aclose = getattr(backend, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            else:
+                close = getattr(backend, "close", None)
+                if close is not None:
+                    close()
+
+    def __enter__(self) -> Router:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Router:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -460,11 +503,11 @@ class _Run:
     # one call -------------------------------------------------------------------------------
 
     def max_retries(self, name: str) -> int:
-        config = self.policy.backends.get(name)
+        config = self.router.backend_config(name)
         return config.max_retries if config is not None else 0
 
     def request(self, name: str) -> CompletionRequest:
-        config = self.policy.backends.get(name)
+        config = self.router.backend_config(name)
         per_call = config.timeout_s if config is not None else None
         left = self.deadline.remaining(self.router._clock())
         if left is not None and left <= 0:
@@ -498,7 +541,7 @@ class _Run:
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.router.gate.evaluate(completion, self.turn)
-        config = self.policy.backends.get(backend.name)
+        config = self.router.backend_config(backend.name)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
         self.attempts.append(
             self._attempt(

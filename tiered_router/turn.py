@@ -364,6 +364,7 @@ class CompletionChunk:
         usage: Token counts, on the chunk that carries them (usually the last).
         model: The model that answered.
         reasoning: Reasoning-summary text carried by the chunk, if any.
+        refusal: Refusal text carried by the chunk (OpenAI's ``delta.refusal``), if any.
     """
 
     text: str = ""
@@ -372,12 +373,14 @@ class CompletionChunk:
     usage: Usage | None = None
     model: str = ""
     reasoning: str | None = None
+    refusal: str | None = None
 
 
 def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Completion:
     """Fold streamed chunks into the :class:`Completion` they add up to."""
     text: list[str] = []
     reasoning: list[str] = []
+    refusal: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish: str | None = None
     usage = Usage()
@@ -386,6 +389,8 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         text.append(chunk.text)
         if chunk.reasoning:
             reasoning.append(chunk.reasoning)
+        if chunk.refusal:
+            refusal.append(chunk.refusal)
         for delta in chunk.tool_calls:
             call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": []})
             call["id"] = delta.id or call["id"]
@@ -405,4 +410,5 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         model=model,
         backend=backend,
         reasoning="".join(reasoning) or None,
+        refusal="".join(refusal) or None,
     )

@@ -24,6 +24,7 @@ class CompletionRequest:
         timeout_s: Time left for this call (the smaller of the backend timeout and what is
             left of the turn's deadline); ``None`` for no limit.
         turn_id: The turn's id, for logs.
+
     """
 
     messages: Sequence[Message]
@@ -58,6 +59,7 @@ class Backend(Protocol):
         kind: ``diffusion`` or ``autoregressive``.
         model: The model name it sends.
         supports_tools: ``False`` keeps tool turns away from it.
+
     """
 
     name: str

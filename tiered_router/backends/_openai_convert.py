@@ -187,6 +187,7 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
     text = ""
     deltas: list[ToolCallDelta] = []
     finish: str | None = None
+    refusal: str | None = None
     reasoning = reasoning_text(_get(raw, "reasoning_summary"))
     if choices:
         choice = choices[0]
@@ -206,6 +207,7 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
                 )
             )
         finish = _str(_get(choice, "finish_reason"))
+        refusal = _str(_get(delta, "refusal"))
         for key in ("reasoning_content", "reasoning"):
             reasoning = reasoning or reasoning_text(_get(delta, key))
     usage = _get(raw, "usage")
@@ -216,6 +218,7 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
         usage=_usage(usage) if usage is not None else None,
         model=_str(_get(raw, "model")) or "",
         reasoning=reasoning,
+        refusal=refusal,
     )
 
 

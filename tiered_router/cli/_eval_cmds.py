@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -176,19 +176,21 @@ def _print_table(console: Console, result: EvalResult, policy_label: str) -> Non
 
 def eval_command(
     policy: Annotated[
-        Optional[Path],
-        typer.Argument(help="Policy YAML (default: the bundled evaluation policy).", show_default=False),
+        Path | None,
+        typer.Argument(
+            help="Policy YAML (default: the bundled evaluation policy).", show_default=False
+        ),
     ] = None,
-    data: Annotated[Optional[str], typer.Option("--data", "-d", help=_DATA_HELP)] = None,
+    data: Annotated[str | None, typer.Option("--data", "-d", help=_DATA_HELP)] = None,
     report: Annotated[
-        Optional[Path], typer.Option("--report", help="Write a self-contained HTML report here.")
+        Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
     fast_model: Annotated[
-        Optional[str], typer.Option("--fast-model", help="Recorded model for the fast tier.")
+        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
     ] = None,
     frontier_model: Annotated[
-        Optional[str], typer.Option("--frontier-model", help="Recorded model for the frontier tier.")
+        str | None, typer.Option("--frontier-model", help="Recorded model for the frontier tier.")
     ] = None,
     prices: Annotated[
         str,
@@ -235,19 +237,19 @@ def eval_command(
 
 def calibrate_command(
     policy: Annotated[Path, typer.Argument(help="Policy YAML to calibrate.")],
-    data: Annotated[Optional[str], typer.Option("--data", "-d", help=_DATA_HELP)] = None,
+    data: Annotated[str | None, typer.Option("--data", "-d", help=_DATA_HELP)] = None,
     target_fast_share: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--target-fast-share", help="Least share of turns answered fast (0-1)."),
     ] = None,
     target_quality_retained: Annotated[
-        Optional[float],
+        float | None,
         typer.Option(
             "--target-quality-retained", help="Least share of all-frontier quality kept (0-1)."
         ),
     ] = None,
     max_cost: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--max-cost", help="Most cost: US$ per turn (0.002) or % of all-frontier cost (40%)."
         ),
@@ -276,8 +278,13 @@ def calibrate_command(
         raise _fail(str(exc)) from exc
     loaded, dataset, _ = _load(policy, data)
     result = _run(
-        loaded, dataset, quiet=as_json, prices="data", latency="recorded",
-        fast_model=None, frontier_model=None,
+        loaded,
+        dataset,
+        quiet=as_json,
+        prices="data",
+        latency="recorded",
+        fast_model=None,
+        frontier_model=None,
     )
     try:
         point = calibrate_policy(result, target)
@@ -335,8 +342,9 @@ def _print_calibration(
     table.add_row("cost (US$)", f"{expected['cost']:.4f}", f"{s.cost:.4f}")
     table.add_row("cost saved", _pct(expected["cost_saved"]), _pct(s.cost_saved))
     table.add_row("fast share", _pct(expected["fast_share"]), _pct(s.fast_share))
-    table.add_row("frontier calls", _pct(expected["frontier_call_share"]),
-                  _pct(s.frontier_call_share))
+    table.add_row(
+        "frontier calls", _pct(expected["frontier_call_share"]), _pct(s.frontier_call_share)
+    )
     table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
     console = Console()
     console.print(table)

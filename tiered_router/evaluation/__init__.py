@@ -71,4 +71,5 @@ __all__ = [
     "simulated_latency",
     "sweep",
     "write_dataset",
+    "write_threshold",
 ]

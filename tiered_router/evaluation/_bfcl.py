@@ -1,4 +1,4 @@
-"""Berkeley Function-Calling Leaderboard (BFCL v1) specifics: specs to JSON Schema, outputs to calls.
+"""BFCL v1 specifics: function specs to JSON Schema, recorded outputs to tool calls.
 
 BFCL writes function parameters in an OpenAPI-like dialect with Python type names
 (``dict``, ``float``, ``tuple``, ``any``) and, for Java / JavaScript questions, Java or JS type
@@ -82,8 +82,9 @@ def to_json_schema(parameters: Mapping[str, Any], *, language: str = "python") -
     Args:
         parameters: The spec's ``parameters`` (``{"type": "dict", "properties": ...}``).
         language: ``python``, ``java`` or ``javascript`` (the question's category).
+
     """
-    schema = _convert(parameters)
+    schema: dict[str, Any] = dict(_convert(parameters))
     schema["type"] = "object"
     if language in _STRING_LANGUAGES:
         props = schema.get("properties") or {}

@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tiered_router.evaluation.dataset import Dataset, write_dataset
+from tiered_router.evaluation.dataset import Dataset, EvalRow, write_dataset
 from tiered_router.evaluation.sources import load_routellm
 
 __all__ = ["SAMPLE_SIZES", "build_sample"]
@@ -27,7 +27,7 @@ _SEED = 20240810
 def build_sample(data_dir: str | Path, out: str | Path) -> Dataset:
     """Draw the sample from the RouteLLM folder under ``data_dir`` and write it to ``out``."""
     rng = random.Random(_SEED)
-    rows = []
+    rows: list[EvalRow] = []
     for name, size in SAMPLE_SIZES.items():
         source = load_routellm(data_dir, name)
         picked = sorted(rng.sample(range(len(source.rows)), size))

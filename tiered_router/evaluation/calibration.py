@@ -33,6 +33,7 @@ class Target:
         quality_retained: Least share of the all-frontier quality kept.
         max_cost_per_turn: Most mean cost per turn, US dollars.
         max_cost_share: Most total cost as a share of the all-frontier cost.
+
     """
 
     fast_share: float | None = None
@@ -41,8 +42,12 @@ class Target:
     max_cost_share: float | None = None
 
     def __post_init__(self) -> None:
-        values = [self.fast_share, self.quality_retained, self.max_cost_per_turn,
-                  self.max_cost_share]
+        values = [
+            self.fast_share,
+            self.quality_retained,
+            self.max_cost_per_turn,
+            self.max_cost_share,
+        ]
         if sum(v is not None for v in values) != 1:
             raise ValueError("Target: set exactly one of fast_share, quality_retained, max_cost")
         for name in ("fast_share", "quality_retained", "max_cost_share"):
@@ -50,7 +55,9 @@ class Target:
             if v is not None and not 0 <= v <= 1:
                 raise ValueError(f"Target.{name}: must be in [0, 1] (a share), got {v}")
         if self.max_cost_per_turn is not None and self.max_cost_per_turn < 0:
-            raise ValueError(f"Target.max_cost_per_turn: must be >= 0, got {self.max_cost_per_turn}")
+            raise ValueError(
+                f"Target.max_cost_per_turn: must be >= 0, got {self.max_cost_per_turn}"
+            )
 
     @classmethod
     def max_cost(cls, text: str) -> Target:
@@ -58,6 +65,7 @@ class Target:
 
         Raises:
             ValueError: When the text is neither.
+
         """
         raw = text.strip()
         try:
@@ -71,7 +79,7 @@ class Target:
             ) from exc
 
     def describe(self) -> str:
-        """The target in words."""
+        """Return the target in words."""
         if self.fast_share is not None:
             return f"fast share >= {self.fast_share:.1%}"
         if self.quality_retained is not None:
@@ -86,6 +94,7 @@ def calibrate_policy(result: EvalResult, target: Target) -> SweepPoint:
 
     Raises:
         CalibrationError: When no threshold meets it (the message says what is reachable).
+
     """
     s = result.summary
     return calibrate(
@@ -110,6 +119,7 @@ def load_policy_offline(source: str | os.PathLike[str]) -> Policy:
 
     Raises:
         PolicyError: When the policy is invalid for any other reason.
+
     """
     try:
         return load_policy(source)
@@ -137,6 +147,7 @@ def write_threshold(path: str | os.PathLike[str], threshold: float) -> str:
 
     Raises:
         PolicyError: When the file is not a valid policy, before or after the edit.
+
     """
     from ruamel.yaml import YAML
 
@@ -167,8 +178,10 @@ def _format(threshold: float) -> str:
 
 
 def _replace_in_place(text: str, data: dict[str, Any], value: str) -> str | None:
+    from ruamel.yaml.comments import CommentedMap
+
     scoring = data.get("scoring")
-    if not isinstance(scoring, dict) or "threshold" not in scoring:
+    if not isinstance(scoring, CommentedMap) or "threshold" not in scoring:
         return None
     line, col = scoring.lc.value("threshold")
     lines = text.splitlines(keepends=True)
@@ -176,7 +189,7 @@ def _replace_in_place(text: str, data: dict[str, Any], value: str) -> str | None
     match = _NUMBER.match(target, col)
     if match is None:
         return None
-    lines[line] = target[: match.start()] + value + target[match.end():]
+    lines[line] = target[: match.start()] + value + target[match.end() :]
     return "".join(lines)
 
 

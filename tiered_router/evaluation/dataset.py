@@ -82,6 +82,7 @@ class Outcome:
         cost: The recorded or list-price cost, US dollars; ``None`` computes it from
             ``usage`` and a price.
         error: A recorded failure of the call (the replay backend raises it).
+
     """
 
     quality: float
@@ -108,7 +109,9 @@ class Outcome:
         """Output tokens: recorded, else estimated from the answer."""
         if self.usage is not None:
             return self.usage.output_tokens
-        size = len(self.text or "") + sum(len(c.arguments) + len(c.name) for c in self.tool_calls or ())
+        size = len(self.text or "") + sum(
+            len(c.arguments) + len(c.name) for c in self.tool_calls or ()
+        )
         return estimate_tokens(" " * size)
 
     def completion(self, *, model: str, backend: str) -> Completion:
@@ -130,7 +133,9 @@ class Outcome:
             "tool_calls": (
                 None
                 if self.tool_calls is None
-                else [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls]
+                else [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+                ]
             ),
             "finish_reason": self.finish_reason,
             "usage": (
@@ -153,6 +158,7 @@ class Outcome:
 
         Raises:
             DatasetError: When a field has the wrong type or ``quality`` is outside [0, 1].
+
         """
         if not isinstance(data, Mapping):
             raise DatasetError(f"{where}: an outcome must be an object")
@@ -166,7 +172,9 @@ class Outcome:
         if calls is not None:
             if not isinstance(calls, list):
                 raise DatasetError(f"{where}.tool_calls: must be a list or null")
-            tool_calls = tuple(_tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls))
+            tool_calls = tuple(
+                _tool_call(c, f"{where}.tool_calls[{i}]") for i, c in enumerate(calls)
+            )
         usage_data = data.get("usage")
         usage = None
         if usage_data is not None:
@@ -229,6 +237,7 @@ class EvalRow:
         id: The row's id (also the turn's id; the turn's ``metadata["row_id"]``).
         turn: The turn as the router sees it.
         outcomes: Recorded outcome per model name.
+
     """
 
     id: str
@@ -290,6 +299,7 @@ class EvalRow:
 
         Raises:
             DatasetError: When a field is missing or has the wrong type.
+
         """
         rid = data.get("id")
         if not isinstance(rid, (str, int)):
@@ -329,6 +339,7 @@ class Dataset:
         source: Where the data comes from (repository, commit).
         license: The data's license.
         notes: Caveats shown in reports (estimated tokens, dropped rows...).
+
     """
 
     name: str
@@ -373,6 +384,7 @@ class Dataset:
 
         Raises:
             DatasetError: When a model has no outcome at all in the data.
+
         """
         for model in (fast, frontier):
             if model not in self.models:
@@ -426,6 +438,7 @@ def read_dataset(path: str | os.PathLike[str], *, name: str | None = None) -> Da
     Raises:
         DatasetError: When the file is missing, a line is not JSON, or a row is malformed;
             the message names the file and the line.
+
     """
     p = Path(path)
     if not p.is_file():

@@ -42,6 +42,7 @@ class CurvePoint:
         strong_share: Share of turns that called the strong (frontier) model, in [0, 1].
         quality: Mean quality at that point.
         cost: Total cost at that point, US dollars (0 when unknown).
+
     """
 
     strong_share: float
@@ -54,6 +55,7 @@ def pgr(quality: float, q_weak: float, q_strong: float) -> float:
 
     Raises:
         ValueError: When ``q_strong == q_weak`` (there is no gap to recover).
+
     """
     gap = q_strong - q_weak
     if gap == 0:
@@ -82,10 +84,11 @@ def apgr(points: Iterable[CurvePoint], *, q_weak: float, q_strong: float) -> flo
 
     Raises:
         ValueError: When ``q_strong == q_weak``.
+
     """
     pts = _with_anchors(points, q_weak, q_strong)
     area = 0.0
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
         area += (x1 - x0) * (y0 + y1) / 2
     return area
 
@@ -101,18 +104,20 @@ def cpt(
 
     Raises:
         ValueError: When ``q_strong == q_weak``.
+
     """
     pts = _with_anchors(points, q_weak, q_strong)
     if pts[0][1] >= target:
         return pts[0][0]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
         if y0 < target <= y1:
             return x0 + (x1 - x0) * (target - y0) / (y1 - y0)
     return None
 
 
-def random_curve(q_weak: float, q_strong: float, *, cost_weak: float = 0.0, cost_strong: float = 0.0
-                 ) -> list[CurvePoint]:
+def random_curve(
+    q_weak: float, q_strong: float, *, cost_weak: float = 0.0, cost_strong: float = 0.0
+) -> list[CurvePoint]:
     """Return the expected curve of a random router: the line from all-weak to all-strong."""
     return [
         CurvePoint(strong_share=0.0, quality=q_weak, cost=cost_weak),
@@ -143,6 +148,7 @@ def oracle_curve(
 
     Raises:
         ValueError: When the sequences differ in length or are empty.
+
     """
     n = len(weak)
     if n == 0 or len(strong) != n:
@@ -180,6 +186,7 @@ def threshold_curve(
 
     Raises:
         ValueError: When the sequences differ in length or are empty.
+
     """
     n = len(scores)
     if n == 0 or len(weak) != n or len(strong) != n:
@@ -203,6 +210,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
     Raises:
         ValueError: When ``values`` is empty or ``q`` is outside [0, 100].
+
     """
     if not values:
         raise ValueError("percentile of no values")
@@ -230,6 +238,7 @@ class GateConfusion:
         wrong_passed: Wrong drafts the gate passed.
         wrong_failed: Wrong drafts the gate failed (caught).
         right_failed: Right drafts the gate failed (false alarms).
+
     """
 
     drafts: int
@@ -277,6 +286,7 @@ def gate_confusion(pairs: Iterable[tuple[bool, float]]) -> GateConfusion:
 
     Args:
         pairs: ``(passed, quality)`` for each judged draft.
+
     """
     drafts = passed = wrong = wrong_passed = wrong_failed = right_failed = 0
     for ok, quality in pairs:

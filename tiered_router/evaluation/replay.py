@@ -42,6 +42,7 @@ class SimulatedClock:
 
     Args:
         start: The time to start at, seconds.
+
     """
 
     def __init__(self, start: float = 0.0) -> None:
@@ -56,6 +57,7 @@ class SimulatedClock:
 
         Raises:
             ValueError: When ``seconds`` is negative.
+
         """
         if seconds < 0:
             raise ValueError(f"SimulatedClock.advance: cannot go back in time ({seconds})")
@@ -105,6 +107,7 @@ class ReplayBackend:
         BackendError: From a call, when the turn has no row in the dataset, the row has no
             outcome for ``model``, or the recorded call failed (``BackendTimeout`` for a
             recorded ``timeout``). None of these is retried.
+
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class ReplayBackend:
 
         Raises:
             BackendError: When there is no row or no outcome for this backend's model.
+
         """
         row = self.dataset.find(row_id=request.turn_id or None, messages=request.messages)
         if row is None:
@@ -188,8 +192,9 @@ def replay_backend_factory(
     data name as accepted by :func:`~tiered_router.evaluation.sources.load_data`;
     ``outcome_model``, the recorded model to replay (default: the backend's ``model``);
     ``prefer_recorded_latency`` (default true). ``env`` is accepted for the registry's
-    factory signature and not used (replay needs no secrets). Built this way the backend has no simulated
-    clock, so traces show the (tiny) real time; ``tiered-router eval`` injects one.
+    factory signature and not used (replay needs no secrets). Built this way the backend
+    has no simulated clock, so traces show the (tiny) real time; ``tiered-router eval``
+    injects one.
 
     Example:
         ```yaml
@@ -202,6 +207,7 @@ def replay_backend_factory(
 
     Raises:
         PolicyError: When ``data`` is missing or cannot be loaded, or the model is unknown.
+
     """
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.sources import load_data

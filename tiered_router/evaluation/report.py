@@ -55,12 +55,10 @@ def _nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     raw = (hi - lo) / count
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    first = math.ceil(lo / step - 1e-9) * step
-    ticks = []
-    t = first
-    while t <= hi + 1e-9:
-        ticks.append(round(t, 10))
-        t += step
+    first = math.floor(lo / step + 1e-9) * step
+    ticks = [round(first, 10)]
+    while ticks[-1] < hi - 1e-9:
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 
@@ -83,7 +81,9 @@ def _chart(
     series: Sequence[_Series],
     marker: tuple[float, float, str] | None,
 ) -> str:
-    w, h, left, right, top, bottom = 460, 330, 56, 16, 30, 46
+    legend = [(s.name, s.label) for s in series] + ([("chosen", marker[2])] if marker else [])
+    w, left, right, top, bottom = 460, 56, 16, 30, 46
+    h = 300 + bottom + 16 * ((len(legend) + 1) // 2)
     xs = [x for s in series for x, _ in s.points] + ([marker[0]] if marker else [])
     ys = [y for s in series for _, y in s.points] + ([marker[1]] if marker else [])
     x_ticks = _nice_ticks(min(0.0, *xs), max(xs))
@@ -96,8 +96,10 @@ def _chart(
     def px(x: float) -> float:
         return left + (x - x0) / ((x1 - x0) or 1) * (w - left - right)
 
+    plot_bottom = 300  # y of the x axis; the legend sits below the axis label
+
     def py(y: float) -> float:
-        return h - bottom - (y - y0) / ((y1 - y0) or 1) * (h - top - bottom)
+        return plot_bottom - (y - y0) / ((y1 - y0) or 1) * (plot_bottom - top)
 
     out = [
         f'<svg id="{chart_id}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
@@ -107,7 +109,7 @@ def _chart(
     for t in x_ticks:
         out.append(
             f'<line class="gridline" x1="{px(t):.1f}" x2="{px(t):.1f}" y1="{top}" '
-            f'y2="{h - bottom}"/><text x="{px(t):.1f}" y="{h - bottom + 16}" '
+            f'y2="{plot_bottom}"/><text x="{px(t):.1f}" y="{plot_bottom + 16}" '
             f'text-anchor="middle">{_fmt_tick(t)}</text>'
         )
     for t in y_ticks:
@@ -117,11 +119,12 @@ def _chart(
             f'text-anchor="end">{_fmt_tick(t)}</text>'
         )
     out.append(
-        f'<line class="axis" x1="{left}" x2="{w - right}" y1="{h - bottom}" y2="{h - bottom}"/>'
-        f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{h - bottom}"/>'
-        f'<text x="{(left + w - right) / 2}" y="{h - 8}" text-anchor="middle">'
+        f'<line class="axis" x1="{left}" x2="{w - right}" y1="{plot_bottom}" '
+        f'y2="{plot_bottom}"/>'
+        f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{plot_bottom}"/>'
+        f'<text x="{(left + w - right) / 2}" y="{plot_bottom + 34}" text-anchor="middle">'
         f"{html.escape(x_label)}</text>"
-        f'<text transform="translate(14 {(top + h - bottom) / 2}) rotate(-90)" '
+        f'<text transform="translate(14 {(top + plot_bottom) / 2}) rotate(-90)" '
         f'text-anchor="middle">{html.escape(y_label)}</text>'
     )
     for s in series:
@@ -138,29 +141,27 @@ def _chart(
             f'<circle data-series="chosen" cx="{px(mx):.1f}" cy="{py(my):.1f}" r="6" '
             f'fill="{_COLORS["chosen"]}"><title>{html.escape(label)}</title></circle>'
         )
-    legend = [(s.name, s.label) for s in series] + ([("chosen", marker[2])] if marker else [])
-    ly = top + 6
-    for name, label in legend:
+    for i, (name, label) in enumerate(legend):
+        lx = left + (i % 2) * 200
+        ly = plot_bottom + bottom + 14 + 16 * (i // 2)
         out.append(
-            f'<rect x="{w - right - 190}" y="{ly - 8}" width="12" height="4" '
-            f'fill="{_COLORS[name]}"/><text x="{w - right - 172}" y="{ly - 3}">'
-            f"{html.escape(label[:30])}</text>"
+            f'<rect x="{lx}" y="{ly - 8}" width="14" height="4" fill="{_COLORS[name]}"/>'
+            f'<text x="{lx + 20}" y="{ly - 3}">{html.escape(label[:32])}</text>'
         )
-        ly += 15
     out.append("</svg>")
     return "".join(out)
 
 
-def _bars(chart_id: str, items: Sequence[tuple[str, int]], total: int) -> str:
+def _bars(chart_id: str, items: Sequence[tuple[str, int]], total: int, empty: str) -> str:
     if not items:
-        return f'<p id="{chart_id}" class="note">No escalations.</p>'
-    w, row = 460, 24
+        return f'<p id="{chart_id}" class="note">{html.escape(empty)}</p>'
+    w, row = 700, 24
     h = 20 + row * len(items)
     top = max(v for _, v in items)
     out = [f'<svg id="{chart_id}" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}">']
     for i, (name, value) in enumerate(items):
         y = 10 + i * row
-        bar = 230 * value / top
+        bar = 300 * value / top
         share = f" ({value / total:.1%} of turns)" if total else ""
         out.append(
             f'<text x="150" y="{y + 14}" text-anchor="end">{html.escape(name)}</text>'
@@ -240,16 +241,29 @@ def render_html(result: EvalResult, *, title: str | None = None) -> str:
     base = s.cost_frontier or 1.0
     by_cost = sorted(result.points, key=lambda p: (p.cost, p.quality))
     cost_series = [
-        _Series("policy", "policy, across thresholds",
-                [(100 * p.cost / base, p.quality) for p in by_cost]),
-        _Series("random", "random router", [(100 * p.cost / base, p.quality) for p in result.random],
-                dashed=True),
-        _Series("oracle", "oracle router", [(100 * p.cost / base, p.quality) for p in result.oracle]),
+        _Series(
+            "policy",
+            "policy, across thresholds",
+            [(100 * p.cost / base, p.quality) for p in by_cost],
+        ),
+        _Series(
+            "random",
+            "random router",
+            [(100 * p.cost / base, p.quality) for p in result.random],
+            dashed=True,
+        ),
+        _Series(
+            "oracle", "oracle router", [(100 * p.cost / base, p.quality) for p in result.oracle]
+        ),
     ]
     chosen = f"threshold {s.threshold:g}"
     cost_chart = _chart(
-        "cost-quality", "Quality vs cost across thresholds", "cost, % of all-frontier",
-        "quality (mean label)", cost_series, (100 * s.cost / base, s.quality, chosen),
+        "cost-quality",
+        "Quality vs cost across thresholds",
+        "cost, % of all-frontier",
+        "quality (mean label)",
+        cost_series,
+        (100 * s.cost / base, s.quality, chosen),
     )
     pgr_chart = ""
     if s.q_strong != s.q_weak:
@@ -260,12 +274,20 @@ def render_html(result: EvalResult, *, title: str | None = None) -> str:
 
         by_share = sorted(result.points, key=lambda p: (p.strong_share, p.quality))
         pgr_chart = _chart(
-            "pgr-curve", "Performance gap recovered", "frontier calls, % of turns", "PGR",
+            "pgr-curve",
+            "Performance gap recovered",
+            "frontier calls, % of turns",
+            "PGR",
             [
-                _Series("policy", "policy", [(100 * p.strong_share, g(p.quality)) for p in by_share]),
+                _Series(
+                    "policy", "policy", [(100 * p.strong_share, g(p.quality)) for p in by_share]
+                ),
                 _Series("random", "random (APGR 0.5)", [(0, 0.0), (100, 1.0)], dashed=True),
-                _Series("oracle", "oracle",
-                        [(100 * p.strong_share, g(p.quality)) for p in result.oracle]),
+                _Series(
+                    "oracle",
+                    "oracle",
+                    [(100 * p.strong_share, g(p.quality)) for p in result.oracle],
+                ),
             ],
             (100 * s.frontier_call_share, g(s.quality), chosen),
         )
@@ -280,21 +302,23 @@ def render_html(result: EvalResult, *, title: str | None = None) -> str:
         ("P(fail | right): false alarms", _pct(gate.p_fail_given_right)),
     ]
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.notes)
+    escalations = _bars("escalations", reasons, s.n, "No escalations.")
+    failed = _bars("failed-checks", checks, s.n, "No draft failed a check.")
     heading = html.escape(title or f"tiered-router evaluation: {result.dataset}")
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{heading}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{heading}</h1><p class=\"sub\">{s.n} turns of <b>{html.escape(result.dataset)}</b>"
+        f'<h1>{heading}</h1><p class="sub">{s.n} turns of <b>{html.escape(result.dataset)}</b>'
         f"; fast tier replays <b>{html.escape(result.fast_model)}</b>, frontier tier replays "
         f"<b>{html.escape(result.frontier_model)}</b>.</p>"
         f"<h2>At the policy's threshold</h2><table>{_rows(_metrics(s))}</table>"
-        f"<h2>Across thresholds</h2><div class=\"grid\">{cost_chart}{pgr_chart}</div>"
-        "<p class=\"note\">Each point of the policy curve is one threshold (a score at or "
+        f'<h2>Across thresholds</h2><div class="grid">{cost_chart}{pgr_chart}</div>'
+        '<p class="note">Each point of the policy curve is one threshold (a score at or '
         "below it goes to the fast tier); the red dot is the policy's threshold. The random "
         "router mixes the two tiers at random; the oracle knows every answer's label.</p>"
-        f"<h2>Escalations</h2>{_bars('escalations', reasons, s.n)}"
-        f"<h3>Gate checks that failed fast drafts</h3>{_bars('failed-checks', checks, s.n)}"
+        f"<h2>Escalations</h2>{escalations}"
+        f"<h3>Gate checks that failed fast drafts</h3>{failed}"
         f"<h2>Gate against the labels</h2><table>{_rows(gate_rows)}</table>"
         f"<h2>Sweep</h2>{_sweep_table(result.points, s)}"
-        f"<h2>Notes</h2><ul class=\"note\">{notes}</ul></body></html>\n"
+        f'<h2>Notes</h2><ul class="note">{notes}</ul></body></html>\n'
     )

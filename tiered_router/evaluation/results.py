@@ -95,6 +95,7 @@ class EvalResult:
         random: The random router's expected curve.
         rows: Per-row runs.
         notes: Caveats of the data and the simulation.
+
     """
 
     dataset: str
@@ -156,6 +157,7 @@ def summarize(runs: Sequence[RowRun], points: Sequence[SweepPoint], threshold: f
 
     Raises:
         ValueError: When ``runs`` is empty.
+
     """
     if not runs:
         raise ValueError("summarize: no rows")
@@ -240,6 +242,7 @@ def evaluate(
 
     Raises:
         DatasetError: When a tier's model has no outcomes in the data.
+
     """
     replay = Replay.bind(
         policy,

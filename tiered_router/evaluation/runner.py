@@ -78,6 +78,7 @@ class Replay:
             ``policy`` (always the policy's prices times the tokens).
         recorded_latency: Use recorded latencies where the data has them (else, and when
             ``False``, the backends' latency models).
+
     """
 
     policy: Policy
@@ -102,12 +103,14 @@ class Replay:
 
         Raises:
             DatasetError: When a model is not found in the data.
+
         """
         chosen: dict[Tier, str] = {}
-        for tier, explicit, default in (
+        wanted: tuple[tuple[Tier, str | None, str | None], ...] = (
             ("fast", fast_model, dataset.fast_model),
             ("frontier", frontier_model, dataset.frontier_model),
-        ):
+        )
+        for tier, explicit, default in wanted:
             config = policy.backends[policy.backend_for(tier)]
             from_policy = config.options.get("outcome_model") or config.model
             model = explicit or default or from_policy
@@ -127,7 +130,7 @@ class Replay:
         )
 
     def model_of(self, tier: Tier) -> str:
-        """The recorded model replayed by ``tier``."""
+        """Return the recorded model replayed by ``tier``."""
         return self.fast_model if tier == "fast" else self.frontier_model
 
     def outcome_cost(self, outcome: Outcome, model: str, backend: str | None = None) -> float:
@@ -172,7 +175,7 @@ class Replay:
         )
 
     def forced(self, tier: Tier) -> Router:
-        """A router without rules that sends every turn to ``tier`` first."""
+        """Build a router without rules that sends every turn to ``tier`` first."""
         scoring = self.policy.scoring.model_copy(
             update={"threshold": 1.0 if tier == "fast" else 0.0}
         )
@@ -225,9 +228,7 @@ def _called(attempt: Attempt) -> bool:
     return not (attempt.error is not None and attempt.error.get("type") == "BackendUnavailable")
 
 
-def run_rows(
-    replay: Replay, *, progress: Callable[[int], None] | None = None
-) -> list[RowRun]:
+def run_rows(replay: Replay, *, progress: Callable[[int], None] | None = None) -> list[RowRun]:
     """Run every row of the replay's dataset through its policy, both paths.
 
     Args:
@@ -236,6 +237,7 @@ def run_rows(
 
     Returns:
         One :class:`RowRun` per row, in dataset order.
+
     """
     main = replay.router(replay.policy)
     forced = {"fast": replay.forced("fast"), "frontier": replay.forced("frontier")}

@@ -5,22 +5,21 @@ A data argument (``tiered-router eval --data ...``) is one of:
 - a dataset file in the format of :mod:`tiered_router.evaluation.dataset` (``.jsonl`` or
   ``.jsonl.gz``), optionally followed by ``:FAST->FRONTIER`` to pick the two models;
 - ``sample``: the small sample of RouteLLM's MMLU and GSM8K outcomes bundled in the package;
-- the name of a source in the shared data folder, ``NAME[:FAST[->FRONTIER]]``:
+- the name of a source in the shared data folder, ``NAME[:FAST[->FRONTIER]]``, where
+  ``FAST->FRONTIER`` picks the two recorded models (default pair in brackets):
 
-  ========================  ==================================================  ==========================================
-  name                      data                                                default pair (fast -> frontier)
-  ========================  ==================================================  ==========================================
-  ``mmlu``                  RouteLLM MMLU (decontaminated)                      Mixtral-8x7B-Instruct -> gpt-4-1106-preview
-  ``gsm8k``                 RouteLLM GSM8K (decontaminated), with responses     Mixtral-8x7B-Instruct -> gpt-4-1106-preview
-  ``mt_bench``              RouteLLM MT-Bench, 2-turn tasks, judge score / 10   Mixtral-8x7B-Instruct -> gpt-4-1106-preview
-  ``arc_challenge``         RouterBench ARC-Challenge (11 models, $ cost)       gpt-3.5-turbo-1106 -> gpt-4-1106-preview
-  ``mbpp``, ``winogrande``  RouterBench MBPP / Winogrande                       gpt-3.5-turbo-1106 -> gpt-4-1106-preview
-  ``routerbench``           the three RouterBench tasks together                gpt-3.5-turbo-1106 -> gpt-4-1106-preview
-  ``bfcl``                  BFCL v1 tool calls (tokens, latency, list prices)   gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC
-  ``alpacaeval``            AlpacaEval 2 judge preference vs GPT-4-Turbo        gpt-3.5-turbo-1106 -> gpt4_1106_preview
-  ========================  ==================================================  ==========================================
+  - ``mmlu``, ``gsm8k``: RouteLLM's MMLU / GSM8K, decontaminated (GSM8K with responses)
+    [Mixtral-8x7B-Instruct -> gpt-4-1106-preview];
+  - ``mt_bench``: RouteLLM's MT-Bench, 2-turn tasks, GPT-4 judge score / 10 [same pair];
+  - ``arc_challenge``, ``mbpp``, ``winogrande``: RouterBench rows, 11 models, recorded dollar
+    cost; ``routerbench`` is the three together [gpt-3.5-turbo-1106 -> gpt-4-1106-preview];
+  - ``bfcl``: BFCL v1 tool calls with tokens, latency and list prices
+    [gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC];
+  - ``alpacaeval``: AlpacaEval 2 judge preference against GPT-4-Turbo
+    [gpt-3.5-turbo-1106 -> gpt4_1106_preview];
 
-  e.g. ``bfcl:gpt-3.5-turbo-0125-FC->gpt-4-turbo-2024-04-09-FC`` or ``alpacaeval:claude-2``.
+  e.g. ``bfcl:gpt-3.5-turbo-0125-FC->gpt-4-turbo-2024-04-09-FC`` or ``alpacaeval:claude-2``;
+  names combine with ``+`` (``mmlu+gsm8k``).
 
 The shared data folder is ``$TIERED_ROUTER_DATA_DIR`` when set, else ``../shared/data``
 relative to the working directory or to the package's repository.
@@ -142,6 +141,7 @@ def load_routellm(
 
     Raises:
         DatasetError: When the files are missing or ``benchmark`` is unknown.
+
     """
     folder = Path(data_dir) / "routellm_evals"
     if benchmark == "mt_bench":
@@ -189,7 +189,9 @@ def _load_mt_bench(folder: Path, *, include_contaminated: bool) -> Dataset:
     for j in _jsonl(folder / "mt_bench_judgements.jsonl"):
         scores[(j["question_id"], int(j["turn"]))][str(j["model"])] = float(j["score"])
     rows = []
-    for (qid, turn_no), per_model in sorted(scores.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+    for (qid, turn_no), per_model in sorted(
+        scores.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])
+    ):
         q = questions.get(qid)
         if q is None or (q.get("contaminated") and not include_contaminated):
             continue
@@ -204,9 +206,15 @@ def _load_mt_bench(folder: Path, *, include_contaminated: bool) -> Dataset:
             )
             for m, s in per_model.items()
         }
-        meta = {"source": "routellm/mt_bench", "category": q.get("category"), "task_id": f"mt_bench.{qid}"}
+        meta = {
+            "source": "routellm/mt_bench",
+            "category": q.get("category"),
+            "task_id": f"mt_bench.{qid}",
+        }
         rows.append(
-            EvalRow.build(f"mt_bench.{qid}.{turn_no}", messages, outcomes, step=turn_no - 1, metadata=meta)
+            EvalRow.build(
+                f"mt_bench.{qid}.{turn_no}", messages, outcomes, step=turn_no - 1, metadata=meta
+            )
         )
     return Dataset(
         name="mt_bench",
@@ -231,6 +239,7 @@ def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench"
 
     Raises:
         DatasetError: When the files are missing or ``task`` is unknown.
+
     """
     tasks = _ROUTERBENCH_TASKS if task == "routerbench" else (task,)
     if any(t not in _ROUTERBENCH_TASKS for t in tasks):
@@ -255,7 +264,9 @@ def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench"
                     cost=costs.get(model),
                 )
             meta = {"source": f"routerbench/{t}", "split": rec.get("split_routerdc")}
-            rows.append(EvalRow.build(str(rec["sample_id"]), _user(prompt), outcomes, metadata=meta))
+            rows.append(
+                EvalRow.build(str(rec["sample_id"]), _user(prompt), outcomes, metadata=meta)
+            )
     fast, frontier = _PAIRS["routerbench"]
     return Dataset(
         name=task,
@@ -277,6 +288,7 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
 
     Raises:
         DatasetError: When the files are missing.
+
     """
     folder = Path(data_dir) / "bfcl_v1_results"
     questions = list(_jsonl(folder / "questions.jsonl"))
@@ -303,7 +315,9 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         tools = _bfcl.openai_tools(q["function"], category=category)
         meta = {"source": "bfcl_v1", "category": category}
         rows.append(
-            EvalRow.build(qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta)
+            EvalRow.build(
+                qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta
+            )
         )
     fast, frontier = _PAIRS["bfcl"]
     return Dataset(
@@ -312,7 +326,9 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         fast_model=fast,
         frontier_model=frontier,
         prices=prices,
-        source="ShishirPatil/gorilla@de8307b4 (questions); HuanzhiMao/BFCL-Result@b4adfc9b (outputs)",
+        source=(
+            "ShishirPatil/gorilla@de8307b4 (questions); HuanzhiMao/BFCL-Result@b4adfc9b (outputs)"
+        ),
         license="questions Apache-2.0; outputs: no license file, internal evaluation only",
         notes=("every model is given the tools in function-calling form, whatever its mode",),
     )
@@ -358,6 +374,7 @@ def load_alpacaeval(data_dir: str | os.PathLike[str]) -> Dataset:
 
     Raises:
         DatasetError: When the files are missing.
+
     """
     folder = Path(data_dir) / "alpacaeval2_pairwise"
     instructions = {int(r["idx"]): r for r in _jsonl(folder / "instructions.jsonl")}
@@ -453,7 +470,9 @@ def _concat(parts: list[Dataset]) -> Dataset:
     return Dataset(
         name="+".join(d.name for d in parts),
         rows=tuple(r for d in parts for r in d.rows),
-        fast_model=first.fast_model if all(d.fast_model == first.fast_model for d in parts) else None,
+        fast_model=first.fast_model
+        if all(d.fast_model == first.fast_model for d in parts)
+        else None,
         frontier_model=(
             first.frontier_model
             if all(d.frontier_model == first.frontier_model for d in parts)
@@ -493,6 +512,7 @@ def load_data(spec: str, *, data_dir: str | os.PathLike[str] | None = None) -> D
     Raises:
         DatasetError: When the name is unknown, the shared data folder is absent, the file
             is malformed, or a named model has no outcomes.
+
     """
     base, fast, frontier = _split_spec(spec)
     if _is_name(base):

@@ -39,6 +39,7 @@ class PathOutcome:
         escalations: The trace's escalation reasons, in order.
         failed_checks: Gate checks the fast draft failed.
         error: ``AllTiersFailed`` / ``GateFailed`` and its message, when the router raised.
+
     """
 
     quality: float
@@ -70,6 +71,7 @@ class RowRun:
         fast_only_cost: Cost of the fast model's answer alone.
         fast_verdict: The gate's verdict on the fast model's answer (``None`` when the answer
             was not recorded).
+
     """
 
     row_id: str
@@ -100,6 +102,7 @@ class SweepPoint:
         quality: Mean quality.
         cost: Total cost, US dollars.
         latency_s: Mean simulated latency per turn, seconds.
+
     """
 
     threshold: float
@@ -128,7 +131,7 @@ class SweepPoint:
         return self.escalated / self.routed_fast if self.routed_fast else 0.0
 
     def curve_point(self) -> CurvePoint:
-        """The point as (strong-call share, quality, cost)."""
+        """Return the point as (strong-call share, quality, cost)."""
         return CurvePoint(strong_share=self.strong_share, quality=self.quality, cost=self.cost)
 
 
@@ -180,6 +183,7 @@ def sweep(rows: Sequence[RowRun]) -> list[SweepPoint]:
 
     Raises:
         ValueError: When ``rows`` is empty.
+
     """
     if not rows:
         raise ValueError("sweep: no rows")
@@ -236,6 +240,7 @@ def calibrate(
     Raises:
         ValueError: When not exactly one target is given or a needed baseline is missing.
         CalibrationError: When no point meets the target.
+
     """
     targets = [fast_share, quality_retained, max_cost_per_turn, max_cost_share]
     if sum(t is not None for t in targets) != 1:

@@ -21,7 +21,7 @@ before it spends one of its retries). Agent signals ride in the model settings:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -357,7 +357,3 @@ def _response(routed: RoutedResult) -> ModelResponse:
         provider_details=details,
         finish_reason=_FINISH.get(completion.finish_reason or ""),
     )
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}

@@ -41,7 +41,8 @@ _REASONING_STRONG = _words(
     "architect architecture debug refactor algorithm complexity tradeoff tradeoffs",
     "bottleneck invariant invariants asymptotic",
 )
-_REASONING_STRONG_PHRASES = (    "step by step",
+_REASONING_STRONG_PHRASES = (
+    "step by step",
     "trade off",
     "trade offs",
     "root cause",
@@ -63,7 +64,8 @@ _CONSTRAINTS = _words(
     "must exactly without never always ensure require requires required cannot strictly",
     "mandatory only within maximum minimum limit",
 )
-_CONSTRAINT_PHRASES = (    "at least",
+_CONSTRAINT_PHRASES = (
+    "at least",
     "at most",
     "no more than",
     "no less than",
@@ -97,7 +99,8 @@ _MATH_TERMS = _words(
     "perimeter interest sum product digits factorial infinitely infinite convergence",
     "eigenvalue eigenvalues determinant gcd lcm inequality",
 )
-_WORD_PROBLEM_PHRASES = (    "how many",
+_WORD_PROBLEM_PHRASES = (
+    "how many",
     "how much",
     "how long",
     "how far",

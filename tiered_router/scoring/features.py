@@ -49,6 +49,7 @@ __all__ = [
     "focus_text",
     "normalised_words",
     "schema_complexity",
+    "sigmoid",
     "text_signals",
 ]
 
@@ -102,6 +103,14 @@ _DEPTH_SCALE = _LogScale(40.0)
 _TOOLS_SCALE = _LogScale(20.0)
 _SCHEMA_SCALE = _LogScale(60.0)
 _STEP_SCALE = _LogScale(30.0)
+
+
+def sigmoid(z: float) -> float:
+    """Return the logistic ``1 / (1 + exp(-z))``, without overflow for large ``|z|``."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
 
 
 def approx_tokens(turn: Turn) -> int:

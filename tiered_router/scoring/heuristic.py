@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from tiered_router.scoring._base import Score
-from tiered_router.scoring.features import FEATURE_ORDER, FeatureVector, extract
+from tiered_router.scoring.features import FEATURE_ORDER, FeatureVector, extract, sigmoid
 from tiered_router.turn import Turn
 
 __all__ = ["DEFAULT_BIAS", "DEFAULT_WEIGHTS", "FEATURE_NAMES", "HeuristicScorer", "explain"]
@@ -82,13 +82,6 @@ def _validated(
     return tuple(merged[name] for name in FEATURE_ORDER), new_bias
 
 
-def _sigmoid(z: float) -> float:
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
-
-
 def explain(
     vector: FeatureVector,
     logits: Sequence[float],
@@ -117,8 +110,8 @@ def explain(
     names = FEATURE_ORDER + tuple(name for name, _, _ in extra)
     pushes = tuple(logits) + tuple(logit for _, logit, _ in extra)
     push = math.fsum(pushes)
-    value = _sigmoid(bias + push)
-    base = _sigmoid(bias)
+    value = sigmoid(bias + push)
+    base = sigmoid(bias)
     # secant slope; tends to sigmoid'(bias) when the push is ~0
     slope = (value - base) / push if abs(push) > 1e-9 else base * (1.0 - base)
     contributions = dict(zip(names, [logit * slope for logit in pushes], strict=True))
@@ -130,7 +123,7 @@ def explain(
     )
     return Score(
         value=value,
-        features=dict(vector.raw),
+        features=vector.raw,
         contributions=contributions,
         reasons=reasons,
     )

@@ -49,6 +49,7 @@ from tiered_router.scoring.features import (
     extract,
     focus_text,
     normalised_words,
+    sigmoid,
 )
 from tiered_router.scoring.heuristic import FEATURE_NAMES, explain
 from tiered_router.turn import Turn
@@ -217,7 +218,7 @@ def _hashed(turn: Turn, buckets: int) -> dict[int, float]:
         return {}
     value = 1.0 / math.sqrt(len(words))
     out: dict[int, float] = {}
-    for word in words:
+    for word in sorted(words):  # sorted: set order varies with the hash seed, sums must not
         bucket = zlib.crc32(word) % buckets
         out[bucket] = out.get(bucket, 0.0) + value
     return out
@@ -348,7 +349,7 @@ def fit(
             z = b + sum(wj * xj for wj, xj in zip(w, x, strict=True))
             if hash_buckets:
                 z += sum(h[j] * v for j, v in sparse[i].items())
-            err = _sigmoid(z) - float(labels[i])
+            err = sigmoid(z) - float(labels[i])
             grad_b += err
             for j in range(k):
                 grad_w[j] += err * x[j]
@@ -374,10 +375,3 @@ def fit(
         hash_weights=tuple(h),
         meta=info,
     )
-
-
-def _sigmoid(z: float) -> float:
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)

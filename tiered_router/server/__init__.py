@@ -1,0 +1,168 @@
+"""The OpenAI-compatible proxy: point any OpenAI client's ``base_url`` at the router.
+
+```
+tiered-router serve policy.yaml --port 8000
+```
+
+```python
+client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="<a server.api_keys key>")
+client.chat.completions.create(model="auto", messages=[...])
+```
+
+Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v1/models``,
+``GET /healthz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
+``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
+and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
+``docs/proxy.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from tiered_router._types import PolicySource
+    from tiered_router.backends._base import Backend
+    from tiered_router.policy import Policy
+    from tiered_router.trace import TraceSink
+
+__all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve"]
+
+logger = logging.getLogger("tiered_router.server")
+
+_POLICY_ENV = "TIERED_ROUTER_SERVE_POLICY"
+_INSTALL = 'the proxy needs the server extra: install "tiered-router[server]"'
+GRACEFUL_SHUTDOWN_S = 30.0
+"""Seconds in-flight requests get to finish after a shutdown signal."""
+
+
+def _require_server_extra() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(_INSTALL) from exc
+
+
+def _file_name(policy: Policy | PolicySource) -> str:
+    if isinstance(policy, (str, os.PathLike)) and not str(policy).count("\n"):
+        return os.fspath(policy)
+    return "<policy>"
+
+
+def create_app(
+    policy: Policy | PolicySource,
+    *,
+    settings: ServerSettings | None = None,
+    sinks: Sequence[TraceSink] = (),
+    backends: Mapping[str, Backend] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Starlette:
+    """Build the proxy's ASGI app (serve it with uvicorn or any ASGI server).
+
+    Example:
+        ```python
+        app = create_app("policy.yaml")
+        uvicorn.run(app, host="127.0.0.1", port=8000)
+        ```
+
+    Args:
+        policy: The policy (path, YAML text, mapping or :class:`Policy`).
+        settings: Server settings; read from the policy's ``server`` section and
+            ``TIERED_ROUTER_API_KEYS`` when ``None``.
+        sinks: Extra trace sinks (the metrics sink is always there).
+        backends: Backends by name, overriding the ones built from the policy.
+        env: Where API keys are looked up; ``os.environ`` when ``None``.
+
+    Raises:
+        ImportError: When the ``server`` extra is not installed.
+        PolicyError: An invalid policy, or a backend missing its model or API key.
+    """
+    _require_server_extra()
+    from tiered_router.policy import load_policy
+    from tiered_router.server._app import build_app
+
+    loaded = load_policy(policy, env=env)
+    if settings is None:
+        settings = ServerSettings.from_policy(loaded, env=env, policy_file=_file_name(policy))
+    return build_app(loaded, settings, sinks=sinks, backends=backends, env=env)
+
+
+def _app_from_environment() -> Any:
+    """App factory for ``--workers`` > 1: each worker process loads the policy itself."""
+    return create_app(os.environ[_POLICY_ENV])
+
+
+def serve(
+    policy: Policy | PolicySource,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int = 1,
+    max_body_bytes: int | None = None,
+    log_level: str = "info",
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
+
+    Args:
+        policy: The policy (a path when ``workers`` > 1).
+        host: Overrides ``server.host`` (``127.0.0.1`` by default).
+        port: Overrides ``server.port`` (8000 by default).
+        workers: Worker processes (each has its own connection pools and metrics).
+        max_body_bytes: Overrides ``server.max_body_bytes``.
+        log_level: uvicorn's log level.
+        env: Where API keys are looked up; ``os.environ`` when ``None``.
+
+    Raises:
+        ImportError: When the ``server`` extra is not installed.
+        PolicyError: An invalid policy, or a non-loopback ``host`` without client keys.
+        ValueError: ``workers`` > 1 with a policy that is not a file path.
+    """
+    _require_server_extra()
+    import uvicorn
+
+    from tiered_router.policy import load_policy
+
+    loaded = load_policy(policy, env=env)
+    settings = ServerSettings.from_policy(
+        loaded,
+        env=env,
+        policy_file=_file_name(policy),
+        host=host,
+        port=port,
+        max_body_bytes=max_body_bytes,
+    )
+    settings.check_bind()
+    if not settings.api_keys:
+        logger.warning(
+            "no client API keys configured (server.api_keys / %s): serving %s without "
+            "authentication; only loopback addresses are allowed",
+            API_KEYS_ENV,
+            settings.host,
+        )
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": log_level,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+        "server_header": False,
+        "proxy_headers": False,
+    }
+    if workers > 1:
+        if not isinstance(policy, (str, os.PathLike)) or _file_name(policy) == "<policy>":
+            raise ValueError("--workers > 1 needs the policy as a file path")
+        os.environ[_POLICY_ENV] = os.path.abspath(os.fspath(policy))
+        uvicorn.run(
+            "tiered_router.server:_app_from_environment", factory=True, workers=workers, **options
+        )
+        return
+    app = create_app(loaded, settings=settings, env=env)
+    uvicorn.run(app, **options)

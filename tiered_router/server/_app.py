@@ -1,0 +1,399 @@
+"""The proxy's Starlette app: OpenAI's chat completions API in front of a :class:`Router`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tiered_router._openai_wire import (
+    ChunkRenderer,
+    UnknownModel,
+    completion_body,
+    model_ids,
+    parse_request,
+    pinned,
+    resolve_model,
+    route_summary,
+)
+from tiered_router.exceptions import (
+    AllTiersFailed,
+    BackendStatusError,
+    BackendTimeout,
+    GateFailed,
+    TieredRouterError,
+)
+from tiered_router.router import Router
+from tiered_router.server._auth import KeyChecker
+from tiered_router.server._metrics import Metrics
+from tiered_router.server._settings import ServerSettings
+
+if TYPE_CHECKING:
+    from tiered_router._openai_wire import RequestOptions
+    from tiered_router._streaming import AsyncRoutedStream
+    from tiered_router._types import Tier
+    from tiered_router.backends._base import Backend
+    from tiered_router.policy import Policy
+    from tiered_router.trace import TraceSink
+    from tiered_router.turn import Turn
+
+__all__ = ["build_app"]
+
+logger = logging.getLogger("tiered_router.server")
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+# fields that configure a client, not a completion: never honoured, never sent upstream
+_FORBIDDEN = frozenset(
+    {
+        "api_key",
+        "api_base",
+        "base_url",
+        "api_version",
+        "organization",
+        "extra_headers",
+        "extra_query",
+        "extra_body",
+        "default_headers",
+        "custom_llm_provider",
+    }
+)
+_TRUE = frozenset({"true", "1", "yes"})
+_CHAT = "/v1/chat/completions"
+
+
+def _error(
+    status: int,
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return Response(_dumps(body), status, headers=headers, media_type="application/json")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _failure(exc: TieredRouterError) -> Response:
+    """The response for a turn that produced nothing usable."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, GateFailed):
+        return _error(502, message, error_type="upstream_error", code="gate_failed")
+    errors = exc.errors if isinstance(exc, AllTiersFailed) else ()
+    if errors and all(isinstance(e, BackendTimeout) for e in errors):
+        return _error(504, message, error_type="timeout_error", code="upstream_timeout")
+    statuses = {getattr(e, "status_code", None) for e in errors}
+    if len(statuses) == 1:
+        status = next(iter(statuses))
+        if status == 429:
+            waits = [getattr(e, "retry_after_s", None) for e in errors]
+            known = [w for w in waits if isinstance(w, (int, float))]
+            headers = {"retry-after": str(max(1, round(max(known))))} if known else None
+            return _error(
+                429, message, error_type="rate_limit_error", code="rate_limited", headers=headers
+            )
+        if (
+            isinstance(status, int)
+            and 400 <= status < 500
+            and status not in (408, 409)
+            and all(isinstance(e, BackendStatusError) for e in errors)
+        ):
+            # every tier rejected the request itself: that is the client's to fix
+            return _error(status, message, code="upstream_rejected")
+    return _error(502, message, error_type="upstream_error", code="all_tiers_failed")
+
+
+class _Proxy:
+    """The request handlers, sharing the router, the settings and the metrics."""
+
+    def __init__(self, router: Router, settings: ServerSettings, metrics: Metrics) -> None:
+        self.router = router
+        self.policy: Policy = router.policy
+        self.settings = settings
+        self.metrics = metrics
+        self.keys = KeyChecker(settings.api_keys)
+
+    def _denied(self, request: Request) -> Response | None:
+        if self.keys.allows(request.headers.get("authorization")):
+            return None
+        return _error(
+            401,
+            "missing or invalid API key: send Authorization: Bearer <key>",
+            error_type="authentication_error",
+            code="invalid_api_key",
+        )
+
+    async def _body(self, request: Request) -> bytes:
+        limit = self.settings.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _TooLarge
+        parts: list[bytes] = []
+        size = 0
+        async for part in request.stream():
+            size += len(part)
+            if size > limit:
+                raise _TooLarge
+            parts.append(part)
+        return b"".join(parts)
+
+    async def chat(self, request: Request) -> Response:
+        started = time.perf_counter()
+        self.metrics.in_flight += 1
+        try:
+            response = await self._chat(request, started)
+        finally:
+            self.metrics.in_flight -= 1
+        self.metrics.response(_CHAT, response.status_code)
+        return response
+
+    async def _chat(self, request: Request, started: float) -> Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        if not request.headers.get("content-type", "").lower().startswith("application/json"):
+            return _error(415, "send the body as JSON with Content-Type: application/json")
+        try:
+            raw = await self._body(request)
+        except _TooLarge:
+            limit = self.settings.max_body_bytes
+            return _error(
+                413, f"request body is larger than {limit} bytes", code="request_too_large"
+            )
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            return _error(400, f"request body is not valid JSON: {exc}", code="invalid_json")
+        if not isinstance(data, dict):
+            return _error(400, "request body must be a JSON object", code="invalid_json")
+        forbidden = sorted(_FORBIDDEN & data.keys())
+        if forbidden:
+            return _error(
+                400,
+                f"{forbidden[0]!r} is not accepted: the proxy decides where requests go",
+                param=forbidden[0],
+                code="forbidden_field",
+            )
+        signals = data.pop("tiered_router", None) or {}
+        if not isinstance(signals, dict):
+            return _error(400, "tiered_router: must be an object", param="tiered_router")
+        if request.headers.get("x-tiered-router-final", "").lower() in _TRUE:
+            signals = {**signals, "final": True}
+        try:
+            turn, options = parse_request(data, signals=signals)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        try:
+            tier = resolve_model(self.policy, options.model)
+        except UnknownModel as exc:
+            return _error(404, str(exc), param="model", code="model_not_found")
+        if options.stream:
+            return await self._stream(turn, options, tier, started)
+        try:
+            with pinned(self.policy, tier, options.model):
+                result = await self.router.acomplete(turn, deadline_s=options.deadline_s)
+        except (AllTiersFailed, GateFailed) as exc:
+            return _failure(exc)
+        trace = result.trace
+        route = route_summary(
+            trace.decision,
+            tier=result.tier,
+            backend=trace.backend,
+            escalated=result.escalated,
+            escalations=trace.escalations,
+            turn_id=turn.id,
+        )
+        body = completion_body(
+            result.completion,
+            completion_id=f"chatcmpl-tr-{turn.id}",
+            model=trace.backend or "",
+            route=route,
+        )
+        content = _dumps(body).encode()
+        overhead = time.perf_counter() - started - sum(a.latency_s for a in trace.attempts)
+        self.metrics.overhead.observe(max(overhead, 0.0))
+        headers = _route_headers(route, overhead)
+        return Response(content, headers=headers, media_type="application/json")
+
+    async def _stream(
+        self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float
+    ) -> Response:
+        with pinned(self.policy, tier, options.model):
+            stream = self.router.astream(turn, deadline_s=options.deadline_s)
+        overhead = time.perf_counter() - started
+        try:
+            await stream.start()
+        except (AllTiersFailed, GateFailed) as exc:
+            return _failure(exc)
+        serving = stream.tier
+        route = route_summary(
+            stream.decision,
+            tier=serving,
+            backend=self.policy.backend_for(serving) if serving is not None else None,
+            escalated=stream.escalated,
+            turn_id=turn.id,
+        )
+        renderer = ChunkRenderer(
+            completion_id=f"chatcmpl-tr-{turn.id}",
+            model=route["backend"] or "",
+            include_usage=options.include_usage,
+        )
+        headers = _route_headers(route, overhead)
+        headers["cache-control"] = "no-cache"
+        headers["x-accel-buffering"] = "no"
+        return StreamingResponse(
+            self._events(stream, renderer, turn),
+            headers=headers,
+            media_type="text/event-stream",
+        )
+
+    async def _events(
+        self, stream: AsyncRoutedStream, renderer: ChunkRenderer, turn: Turn
+    ) -> AsyncIterator[bytes]:
+        self.metrics.in_flight += 1
+        try:
+            async for chunk in stream:
+                objs = renderer.render(chunk)
+                if objs:
+                    yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
+            result = stream.result
+            trace = result.trace
+            route = route_summary(
+                trace.decision,
+                tier=result.tier,
+                backend=trace.backend,
+                escalated=result.escalated,
+                escalations=trace.escalations,
+                turn_id=turn.id,
+            )
+            tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
+            yield b"".join(tail) + b"data: [DONE]\n\n"
+        except TieredRouterError as exc:
+            # bytes already reached the client: end the stream with an in-band error
+            self.metrics.interrupted.inc()
+            logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
+            error = {
+                "message": str(exc).splitlines()[0],
+                "type": "upstream_error",
+                "param": None,
+                "code": "stream_interrupted",
+            }
+            yield b"data: " + _dumps({"error": error}).encode() + b"\n\n"
+        finally:
+            self.metrics.in_flight -= 1
+
+    async def models(self, request: Request) -> Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "tiered-router"}
+            for name in model_ids(self.policy)
+        ]
+        return Response(_dumps({"object": "list", "data": data}), media_type="application/json")
+
+    async def healthz(self, request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def metrics_text(self, request: Request) -> Response:
+        denied = self._denied(request)
+        if denied is not None:
+            return denied
+        return Response(
+            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+
+def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]:
+    headers = {
+        "x-tiered-router-tier": str(route["tier"]),
+        "x-tiered-router-backend": str(route["backend"]),
+        "x-tiered-router-escalated": "true" if route["escalated"] else "false",
+        "x-tiered-router-score": f"{route['score']:.4f}",
+        "x-tiered-router-overhead-ms": f"{max(overhead_s, 0.0) * 1000:.3f}",
+        "x-tiered-router-turn-id": str(route["turn_id"]),
+    }
+    if route["rule"]:
+        headers["x-tiered-router-rule"] = str(route["rule"])
+    return headers
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    if status == 405:
+        return _error(405, f"method {request.method} not allowed on {request.url.path}")
+    return _error(404, f"unknown path {request.url.path}", code="unknown_path")
+
+
+def _backends(
+    policy: Policy, settings: ServerSettings, env: Mapping[str, str] | None
+) -> tuple[dict[str, Backend], Any]:
+    """The raw-HTTP backends for the policy's ``openai`` backends, and their shared transport."""
+    if settings.transport != "raw":
+        return {}, None
+    from tiered_router._lean_http import LeanAsyncTransport
+    from tiered_router.backends.raw_http import RawHTTPBackend
+
+    transport = LeanAsyncTransport()
+    built: dict[str, Backend] = {}
+    for name in dict.fromkeys((policy.tiers.fast, policy.tiers.frontier)):
+        config = policy.backends[name]
+        if config.type == "openai":
+            built[name] = RawHTTPBackend.from_config(name, config, env=env, transport=transport)
+    return built, transport
+
+
+def build_app(
+    policy: Policy,
+    settings: ServerSettings,
+    *,
+    sinks: Sequence[TraceSink] = (),
+    backends: Mapping[str, Backend] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Starlette:
+    """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
+    metrics = Metrics()
+    built, transport = _backends(policy, settings, env)
+    built.update(backends or {})
+    router = Router(policy, backends=built, sinks=[metrics, *sinks])
+    proxy = _Proxy(router, settings, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        # uvicorn runs this after the in-flight requests have finished
+        for backend in list(getattr(router, "_backends", {}).values()):
+            aclose = getattr(backend, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if transport is not None:
+            await transport.aclose()
+
+    app = Starlette(
+        routes=[
+            Route(_CHAT, proxy.chat, methods=["POST"]),
+            Route("/chat/completions", proxy.chat, methods=["POST"]),
+            Route("/v1/models", proxy.models, methods=["GET"]),
+            Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/metrics", proxy.metrics_text, methods=["GET"]),
+        ],
+        exception_handlers={404: _not_found, 405: _not_found},
+        lifespan=lifespan,
+    )
+    app.state.router = router
+    app.state.metrics = metrics
+    app.state.settings = settings
+    return app
