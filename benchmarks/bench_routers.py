@@ -138,6 +138,9 @@ def bfcl_part(data_dir: Path) -> list[dict[str, Any]]:
                     "catch_rate": g.p_fail_given_wrong,
                     "false_alarm_rate": g.p_fail_given_right,
                     "p_wrong_given_pass": g.p_wrong_given_pass,
+                    "apgr": s.apgr,
+                    "cpt50": s.cpt50,
+                    "apgr_oracle": s.apgr_oracle,
                 }
             )
     return out
@@ -186,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{_pct(r['pct_of_strong_cost'])} | {_pct(r['frontier_calls'])} | "
             f"{_pct(r['catch_rate'])} | {_pct(r['false_alarm_rate'])} |"
         )
+    print()
+    print("| pair | APGR, heuristic policy sweep (random 0.5) | CPT(50%) | APGR oracle |")
+    print("| --- | --- | --- | --- |")
+    for r in bfcl[::2]:
+        print(f"| {r['pair']} | {_f(r['apgr'])} | {_pct(r['cpt50'])} | {_f(r['apgr_oracle'])} |")
     print(f"\n({elapsed:.1f} s)")
     return 0
 

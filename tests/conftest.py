@@ -29,5 +29,15 @@ def _no_live_keys(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureReques
                 monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _close_routers() -> Iterator[None]:
+    """Close the HTTP clients of routers built through tests/routerkit.py."""
+    from routerkit import OPEN_ROUTERS
+
+    yield
+    while OPEN_ROUTERS:
+        OPEN_ROUTERS.pop().close()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: talks to a real provider; needs its API key")

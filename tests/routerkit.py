@@ -53,7 +53,17 @@ class Slept(list[float]):
         self.append(seconds)
 
 
+OPEN_ROUTERS: list[Router] = []
+"""Routers built by these helpers; conftest closes them after each test."""
+
+
+def tracked(router: Router) -> Router:
+    """Remember ``router`` so its HTTP clients are closed after the test."""
+    OPEN_ROUTERS.append(router)
+    return router
+
+
 def router_for(server: ScriptedServer, slept: Slept | None = None, **kw: Any) -> Router:
     slept = slept if slept is not None else Slept()
     sinks = kw.pop("sinks", ())
-    return Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks)
+    return tracked(Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks))

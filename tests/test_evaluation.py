@@ -190,11 +190,12 @@ def test_alpacaeval_loader_scores_preferences() -> None:
 
 @needs_data
 def test_combined_names_concatenate_sources() -> None:
-    both = load_data("mmlu+gsm8k", data_dir=DATA)
-    assert len(both) == len(load_data("mmlu", data_dir=DATA)) + len(
-        load_data("gsm8k", data_dir=DATA)
-    )
-    assert both.name == "mmlu+gsm8k"
+    both = load_data("gsm8k+mbpp", data_dir=DATA)
+    gsm, mbpp = load_data("gsm8k", data_dir=DATA), load_data("mbpp", data_dir=DATA)
+    assert len(both) == len(gsm) + len(mbpp)
+    assert both.name == "gsm8k+mbpp" and both.fast_model is None  # the pairs differ
+    paired = load_data("gsm8k+mbpp:gpt-4-1106-preview->gpt-4-1106-preview", data_dir=DATA)
+    assert len(paired) == len(both)  # both sources have GPT-4-Turbo outcomes
 
 
 def test_mt_bench_loader_builds_two_step_tasks(tmp_path: Path) -> None:
@@ -401,3 +402,15 @@ def test_sweep_threshold_is_a_short_decimal_between_scores() -> None:
     assert thresholds[0] == 0.1
     assert 0.123456 <= thresholds[1] < 0.1235 and len(str(thresholds[1])) <= 8
     assert all(math.isfinite(t) for t in thresholds) and thresholds[-1] == 1.0
+
+
+@needs_data
+def test_sample_builder_is_reproducible(tmp_path: Path) -> None:
+    from tiered_router.evaluation._sample import build_sample
+
+    assert DATA is not None
+    built = build_sample(DATA, tmp_path / "s.jsonl.gz")
+    assert len(built) == 500
+    bundled = Path(__file__).parents[1] / "tiered_router/evaluation/data/routellm_sample.jsonl.gz"
+    fresh = gzip.decompress((tmp_path / "s.jsonl.gz").read_bytes())
+    assert fresh == gzip.decompress(bundled.read_bytes())

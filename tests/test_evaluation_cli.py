@@ -102,7 +102,8 @@ def test_eval_errors_are_clear() -> None:
 def _policy_copy(tmp_path: Path) -> Path:
     path = tmp_path / "policy.yaml"
     text = bundled_policy_path().read_text()
-    path.write_text(text.replace("threshold: 0.5", "threshold: 0.5   # hand-set, to calibrate"))
+    text = re.sub(r"threshold: [0-9.]+", "threshold: 0.5   # hand-set, to calibrate", text)
+    path.write_text(text)
     return path
 
 
@@ -192,3 +193,44 @@ def test_offline_loading_fills_unset_keys(tmp_path: Path, monkeypatch: pytest.Mo
         load_policy(str(path))
     policy = load_policy_offline(path)
     assert policy.scoring.threshold == 0.3  # defaults still apply
+
+
+def test_eval_price_and_latency_options() -> None:
+    code, out = _invoke("eval", "--prices", "cheap")
+    assert code == 2 and "--prices" in out
+    code, out = _invoke("eval", "--latency", "fast")
+    assert code == 2 and "--latency" in out
+    code, out = _invoke("eval", "--json", "--prices", "policy", "--latency", "model")
+    assert code == 0
+    assert json.loads(out)["summary"]["n"] == 500
+
+
+def test_eval_on_shared_bfcl_data_uses_recorded_latency() -> None:
+    from tiered_router.evaluation import find_data_dir
+
+    if find_data_dir() is None:
+        pytest.skip("shared data folder (../shared/data) absent")
+    code, out = _invoke("eval", "--data", "bfcl", "--json")
+    assert code == 0, out
+    recorded = json.loads(out)["summary"]
+    code, out = _invoke("eval", "--data", "bfcl", "--json", "--latency", "model")
+    modelled = json.loads(out)["summary"]
+    assert recorded["latency_mean_s"] != modelled["latency_mean_s"]
+    assert recorded["gate"]["drafts"] == recorded["n"]  # every BFCL draft is checked
+    assert json.loads(out)["fast_model"] == "gpt-4o-mini-2024-07-18-FC"
+
+
+def test_eval_picks_models_by_option() -> None:
+    code, out = _invoke(
+        "eval",
+        "--json",
+        "--fast-model",
+        "gpt-4-1106-preview",
+        "--frontier-model",
+        "gpt-4-1106-preview",
+    )
+    assert code == 0, out
+    s = json.loads(out)["summary"]
+    assert s["q_weak"] == s["q_strong"] and s["apgr"] is None
+    code, out = _invoke("eval", "--fast-model", "nope")
+    assert code == 2 and "no outcomes for model 'nope'" in out

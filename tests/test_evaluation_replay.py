@@ -134,10 +134,10 @@ def _dataset() -> Dataset:
     return Dataset(name="tiny", rows=tuple(rows))
 
 
-def _router(ds: Dataset, clock: SimulatedClock, policy: Policy | None = None) -> Router:
-    return Replay.bind(policy or _policy(), ds, fast_model="weak", frontier_model="strong").router(
-        policy or _policy()
-    )
+def _router(ds: Dataset) -> Router:
+    """A router over replay backends (each router gets its own simulated clock)."""
+    policy = _policy()
+    return Replay.bind(policy, ds, fast_model="weak", frontier_model="strong").router(policy)
 
 
 def test_simulated_clock_moves_only_when_told() -> None:
@@ -194,7 +194,7 @@ def test_replay_backend_serves_the_row_and_advances_the_clock() -> None:
 
 def test_real_router_over_replay_backends_measures_simulated_latency() -> None:
     ds = _dataset()
-    router = _router(ds, SimulatedClock())
+    router = _router(ds)
     row = ds.get("ok")
     assert row is not None
     result = router.complete(row.turn)
@@ -208,7 +208,7 @@ def test_real_router_over_replay_backends_measures_simulated_latency() -> None:
 @pytest.mark.anyio
 async def test_async_router_over_replay_backends() -> None:
     ds = _dataset()
-    router = _router(ds, SimulatedClock())
+    router = _router(ds)
     row = ds.get("ok")
     assert row is not None
     result = await router.acomplete(row.turn)
@@ -217,7 +217,7 @@ async def test_async_router_over_replay_backends() -> None:
 
 def test_gate_failures_escalate_with_recorded_frontier_answer() -> None:
     ds = _dataset()
-    router = _router(ds, SimulatedClock())
+    router = _router(ds)
     empty, tool = ds.get("empty"), ds.get("tool")
     assert empty is not None and tool is not None
     result = router.complete(empty.turn)
@@ -234,7 +234,7 @@ def test_gate_failures_escalate_with_recorded_frontier_answer() -> None:
 
 def test_unrecorded_answer_passes_the_gate_and_missing_outcome_escalates() -> None:
     ds = _dataset()
-    router = _router(ds, SimulatedClock())
+    router = _router(ds)
     unrecorded, missing = ds.get("unrecorded"), ds.get("weak-missing")
     assert unrecorded is not None and missing is not None
     result = router.complete(unrecorded.turn)
@@ -315,3 +315,43 @@ def test_replay_factory_builds_from_policy_options(tmp_path: Path) -> None:
         replay_backend_factory(
             "fast", BackendConfig(type="replay", model="nope", options={"data": str(path)})
         )
+
+
+def test_recorded_failures_and_slow_answers_raise_typed_errors() -> None:
+    from tiered_router.exceptions import BackendTimeout
+
+    usage = Usage(input_tokens=10, output_tokens=10)
+    rows = (
+        EvalRow.build(
+            "down",
+            [{"role": "user", "content": "a"}],
+            {
+                "weak": Outcome(quality=0.0, error="HTTP 503", latency_s=0.2),
+                "strong": Outcome(quality=1.0, text="ok", usage=usage),
+            },
+        ),
+        EvalRow.build(
+            "slow",
+            [{"role": "user", "content": "b"}],
+            {
+                "weak": Outcome(quality=0.0, error="read timeout", latency_s=30.0),
+                "strong": Outcome(quality=1.0, text="ok", usage=usage, latency_s=90.0),
+            },
+        ),
+    )
+    ds = Dataset(name="fail", rows=rows)
+    clock = SimulatedClock()
+    weak = ReplayBackend("fast", ds, model="weak", clock=clock)
+    with pytest.raises(BackendError, match="recorded failure: HTTP 503") as info:
+        weak.complete(CompletionRequest.from_turn(rows[0].turn))
+    assert not isinstance(info.value, BackendTimeout) and clock() == pytest.approx(0.2)
+    with pytest.raises(BackendTimeout):
+        weak.complete(CompletionRequest.from_turn(rows[1].turn))
+    strong = ReplayBackend("frontier", ds, model="strong", clock=clock)
+    before = clock()
+    with pytest.raises(BackendTimeout, match="exceeds"):
+        strong.complete(CompletionRequest.from_turn(rows[1].turn, timeout_s=60.0))
+    assert clock() - before == pytest.approx(60.0)  # the call waited out its timeout
+    result = evaluate(_policy(), ds, fast_model="weak", frontier_model="strong")
+    assert result.summary.escalation_reasons.get("backend_error") == 2  # both fast calls fail
+    assert result.summary.failures == 1  # "slow": the frontier answer never arrives in time

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +22,16 @@ from tiered_router.integrations import TieredChatModel as LazyChatModel  # noqa:
 from tiered_router.integrations.langchain import TieredChatModel  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
+_OPEN: list[Router] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_routers() -> Iterator[None]:
+    """Close the HTTP clients of every router a test built (async tests aclose their own)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
 
 def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Router:
     backend = {
@@ -39,7 +50,9 @@ def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Route
         "scoring": {"threshold": 0.9},
         "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
     }
-    return Router(policy, sinks=[sink] if sink is not None else [])
+    router = Router(policy, sinks=[sink] if sink is not None else [])
+    _OPEN.append(router)
+    return router
 
 
 @tool
@@ -80,7 +93,7 @@ def test_langgraph_react_agent_runs_a_multi_step_task(server: ScriptedServer) ->
     assert messages[-1].content == "It is 21 °C (69.8 °F) in Oslo."
     tool_results = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.name for m in tool_results] == ["get_weather", "to_fahrenheit"]
-    assert float(tool_results[1].content) == pytest.approx(69.8)
+    assert float(str(tool_results[1].content)) == pytest.approx(69.8)
     ai = [m for m in messages if isinstance(m, AIMessage)]
     routed = [m.response_metadata["tiered_router"] for m in ai]
     assert [r["step"] for r in routed] == [0, 1, 2]
@@ -107,6 +120,7 @@ async def test_ainvoke_and_signals(server: ScriptedServer) -> None:
     assert server.requests[-1].model == "frontier-model"
     with pytest.raises(ValueError, match="unknown tiered_router signal"):
         await model.ainvoke("hi", tiered_router={"last": True})
+    await model.router.aclose()
 
 
 def test_stream_yields_chunks_and_ends_with_the_decision(server: ScriptedServer) -> None:
@@ -123,10 +137,12 @@ def test_stream_yields_chunks_and_ends_with_the_decision(server: ScriptedServer)
 @pytest.mark.anyio
 async def test_astream_assembles_tool_calls(server: ScriptedServer) -> None:
     server.script([Reply.tool_calls([("get_weather", {"city": "Paris"})])], model="fast-model")
-    model = TieredChatModel(router=make_router(server)).bind_tools([get_weather])
+    router = make_router(server)
+    model = TieredChatModel(router=router).bind_tools([get_weather])
     total: Any = None
     async for chunk in model.astream("weather in Paris?"):
         total = chunk if total is None else total + chunk
+    await router.aclose()
     assert total.tool_calls[0]["name"] == "get_weather"
     assert total.tool_calls[0]["args"] == {"city": "Paris"}
     assert total.response_metadata["tiered_router"]["escalated"] is False
@@ -188,3 +204,41 @@ def test_with_structured_output_json_mode_and_function_calling(server: ScriptedS
 
 def test_lazy_import_from_the_integrations_package() -> None:
     assert LazyChatModel is TieredChatModel
+
+
+def load_example(name: str) -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_script_runs_against_the_local_server(
+    server: ScriptedServer, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test"}
+    policy = {
+        "version": 1,
+        "backends": {
+            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
+            "frontier": {**backend, "model": "frontier-model"},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    server.default = weather_agent_reply
+    assert load_example("langgraph_agent").main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "answer: It is 21 °C (69.8 °F) in Oslo." in out
+    assert "step 0: fast" in out and "step 2: fast" in out
+    summary = json.loads(out.split("task: ", 1)[1])
+    assert summary["task_id"] == "weather-demo" and summary["steps"] == 3
+    assert len(server.requests) == 3

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip(
-    "agents", reason='OpenAI Agents SDK is not installed: pip install "tiered-router[openai-agents]"'
+    "agents",
+    reason='OpenAI Agents SDK is not installed: pip install "tiered-router[openai-agents]"',
 )
 
 from agents import Agent, ModelSettings, RunConfig, Runner, function_tool  # noqa: E402
@@ -18,9 +20,24 @@ from tiered_router.integrations.openai_agents import (  # noqa: E402
 )
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
+_OPEN: list[Router] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_routers() -> Iterator[None]:
+    """Close the HTTP clients of every router a test built (async tests aclose their own)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
 
 def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Router:
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test", "max_retries": 0}
+    backend = {
+        "type": "openai",
+        "base_url": server.base_url,
+        "api_key": "sk-test",
+        "max_retries": 0,
+    }
     policy = {
         "version": 1,
         "backends": {
@@ -31,7 +48,9 @@ def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Route
         "scoring": {"threshold": 0.9},
         "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
     }
-    return Router(policy, sinks=[sink] if sink is not None else [])
+    router = Router(policy, sinks=[sink] if sink is not None else [])
+    _OPEN.append(router)
+    return router
 
 
 class WeatherReport(BaseModel):
@@ -85,6 +104,7 @@ async def test_runner_run_with_a_tool_and_a_structured_output(server: ScriptedSe
     )
     async with router.task("agents-1") as task:
         result = await Runner.run(make_agent(), "Weather in Oslo?", run_config=run_config(router))
+    await router.aclose()
     report = result.final_output
     assert report == WeatherReport(city="Oslo", celsius=21.0, summary="Sunny and mild.")
     assert task.steps == 2 and task.escalations == 1
@@ -110,6 +130,7 @@ async def test_runner_run_streamed(server: ScriptedServer) -> None:
     server.default = agent_reply
     result = Runner.run_streamed(make_agent(), "Weather in Oslo?", run_config=run_config(router))
     kinds = [event.type async for event in result.stream_events()]
+    await router.aclose()
     assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
     assert result.final_output == WeatherReport(
         city="Oslo", celsius=21.0, summary="Sunny and mild."
@@ -131,9 +152,45 @@ async def test_model_on_an_agent_and_signals_in_extra_body(server: ScriptedServe
         ),
     )
     result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+    await router.aclose()
     assert result.final_output == "ok"
     request = server.requests[-1]
     assert request.model == "frontier-model"  # final=True matched the final-answer rule
     assert request.body["temperature"] == 0.7 and request.body["top_k"] == 3
     assert "tiered_router" not in request.body
-    assert "tiered-router" in repr(TieredModelProvider(router).get_model(None).name)
+    model = TieredModelProvider(router).get_model(None)
+    assert isinstance(model, TieredAgentsModel) and model.name == "tiered-router"
+
+
+def test_example_script_runs_against_the_local_server(
+    server: ScriptedServer, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test"}
+    policy = {
+        "version": 1,
+        "backends": {
+            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
+            "frontier": {**backend, "model": "frontier-model"},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    server.default = agent_reply
+    file = Path(__file__).resolve().parents[1] / "examples" / "openai_agents_example.py"
+    spec = importlib.util.spec_from_file_location("example_openai_agents", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out.split("report: ", 1)[1].splitlines()[0])
+    assert report == {"city": "Oslo", "celsius": 21.0, "summary": "Sunny and mild."}
+    assert "step 0: fast" in out and "step 1: fast" in out
+    assert json.loads(out.split("task: ", 1)[1])["steps"] == 2

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,9 +17,24 @@ from tiered_router import MemorySink, Router  # noqa: E402
 from tiered_router.integrations.pydantic_ai import TieredPydanticAIModel  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
+_OPEN: list[Router] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_routers() -> Iterator[None]:
+    """Close the HTTP clients of every router a test built (async tests aclose their own)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
 
 def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Router:
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test", "max_retries": 0}
+    backend = {
+        "type": "openai",
+        "base_url": server.base_url,
+        "api_key": "sk-test",
+        "max_retries": 0,
+    }
     policy = {
         "version": 1,
         "backends": {
@@ -29,7 +45,9 @@ def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Route
         "scoring": {"threshold": 0.9},
         "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
     }
-    return Router(policy, sinks=[sink] if sink is not None else [])
+    router = Router(policy, sinks=[sink] if sink is not None else [])
+    _OPEN.append(router)
+    return router
 
 
 class Forecast(BaseModel):
@@ -74,6 +92,7 @@ async def test_agent_with_a_tool_and_a_typed_output(server: ScriptedServer) -> N
     )
     async with router.task("pyd-1") as task:
         result = await make_agent(router).run("How warm is Oslo?")
+    await router.aclose()
     assert result.output == Forecast(city="Oslo", celsius=21.5)
     assert task.steps == 2 and task.escalations == 1
     assert [t.tier for t in sink.traces] == ["fast", "frontier"]
@@ -101,6 +120,7 @@ async def test_native_output_and_signals(server: ScriptedServer) -> None:
         "Rome?",
         model_settings={"temperature": 0.6, "extra_body": {"tiered_router": {"final": True}}},
     )
+    await router.aclose()
     assert result.output == Forecast(city="Rome", celsius=30)
     body = server.requests[-1].body
     assert body["model"] == "frontier-model"
@@ -115,6 +135,7 @@ async def test_run_stream(server: ScriptedServer) -> None:
     agent = Agent(TieredPydanticAIModel(router))
     async with agent.run_stream("Weather?") as run:
         pieces = [text async for text in run.stream_output(debounce_by=None)]
+    await router.aclose()
     assert pieces[-1] == "Sunny in Oslo today."
     assert len(pieces) >= 2
     assert server.requests[-1].body.get("stream") is True
@@ -127,8 +148,50 @@ async def test_run_stream_with_tools_and_typed_output(server: ScriptedServer) ->
     server.default = agent_reply
     async with make_agent(router).run_stream("How warm is Oslo?") as run:
         output = await run.get_output()
+    await router.aclose()
     assert output == Forecast(city="Oslo", celsius=21.5)
     assert [r.body.get("stream") for r in server.requests] == [True, True]
     assert len(sink.traces) == 2
     assert "agent_role" not in sink.traces[1].metadata  # no task: no signals added
     assert server.requests[1].body["messages"][-1]["role"] == "tool"
+
+
+def test_example_script_runs_against_the_local_server(
+    server: ScriptedServer, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test"}
+    policy = {
+        "version": 1,
+        "backends": {
+            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
+            "frontier": {**backend, "model": "frontier-model"},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            return Reply.tool_calls([("get_temperature", {"city": "Oslo"})])
+        return Reply.tool_calls([("final_result", {"city": "Oslo", "celsius": 21.5})])
+
+    server.default = reply
+    file = Path(__file__).resolve().parents[1] / "examples" / "pydantic_ai_example.py"
+    spec = importlib.util.spec_from_file_location("example_pydantic_ai", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.split("forecast: ", 1)[1].splitlines()[0]) == {
+        "city": "Oslo",
+        "celsius": 21.5,
+    }
+    assert json.loads(out.split("task: ", 1)[1])["steps"] == 2

@@ -5,7 +5,7 @@ import logging
 from typing import Any
 
 import pytest
-from routerkit import JSON_TURN, SECRET, Slept, easy_turn, make_policy, router_for
+from routerkit import JSON_TURN, SECRET, Slept, easy_turn, make_policy, router_for, tracked
 
 from tiered_router import (
     AllTiersFailed,
@@ -212,7 +212,7 @@ async def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer) -> N
     # with the fast tier unusable (tool turn, tools: false) the open frontier is still tried
     policy = make_policy(server)
     policy["backends"]["fast"]["tools"] = False
-    r2 = Router(policy)
+    r2 = tracked(Router(policy))
     for _ in range(5):
         r2.breaker("frontier").record(False)
     assert r2.breaker("frontier").state == "open"
@@ -248,7 +248,7 @@ def test_tool_turn_never_goes_to_backend_without_tools(server: ScriptedServer) -
             },
         }
     ]
-    router = Router(policy)
+    router = tracked(Router(policy))
     turn = easy_turn(tools=tools)
     decision = router.decide(turn)
     assert decision.tier == "frontier" and decision.rule == "capability.tools"

@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 import pytest
-from routerkit import Slept, make_policy
+from routerkit import Slept, make_policy, tracked
 
 from tiered_router import MemorySink, Router, Turn
 from tiered_router.exceptions import AllTiersFailed, GateFailed, StreamInterrupted
@@ -20,7 +20,7 @@ def turn(**kw: Any) -> Turn:
 def router(server: ScriptedServer, **kw: Any) -> Router:
     slept = Slept()
     sinks = kw.pop("sinks", ())
-    return Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks)
+    return tracked(Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks))
 
 
 @pytest.mark.anyio
@@ -147,7 +147,7 @@ async def test_turn_deadline_bounds_a_live_stream() -> None:
     clock = [0.0]
     with ScriptedServer() as srv:
         srv.script([Reply.text("one two three four five six")], model="fast-model")
-        r = Router(make_policy(srv, gate=CHEAP_GATE), clock=lambda: clock[0])
+        r = tracked(Router(make_policy(srv, gate=CHEAP_GATE), clock=lambda: clock[0]))
         stream = r.astream(turn(), deadline_s=10.0)
         await stream.start()
         clock[0] = 11.0  # the caller was slow: the turn's deadline passes mid-stream

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -80,7 +81,20 @@ def router_for(
     options: dict[str, Any] = {"sinks": [sink] if sink is not None else []}
     if clock is not None:
         options["clock"] = clock
-    return Router(make_policy(server, **task), **options)
+    router = Router(make_policy(server, **task), **options)
+    _OPEN.append(router)
+    return router
+
+
+_OPEN: list[Router] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_routers() -> Iterator[None]:
+    """Close the HTTP clients of every router a test built (async tests aclose their own)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
 
 
 def easy(**kw: Any) -> Turn:
@@ -355,6 +369,7 @@ async def test_async_task_follows_concurrent_turns(server: ScriptedServer) -> No
         await stream.start()
         text = "".join([chunk.text async for chunk in stream])
     assert CURRENT_TASK.get() is None
+    await router.aclose()
     assert text == "ok"
     assert task.steps == 4
     assert {r.trace.metadata["task_id"] for r in results} == {"async"}
@@ -383,3 +398,32 @@ def test_policy_task_section_is_validated() -> None:
         load_policy(text)
     assert info.value.line == 5
     assert "task.lock_after_gate_failures" in str(info.value)
+
+
+DOCS = ("task.md", "langchain.md", "openai_agents.md", "pydantic_ai.md")
+BASE_POLICY = {
+    "version": 1,
+    "backends": {"a": {"model": "m"}, "b": {"model": "n"}},
+    "tiers": {"fast": "a", "frontier": "b"},
+}
+
+
+@pytest.mark.parametrize("page", DOCS)
+def test_every_policy_in_the_docs_loads(page: str) -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    assert blocks
+    env = {"INCEPTION_API_KEY": "sk-inception", "OPENAI_API_KEY": "sk-openai"}
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if "backends" not in data:  # a snippet: one section of a policy
+            data = {**BASE_POLICY, **data}
+            policy = load_policy(data, env=env)
+        else:
+            policy = load_policy(block, env=env)
+        assert policy.tiers.fast in policy.backends

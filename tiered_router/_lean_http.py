@@ -16,6 +16,7 @@ compressed bodies (it asks for ``identity``). The httpx2 types come from
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import sys
 import time
@@ -40,10 +41,12 @@ if sys.version_info >= (3, 11):
 
 else:  # pragma: no cover - Python 3.10
 
-    def _deadline(seconds: float | None) -> AbstractAsyncContextManager[Any]:
+    @contextlib.asynccontextmanager
+    async def _deadline(seconds: float | None) -> AsyncIterator[None]:
         import anyio
 
-        return anyio.fail_after(seconds)
+        with anyio.fail_after(seconds):
+            yield
 
 
 @dataclass(slots=True, eq=False)

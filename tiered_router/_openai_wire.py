@@ -57,6 +57,7 @@ class UnknownModel(ValueError):
     Attributes:
         model: The name asked for.
         known: The names that are accepted.
+
     """
 
     def __init__(self, model: str, known: list[str]) -> None:
@@ -83,16 +84,19 @@ def resolve_model(policy: Policy, model: str | None) -> Tier | None:
 
     Raises:
         UnknownModel: For any other name.
+
     """
     if model is None or model == AUTO:
         return None
-    if model in ("fast", "frontier"):
-        return model  # type: ignore[return-value]
-    for tier in ("fast", "frontier"):
-        name = policy.backend_for(tier)  # type: ignore[arg-type]
+    tiers: tuple[Tier, Tier] = ("fast", "frontier")
+    for tier in tiers:
+        if model == tier:
+            return tier
+    for tier in tiers:
+        name = policy.backend_for(tier)
         config = policy.backends.get(name)
         if model == name or (config is not None and config.model == model):
-            return tier  # type: ignore[return-value]
+            return tier
     raise UnknownModel(model, model_ids(policy))
 
 
@@ -149,6 +153,7 @@ class RequestOptions:
         stream: Whether to answer with a stream of chunks.
         include_usage: ``stream_options.include_usage``: end the stream with a usage chunk.
         deadline_s: ``timeout`` as the turn's deadline, or ``UNSET`` for the policy's.
+
     """
 
     model: str = AUTO
@@ -177,6 +182,7 @@ def parse_request(
 
     Raises:
         ValueError: Missing messages, ``n`` other than 1, malformed signals or tools.
+
     """
     args = {k: v for k, v in kwargs.items() if _given(v)}
     model = args.pop("model", AUTO)
@@ -254,7 +260,7 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
 
 
 def _finish(reason: str | None) -> str:
-    return reason if reason in _FINISH else "stop"  # type: ignore[return-value]
+    return reason if reason is not None and reason in _FINISH else "stop"
 
 
 def completion_body(
@@ -273,6 +279,7 @@ def completion_body(
         model: Model name to report when the backend reported none.
         route: The ``tiered_router`` object to add, if any.
         created: Unix time; now when ``None``.
+
     """
     message: dict[str, Any] = {
         "role": "assistant",
@@ -316,6 +323,7 @@ class ChunkRenderer:
         model: Model name to report until the backend reports one.
         include_usage: End with a usage chunk.
         created: Unix time; now when ``None``.
+
     """
 
     def __init__(
@@ -340,9 +348,7 @@ class ChunkRenderer:
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [
-                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            ],
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
 
     def render(self, chunk: CompletionChunk) -> list[dict[str, Any]]:
@@ -382,6 +388,7 @@ class ChunkRenderer:
 
         Args:
             route: The ``tiered_router`` object, added to the finish chunk.
+
         """
         out: list[dict[str, Any]] = []
         if not self._started:

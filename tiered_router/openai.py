@@ -31,7 +31,7 @@ chunk raises from ``create`` (like the SDK), one after it raises from the iterat
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,7 @@ __all__ = [
     "UnknownModel",
     "wrap_openai",
 ]
+
 
 def _router(
     policy: Policy | PolicySource | Router,
@@ -145,6 +146,7 @@ class TieredStream:
 
     Attributes:
         tiered_router: The routing decision, known before the first chunk (tier, score...).
+
     """
 
     def __init__(self, stream: RoutedStream, turn: Turn, options: RequestOptions, owner: Any):
@@ -158,7 +160,7 @@ class TieredStream:
         )
         self._gen = self._chunks()
 
-    def _chunks(self) -> Iterator[ChatCompletionChunk]:
+    def _chunks(self) -> Generator[ChatCompletionChunk, None, None]:
         cls = _chunk_types()
         for chunk in self._stream:
             for obj in self._renderer.render(chunk):
@@ -187,7 +189,10 @@ class TieredStream:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -208,7 +213,7 @@ class AsyncTieredStream:
         )
         self._gen = self._chunks()
 
-    async def _chunks(self) -> AsyncIterator[ChatCompletionChunk]:
+    async def _chunks(self) -> AsyncGenerator[ChatCompletionChunk, None]:
         cls = _chunk_types()
         async for chunk in self._stream:
             for obj in self._renderer.render(chunk):
@@ -237,7 +242,10 @@ class AsyncTieredStream:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -261,6 +269,7 @@ class _Completions:
             ValueError: Malformed arguments or an unknown model (without a wrapped client).
             AllTiersFailed: No tier produced a completion.
             GateFailed: The last draft failed the gate and the policy says ``raise``.
+
         """
         owner = self._owner
         router = owner.router
@@ -302,6 +311,7 @@ class _AsyncCompletions:
             ValueError: Malformed arguments or an unknown model (without a wrapped client).
             AllTiersFailed: No tier produced a completion.
             GateFailed: The last draft failed the gate and the policy says ``raise``.
+
         """
         owner = self._owner
         router = owner.router
@@ -335,7 +345,7 @@ class _Chat:
 
 
 def _close_backends(router: Router) -> list[Any]:
-    """The router's built backends (what a client closes when it closes)."""
+    """Return the backends the router has built (what a client closes when it closes)."""
     return list(getattr(router, "_backends", {}).values())
 
 
@@ -359,6 +369,7 @@ class TieredOpenAI(_Base):
         router: The router.
         chat: ``chat.completions.create(...)`` as in the SDK.
         last_result: The last finished :class:`RoutedResult`.
+
     """
 
     def __init__(
@@ -382,7 +393,10 @@ class TieredOpenAI(_Base):
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -395,6 +409,7 @@ class AsyncTieredOpenAI(_Base):
         client = AsyncTieredOpenAI(policy="policy.yaml")
         resp = await client.chat.completions.create(model="auto", messages=[...])
         ```
+
     """
 
     def __init__(
@@ -418,7 +433,10 @@ class AsyncTieredOpenAI(_Base):
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -467,6 +485,7 @@ def wrap_openai(
 
     Returns:
         The wrapped client (``.router`` and ``.last_result`` added).
+
     """
     import openai
 

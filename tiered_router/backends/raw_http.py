@@ -126,9 +126,13 @@ class RawHTTPBackend(OpenAICompatBackend):
             if response.status_code >= 400:
                 data = await response.aread()
                 raise self._status_error(response.status_code, response.headers, data)
+            done = False
+            # read to the end of the body even after [DONE] (the terminating chunk is in
+            # the same packet), so the keep-alive connection goes back to the pool
             async for data in _sse_data(response.stream):
-                if data == b"[DONE]":
-                    break
+                if done or data == b"[DONE]":
+                    done = True
+                    continue
                 event = json.loads(data)
                 if isinstance(event, dict) and event.get("error"):
                     detail = _convert.server_message(event["error"])

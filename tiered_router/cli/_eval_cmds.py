@@ -19,6 +19,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.results import EvalResult
     from tiered_router.policy import Policy
 
@@ -37,8 +38,10 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(policy: Path | None, data: str | None) -> tuple[Policy, Any, str]:
-    """Load the policy (bundled default when ``None``) and the data."""
+def _load(
+    policy: Path | None, data: str | None, fast_model: str | None, frontier_model: str | None
+) -> tuple[Policy, Dataset]:
+    """Load the policy (bundled default when ``None``) and the data, with the chosen models."""
     from tiered_router.evaluation.calibration import load_policy_offline
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.sources import bundled_policy_path, load_data
@@ -55,9 +58,14 @@ def _load(policy: Path | None, data: str | None) -> tuple[Policy, Any, str]:
         data = str(replay_data) if replay_data else "sample"
     try:
         dataset = load_data(data)
+        if fast_model or frontier_model:
+            dataset = dataset.with_pair(
+                fast_model or dataset.fast_model or "",
+                frontier_model or dataset.frontier_model or "",
+            )
     except DatasetError as exc:
         raise _fail(str(exc)) from exc
-    return loaded, dataset, data
+    return loaded, dataset
 
 
 @contextmanager
@@ -77,12 +85,23 @@ def _progress(total: int, *, enabled: bool, label: str) -> Iterator[Callable[[in
         transient=True,
     ) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+        # advancing rich's bar costs far more than replaying a row: move it in ~1 % steps
+        every = max(1, total // 100)
+        pending = [0]
+
+        def step(n: int) -> None:
+            pending[0] += n
+            if pending[0] >= every:
+                bar.advance(task, pending[0])
+                pending[0] = 0
+
+        yield step
+        bar.advance(task, pending[0])
 
 
 def _run(
     policy: Policy,
-    dataset: Any,
+    dataset: Dataset,
     *,
     quiet: bool,
     prices: str,
@@ -206,7 +225,7 @@ def eval_command(
         raise _fail(f"--prices: 'data' or 'policy', not {prices!r}")
     if latency not in ("recorded", "model"):
         raise _fail(f"--latency: 'recorded' or 'model', not {latency!r}")
-    loaded, dataset, _ = _load(policy, data)
+    loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
         dataset,
@@ -254,6 +273,13 @@ def calibrate_command(
             "--max-cost", help="Most cost: US$ per turn (0.002) or % of all-frontier cost (40%)."
         ),
     ] = None,
+    fast_model: Annotated[
+        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
+    ] = None,
+    frontier_model: Annotated[
+        str | None,
+        typer.Option("--frontier-model", help="Recorded model for the frontier tier."),
+    ] = None,
     write: Annotated[
         bool, typer.Option("--write", help="Update scoring.threshold in the policy file.")
     ] = False,
@@ -276,7 +302,7 @@ def calibrate_command(
             target = Target(fast_share=target_fast_share, quality_retained=target_quality_retained)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    loaded, dataset, _ = _load(policy, data)
+    loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
         dataset,

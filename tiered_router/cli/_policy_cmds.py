@@ -1,11 +1,373 @@
-"""The policy commands (validate, explain, run, serve): placeholder until they are written."""
+"""``validate``, ``explain``, ``run`` and ``serve``: the commands that take a policy.
+
+Errors are one clear line (a policy error: one ``file:line: field: message`` line per
+problem) on standard error and exit code 1, never a traceback. Heavy imports (the router,
+the SDK, the server) happen inside the commands, so ``--help`` stays fast.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tiered_router.policy import Policy
+    from tiered_router.router import RoutedResult
+    from tiered_router.routing import Decision
+    from tiered_router.turn import Turn
 
 __all__ = ["register"]
 
+PolicyArg = Annotated[
+    Path, typer.Argument(help="The policy YAML file.", show_default=False, dir_okay=False)
+]
+PromptOpt = Annotated[
+    Optional[str],  # noqa: UP045 - typer reads the annotation at run time (Python 3.10)
+    typer.Option("--prompt", "-p", help="The user message of the turn."),
+]
+MessagesOpt = Annotated[
+    Optional[Path],  # noqa: UP045 - see above
+    typer.Option(
+        "--messages",
+        "-m",
+        help="JSON file: a list of messages, or a whole chat.completions request object.",
+        dir_okay=False,
+    ),
+]
+ToolsOpt = Annotated[
+    Optional[Path],  # noqa: UP045 - see above
+    typer.Option("--tools", help="JSON file with the tools (OpenAI's format).", dir_okay=False),
+]
+SystemOpt = Annotated[
+    Optional[str],  # noqa: UP045 - see above
+    typer.Option("--system", help="A system message put before the prompt."),
+]
+FinalOpt = Annotated[
+    bool, typer.Option("--final", help="Mark the turn as the agent's final answer.")
+]
+StepOpt = Annotated[
+    Optional[int],  # noqa: UP045 - see above
+    typer.Option("--step", min=0, help="The agent's step index."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(message, err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors(policy_file: Path | None = None) -> Iterator[None]:
+    """Turn expected failures into one line on stderr and exit code 1."""
+    from tiered_router.exceptions import PolicyError, TieredRouterError
+
+    try:
+        yield
+    except PolicyError as exc:
+        if exc.file == "<policy>" and policy_file is not None:
+            exc = PolicyError(str(exc), file=str(policy_file), problems=exc.problems)
+        _fail(str(exc))
+    except TieredRouterError as exc:
+        _fail(f"error: {type(exc).__name__}: {_one_line(str(exc))}")
+    except ImportError as exc:
+        _fail(f"error: {_one_line(str(exc))}")
+    except (OSError, ValueError) as exc:
+        _fail(f"error: {_one_line(str(exc))}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "unknown error"
+
+
+def _load(path: Path) -> Policy:
+    from tiered_router.policy import load_policy
+
+    return load_policy(path)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such {what} file") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+
+
+def _turn(
+    prompt: str | None,
+    messages: Path | None,
+    tools: Path | None,
+    system: str | None,
+    final: bool,
+    step: int | None,
+) -> Turn:
+    from tiered_router.turn import Turn
+
+    if (prompt is None) == (messages is None):
+        raise ValueError("give exactly one of --prompt TEXT and --messages FILE")
+    request: dict[str, Any] = {}
+    if messages is not None:
+        loaded = _read_json(messages, "messages")
+        if isinstance(loaded, dict):
+            request = dict(loaded)
+        elif isinstance(loaded, list):
+            request = {"messages": loaded}
+        else:
+            raise ValueError(f"{messages}: expected a list of messages or a request object")
+    else:
+        request["messages"] = [{"role": "user", "content": prompt}]
+    if system is not None:
+        request["messages"] = [{"role": "system", "content": system}, *request["messages"]]
+    if tools is not None:
+        request["tools"] = _read_json(tools, "tools")
+    extra = dict(request.get("extra_body") or {})
+    signals = dict(extra.get("tiered_router") or {})
+    if final:
+        signals["final"] = True
+    if step is not None:
+        signals["step"] = step
+    if signals:
+        extra["tiered_router"] = signals
+        request["extra_body"] = extra
+    request.pop("stream", None)
+    request.pop("model", None)
+    return Turn.from_openai(**request)
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _decision_dict(decision: Decision) -> dict[str, Any]:
+    return {
+        "tier": decision.tier,
+        "backend": decision.backend,
+        "score": round(decision.score, 6),
+        "threshold": decision.threshold,
+        "rule": decision.rule,
+        "reasons": list(decision.reasons),
+        "features": dict(decision.features),
+        "contributions": {k: round(v, 6) for k, v in decision.contributions.items()},
+    }
+
+
+def validate(
+    policy: PolicyArg,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a policy: schema, variables, backends. Exit 1 with file:line errors."""
+    with _errors(policy):
+        loaded = _load(policy)
+        from tiered_router.backends.registry import build_backend
+
+        for name, config in loaded.backends.items():
+            build_backend(name, config)  # unknown types, missing models and keys fail here
+    summary: dict[str, Any] = {
+        "file": str(policy),
+        "backends": {
+            name: {"type": c.type, "model": c.model or c.preset, "kind": c.kind}
+            for name, c in loaded.backends.items()
+        },
+        "tiers": {"fast": loaded.tiers.fast, "frontier": loaded.tiers.frontier},
+        "threshold": loaded.scoring.threshold,
+        "rules": [r.name for r in loaded.rules],
+        "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
+    }
+    if json_out:
+        typer.echo(json.dumps({"ok": True, **summary}, indent=2))
+        return
+    out = _console()
+    out.print(f"[green]ok[/green] {policy}")
+    for name, info in summary["backends"].items():
+        out.print(f"  backend {name}: {info['type']} {info['model']} ({info['kind'] or 'default'})")
+    out.print(f"  tiers: fast={loaded.tiers.fast} frontier={loaded.tiers.frontier}")
+    out.print(f"  scoring: {loaded.scoring.type}, threshold {loaded.scoring.threshold}")
+    out.print(f"  rules: {', '.join(summary['rules']) or 'none'}")
+    out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
+
+
+def explain(
+    policy: PolicyArg,
+    prompt: PromptOpt = None,
+    messages: MessagesOpt = None,
+    tools: ToolsOpt = None,
+    system: SystemOpt = None,
+    final: FinalOpt = False,
+    step: StepOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show where a turn would go and why (score, rule, reasons, features). No model call."""
+    with _errors(policy):
+        loaded = _load(policy)
+        turn = _turn(prompt, messages, tools, system, final, step)
+        from tiered_router.router import Router
+
+        decision = Router(loaded).decide(turn)
+    if json_out:
+        typer.echo(json.dumps(_decision_dict(decision), indent=2))
+        return
+    from rich.table import Table
+
+    out = _console()
+    head = Table(show_header=False, box=None, pad_edge=False)
+    head.add_row("tier", f"[bold]{decision.tier}[/bold] (backend {decision.backend})")
+    head.add_row("score", f"{decision.score:.4f} (threshold {decision.threshold})")
+    head.add_row("rule", decision.rule or "none (the threshold decided)")
+    for i, reason in enumerate(decision.reasons):
+        head.add_row("reasons" if i == 0 else "", reason)
+    out.print(head)
+    table = Table(title="features", title_justify="left")
+    table.add_column("feature")
+    table.add_column("value", justify="right")
+    table.add_column("contribution", justify="right")
+    names = sorted(
+        set(decision.features) | set(decision.contributions),
+        key=lambda n: (-abs(decision.contributions.get(n, 0.0)), n),
+    )
+    for name in names:
+        value = decision.features.get(name)
+        share = decision.contributions.get(name)
+        table.add_row(
+            name,
+            "" if value is None else f"{value:.4g}",
+            "" if share is None else f"{share:+.4f}",
+        )
+    out.print(table)
+
+
+def _result_dict(result: RoutedResult) -> dict[str, Any]:
+    completion = result.completion
+    return {
+        "text": completion.text,
+        "tool_calls": [c.to_openai() for c in completion.tool_calls],
+        "finish_reason": completion.finish_reason,
+        "tier": result.tier,
+        "escalated": result.escalated,
+        "trace": result.trace.to_dict(),
+    }
+
+
+def run(
+    policy: PolicyArg,
+    prompt: PromptOpt = None,
+    messages: MessagesOpt = None,
+    tools: ToolsOpt = None,
+    system: SystemOpt = None,
+    final: FinalOpt = False,
+    step: StepOpt = None,
+    model: Annotated[
+        str, typer.Option("--model", help="auto, a tier (fast, frontier) or a backend name.")
+    ] = "auto",
+    json_out: JsonOpt = False,
+) -> None:
+    """Route one turn for real and print the answer and its trace."""
+    from tiered_router._openai_wire import pinned, resolve_model
+
+    with _errors(policy):
+        loaded = _load(policy)
+        turn = _turn(prompt, messages, tools, system, final, step)
+        from tiered_router.router import Router
+
+        router = Router(loaded)
+        tier = resolve_model(loaded, model)
+        with pinned(loaded, tier, model):
+            result = router.complete(turn)
+    if json_out:
+        typer.echo(json.dumps(_result_dict(result), indent=2, default=str))
+        return
+    from rich.table import Table
+
+    out = _console()
+    completion = result.completion
+    if completion.text:
+        out.print(completion.text, markup=False)
+    for call in completion.tool_calls:
+        out.print(f"[bold]tool call[/bold] {call.name}({call.arguments})", markup=True)
+    trace = result.trace
+    table = Table(title="trace", title_justify="left")
+    for column in ("tier", "backend", "model", "try", "latency ms", "tokens", "cost $", "result"):
+        table.add_column(column)
+    notes: list[str] = []
+    for a in trace.attempts:
+        if a.error is not None:
+            outcome = f"[red]{a.error.get('type')}[/red]"
+        elif a.verdict is None:
+            outcome = "ok"
+        elif a.verdict.passed:
+            outcome = "[green]gate passed[/green]"
+        else:
+            outcome = "[yellow]gate failed[/yellow]"
+            notes.extend(
+                f"{a.backend} draft failed {f.check}: {f.reason}" for f in a.verdict.failures
+            )
+        table.add_row(
+            a.tier,
+            a.backend,
+            a.model,
+            str(a.try_index),
+            f"{a.latency_s * 1000:.1f}",
+            f"{a.usage.input_tokens}/{a.usage.output_tokens}",
+            f"{a.cost:.6f}",
+            outcome,
+        )
+    out.print(table)
+    for note in notes:
+        out.print(note, markup=False)
+    escalations = ", ".join(trace.escalations) or "none"
+    out.print(
+        f"tier [bold]{result.tier}[/bold] (decided {trace.decision.tier}, score "
+        f"{trace.decision.score:.3f}, rule {trace.decision.rule or '-'}), escalations: "
+        f"{escalations}, {trace.latency_s * 1000:.1f} ms, ${trace.cost:.6f}"
+    )
+
+
+def serve(
+    policy: PolicyArg,
+    host: Annotated[
+        Optional[str],  # noqa: UP045 - see above
+        typer.Option(help="Address to bind (default: server.host, else 127.0.0.1)."),
+    ] = None,
+    port: Annotated[
+        Optional[int],  # noqa: UP045 - see above
+        typer.Option(min=0, max=65535, help="Port (default: server.port, else 8000)."),
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
+    max_body_bytes: Annotated[
+        Optional[int],  # noqa: UP045 - see above
+        typer.Option(min=1, help="Largest request body (default: server.max_body_bytes)."),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option(help="critical, error, warning, info, debug or trace.")
+    ] = "info",
+) -> None:
+    """Serve the OpenAI-compatible proxy (needs the server extra)."""
+    with _errors(policy):
+        from tiered_router.server import serve as serve_proxy
+
+        serve_proxy(
+            policy,
+            host=host,
+            port=port,
+            workers=workers,
+            max_body_bytes=max_body_bytes,
+            log_level=log_level,
+        )
+
 
 def register(app: typer.Typer) -> None:
-    """Add the policy commands to ``app`` (none yet)."""
+    """Add ``validate``, ``explain``, ``run`` and ``serve`` to the app."""
+    app.command("validate")(validate)
+    app.command("explain")(explain)
+    app.command("run")(run)
+    app.command("serve")(serve)

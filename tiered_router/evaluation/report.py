@@ -266,7 +266,7 @@ def render_html(result: EvalResult, *, title: str | None = None) -> str:
         (100 * s.cost / base, s.quality, chosen),
     )
     pgr_chart = ""
-    if s.q_strong != s.q_weak:
+    if s.q_strong > s.q_weak:
         gap = s.q_strong - s.q_weak
 
         def g(q: float) -> float:

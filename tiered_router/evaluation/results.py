@@ -177,7 +177,7 @@ def summarize(runs: Sequence[RowRun], points: Sequence[SweepPoint], threshold: f
     tasks = _task_latencies(runs, lambda r: r.headline)
     tasks_frontier = _task_latencies(runs, lambda r: r.frontier)
     curve = [p.curve_point() for p in points]
-    gap = q_strong != q_weak
+    gap = q_strong > q_weak  # PGR needs a gap to recover
     oracle = oracle_curve([r.fast_label for r in runs], [r.frontier_label for r in runs])
     return Summary(
         n=n,
@@ -272,6 +272,10 @@ def evaluate(
     else:
         latency_note += " from the policy backends' latency models (ttft + tokens / throughput)"
     notes.append(latency_note)
+    if summary.apgr is None:
+        notes.append(
+            "APGR / CPT not defined: the frontier model is not better than the fast model here"
+        )
     return EvalResult(
         dataset=dataset.name,
         fast_model=replay.fast_model,

@@ -29,7 +29,7 @@ from tiered_router.scoring import Score, Scorer
 from tiered_router.trace import Attempt, Trace
 from tiered_router.turn import Completion, Turn
 
-__all__ = ["PriceSource", "Replay", "run_rows"]
+__all__ = ["PriceSource", "Replay", "run_rows", "score_rows"]
 
 PriceSource = Literal["data", "policy"]
 """Where costs come from: the recorded / list prices of the data, or the policy's prices."""

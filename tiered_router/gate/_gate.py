@@ -38,7 +38,7 @@ def _build(spec: object, index: int, registry: CheckRegistry) -> tuple[str, Chec
     if isinstance(spec, Mapping):
         if len(spec) != 1:
             raise PolicyError(
-                f"a check mapping has exactly one key (the check's name), got {sorted(spec)}",
+                f"a check mapping has exactly one key (the check's name), got {list(spec)}",
                 field=where,
             )
         ((name, options),) = spec.items()

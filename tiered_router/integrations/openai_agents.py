@@ -19,6 +19,7 @@ tool arguments and the final output's JSON schema inside ``Runner.run``. Agent s
 in ``ModelSettings(extra_body={"tiered_router": {"final": True}})``. The routing decision
 lands in each output item's ``provider_data["tiered_router"]`` (``get_response``) and in the
 streamed response's ``metadata`` (``stream_response``).
+
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class TieredAgentsModel(Model):
     Args:
         router: The router.
         name: The model name reported to the SDK (traces, logs).
+
     """
 
     def __init__(self, router: Router, *, name: str = "tiered-router") -> None:
@@ -109,7 +111,8 @@ class TieredAgentsModel(Model):
             params["tool_choice"] = choice
         if specs and model_settings.parallel_tool_calls is not None:
             params["parallel_tool_calls"] = model_settings.parallel_tool_calls
-        extra = dict(model_settings.extra_body or {}) if model_settings.extra_body else {}
+        body = model_settings.extra_body
+        extra: dict[str, Any] = dict(body) if isinstance(body, Mapping) else {}
         signals = signals_of(extra.pop(METADATA_KEY, None))
         if extra:
             params["extra_body"] = extra
@@ -149,9 +152,7 @@ class TieredAgentsModel(Model):
         routed = await self.router.acomplete(turn)
         completion = routed.completion
         provider_data = {"model": completion.model, METADATA_KEY: decision_metadata(routed)}
-        items = Converter.message_to_output_items(
-            _message(completion), provider_data=provider_data
-        )
+        items = Converter.message_to_output_items(_message(completion), provider_data=provider_data)
         usage = completion.usage
         return ModelResponse(
             output=items,
@@ -232,6 +233,7 @@ class TieredModelProvider(ModelProvider):
 
     Args:
         router: The router.
+
     """
 
     def __init__(self, router: Router) -> None:
@@ -243,7 +245,7 @@ class TieredModelProvider(ModelProvider):
 
 
 def _message(completion: Completion) -> ChatCompletionMessage:
-    calls = [
+    calls: list[Any] = [
         ChatCompletionMessageFunctionToolCall(
             id=c.id, type="function", function=Function(name=c.name, arguments=c.arguments)
         )

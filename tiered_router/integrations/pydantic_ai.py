@@ -17,6 +17,7 @@ Function tools and output tools become tool specs, a native output becomes a
 agent's own run, and a failing fast draft is escalated before pydantic-ai sees it (and
 before it spends one of its retries). Agent signals ride in the model settings:
 ``agent.run(..., model_settings={"extra_body": {"tiered_router": {"final": True}}})``.
+
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class TieredPydanticAIModel(Model):
         settings: Default model settings.
         profile: A model profile overriding the default one (tools, JSON schema and JSON
             object output supported).
+
     """
 
     _announces_lookalike_notes = False
@@ -343,9 +345,7 @@ def _response(routed: RoutedResult) -> ModelResponse:
     if completion.text:
         parts.append(TextPart(content=completion.text))
     for call in completion.tool_calls:
-        parts.append(
-            ToolCallPart(tool_name=call.name, args=call.arguments, tool_call_id=call.id)
-        )
+        parts.append(ToolCallPart(tool_name=call.name, args=call.arguments, tool_call_id=call.id))
     details: dict[str, Any] = {METADATA_KEY: decision_metadata(routed)}
     if completion.finish_reason is not None:
         details["finish_reason"] = completion.finish_reason

@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tiered_router.policy import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -84,9 +85,9 @@ def create_app(
     Raises:
         ImportError: When the ``server`` extra is not installed.
         PolicyError: An invalid policy, or a backend missing its model or API key.
+
     """
     _require_server_extra()
-    from tiered_router.policy import load_policy
     from tiered_router.server._app import build_app
 
     loaded = load_policy(policy, env=env)
@@ -97,7 +98,14 @@ def create_app(
 
 def _app_from_environment() -> Any:
     """App factory for ``--workers`` > 1: each worker process loads the policy itself."""
-    return create_app(os.environ[_POLICY_ENV])
+    import json
+
+    spec = json.loads(os.environ[_POLICY_ENV])
+    loaded = load_policy(spec["policy"])
+    settings = ServerSettings.from_policy(
+        loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
+    )
+    return create_app(loaded, settings=settings)
 
 
 def serve(
@@ -125,11 +133,10 @@ def serve(
         ImportError: When the ``server`` extra is not installed.
         PolicyError: An invalid policy, or a non-loopback ``host`` without client keys.
         ValueError: ``workers`` > 1 with a policy that is not a file path.
+
     """
     _require_server_extra()
     import uvicorn
-
-    from tiered_router.policy import load_policy
 
     loaded = load_policy(policy, env=env)
     settings = ServerSettings.from_policy(
@@ -159,7 +166,10 @@ def serve(
     if workers > 1:
         if not isinstance(policy, (str, os.PathLike)) or _file_name(policy) == "<policy>":
             raise ValueError("--workers > 1 needs the policy as a file path")
-        os.environ[_POLICY_ENV] = os.path.abspath(os.fspath(policy))
+        import json
+
+        spec = {"policy": os.path.abspath(os.fspath(policy)), "max_body_bytes": max_body_bytes}
+        os.environ[_POLICY_ENV] = json.dumps(spec)
         uvicorn.run(
             "tiered_router.server:_app_from_environment", factory=True, workers=workers, **options
         )

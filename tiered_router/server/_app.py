@@ -88,7 +88,7 @@ class _TooLarge(Exception):
 
 
 def _failure(exc: TieredRouterError) -> Response:
-    """The response for a turn that produced nothing usable."""
+    """Return the response for a turn that produced nothing usable."""
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, GateFailed):
         return _error(502, message, error_type="upstream_error", code="gate_failed")
@@ -341,7 +341,7 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 def _backends(
     policy: Policy, settings: ServerSettings, env: Mapping[str, str] | None
 ) -> tuple[dict[str, Backend], Any]:
-    """The raw-HTTP backends for the policy's ``openai`` backends, and their shared transport."""
+    """Build raw-HTTP backends for the policy's ``openai`` tiers, with a shared transport."""
     if settings.transport != "raw":
         return {}, None
     from tiered_router._lean_http import LeanAsyncTransport

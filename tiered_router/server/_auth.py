@@ -17,6 +17,7 @@ class KeyChecker:
 
     Args:
         keys: The accepted keys; none means every request is accepted.
+
     """
 
     def __init__(self, keys: Iterable[str]) -> None:

@@ -33,7 +33,7 @@ def _escape(value: str) -> str:
 def _labels(names: Sequence[str], values: _Labels) -> str:
     if not names:
         return ""
-    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values)) + "}"
+    return "{" + ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)) + "}"
 
 
 def _number(value: float) -> str:
@@ -97,6 +97,7 @@ class Metrics:
         router = Router(policy, sinks=[metrics])
         text = metrics.render()     # Prometheus text format
         ```
+
     """
 
     def __init__(self) -> None:
@@ -111,7 +112,9 @@ class Metrics:
         self.backend_errors = _Counter(
             p + "backend_errors_total", "Failed backend calls.", ("backend", "error")
         )
-        self.cost = _Counter(p + "cost_usd_total", "Cost of backend calls, US dollars.", ("backend",))
+        self.cost = _Counter(
+            p + "cost_usd_total", "Cost of backend calls, US dollars.", ("backend",)
+        )
         self.tokens = _Counter(p + "tokens_total", "Tokens billed.", ("backend", "direction"))
         self.latency = _Histogram(
             p + "turn_latency_seconds", "Wall time of routed turns.", _LATENCY_BUCKETS, ("tier",)

@@ -45,6 +45,7 @@ class ServerSettings:
         max_body_bytes: Largest request body accepted (larger gets 413).
         transport: ``raw`` (lean JSON client) or ``sdk`` (openai SDK) for upstream calls.
         policy_file: The policy's file name, for error messages.
+
     """
 
     host: str = "127.0.0.1"
@@ -74,6 +75,7 @@ class ServerSettings:
             host: Overrides ``server.host``.
             port: Overrides ``server.port``.
             max_body_bytes: Overrides ``server.max_body_bytes``.
+
         """
         server = policy.server
         keys = [k.get_secret_value() for k in server.api_keys]
@@ -98,6 +100,7 @@ class ServerSettings:
 
         Raises:
             PolicyError: When ``host`` is not loopback and no API key is configured.
+
         """
         if not self.api_keys and not is_loopback(self.host):
             raise PolicyError(

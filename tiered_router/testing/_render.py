@@ -51,6 +51,17 @@ def _tool_calls(reply: Reply, ctx: Rendered) -> list[tuple[str, str, str]]:
     ]
 
 
+def _text_size(value: Any) -> int:
+    """Return the total length of the strings in a JSON value (keys excluded)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_size(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    return 0
+
+
 def _usage(reply: Reply, ctx: Rendered) -> dict[str, int]:
     if reply.usage is not None:
         usage = dict(reply.usage)
@@ -58,8 +69,10 @@ def _usage(reply: Reply, ctx: Rendered) -> dict[str, int]:
         usage.setdefault("completion_tokens", 0)
         usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
         return usage
-    messages = ctx.request.get("messages", [])
-    prompt = max(1, len(json.dumps(messages)) // 4)
+    # count string characters instead of re-serialising: json.dumps of a long conversation
+    # costs more than the rest of the request; tools count, as they do in real prompts
+    chars = _text_size(ctx.request.get("messages")) + _text_size(ctx.request.get("tools"))
+    prompt = max(1, chars // 4)
     out_chars = len(reply.content or "") + len(reply.refusal_text or "")
     out_chars += sum(len(name) + len(args) for _, name, args in reply.calls)
     completion = max(1, out_chars // 4)

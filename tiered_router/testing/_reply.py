@@ -126,7 +126,9 @@ class Reply:
             content: The message text.
             finish_reason: The ``finish_reason`` to report.
             usage: Usage fields (``prompt_tokens``, ``completion_tokens``, ...); ``None``
-                estimates them (about four characters per token, at least 1).
+                estimates them at four characters per token, at least 1: the prompt from
+                the strings in the request's messages and tools, the completion from
+                content, refusal and tool calls.
             model: Model name to answer with; ``None`` echoes the request's model.
             chunks: Content pieces when streamed (``1`` mimics one-chunk servers).
             chunk_delay_s: Pause between streamed events.

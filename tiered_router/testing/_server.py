@@ -377,7 +377,7 @@ class ScriptedServer:
                 self._require_method(request, "POST")
                 if not request.body:
                     raise _Fail(400, "request body is empty", "invalid_request_error", None)
-                return await self._complete(body, request.keep_alive, writer)
+                return await self._complete(body, request, writer)
             if request.path in _MODELS:
                 self._require_method(request, "GET")
                 return await self._send_json(writer, 200, self._model_list(), request.keep_alive)
@@ -436,8 +436,9 @@ class ScriptedServer:
             self._errors.append(exc)
 
     async def _complete(
-        self, body: dict[str, Any], keep_alive: bool, writer: asyncio.StreamWriter
+        self, body: dict[str, Any], request: http.Request, writer: asyncio.StreamWriter
     ) -> bool:
+        keep_alive = request.keep_alive
         reply = self._resolve(self._next_entry(body.get("model")), body)
         while reply.kind == "slow":
             await asyncio.sleep(reply.delay_s)

@@ -1,0 +1,79 @@
+"""An OpenAI Agents SDK agent with a function tool and a typed output, routed by tiered_router.
+
+    pip install "tiered-router[openai-agents]"
+    export INCEPTION_API_KEY=... OPENAI_API_KEY=...
+    python examples/openai_agents_example.py              # built-in Mercury 2 + GPT policy
+    python examples/openai_agents_example.py policy.yaml  # or your own policy
+
+``Runner.run`` drives the loop; every model call goes through the router, whose gate checks
+the tool arguments and the final output against its JSON schema. See docs/openai_agents.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+
+from agents import Agent, RunConfig, Runner, function_tool
+from pydantic import BaseModel
+
+from tiered_router import Router
+from tiered_router.integrations.openai_agents import TieredModelProvider
+
+POLICY = """
+version: 1
+backends:
+  mercury: {preset: mercury-2, api_key: "${INCEPTION_API_KEY}"}
+  frontier: {type: openai, model: gpt-5.2, api_key: "${OPENAI_API_KEY}"}
+tiers: {fast: mercury, frontier: frontier}
+task: {max_escalations: 3}
+"""
+
+
+class WeatherReport(BaseModel):
+    city: str
+    celsius: float
+    summary: str
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """Return the current weather of a city.
+
+    Args:
+        city: The city.
+    """
+    return f"{city}: 21.0 C, sunny"
+
+
+agent = Agent(
+    name="weather",
+    instructions="Look the weather up, then answer with a weather report.",
+    tools=[get_weather],
+    output_type=WeatherReport,
+)
+
+
+async def run(router: Router) -> int:
+    # tracing_disabled: the SDK would otherwise upload traces to OpenAI
+    config = RunConfig(model_provider=TieredModelProvider(router), tracing_disabled=True)
+    async with router, router.task("agents-demo") as task:
+        result = await Runner.run(agent, "What's the weather in Oslo?", run_config=config)
+    report: WeatherReport = result.final_output
+    print("report:", report.model_dump_json())
+    for trace in task.traces:
+        print(f"step {trace.metadata['agent_step']}: {trace.tier} (rule={trace.decision.rule})")
+    print("task:", json.dumps(task.summary().to_dict()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    router = Router.from_yaml(args[0]) if args else Router(POLICY)
+    return asyncio.run(run(router))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
