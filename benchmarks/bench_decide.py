@@ -15,8 +15,9 @@ Three measurements:
   agent sees: earlier messages were analysed on earlier steps);
 - ``no cache``: the text-analysis cache cleared before every call (worst case);
 - ``repeated``: ``--repeat`` more passes over all turns;
-- ``best5 warm`` / ``best5 cold``: per turn, the fastest of 5 calls, warm and with no cache: the cost of the
-  code itself, without the noise of a shared machine (preemption, cache misses, GC).
+- ``best5 warm`` / ``best5 cold``: per turn, the fastest of 5 calls (warm cache / cache
+  cleared before each call): the cost of the code itself, without the noise of a shared
+  machine (preemption, cache misses, GC).
 
 Run: ``PYTHONPATH=. python benchmarks/bench_decide.py [--repeat 20]``
 """

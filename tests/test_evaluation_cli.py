@@ -94,9 +94,19 @@ def test_eval_report_shows_escalation_breakdown() -> None:
 
 def test_eval_errors_are_clear() -> None:
     code, out = _invoke("eval", "--data", "no-such-data")
-    assert code == 2 and "not a file and not a known name" in out
+    assert code == 1 and "not a file and not a known name" in out
     code, out = _invoke("eval", "missing-policy.yaml")
-    assert code == 2 and "missing-policy.yaml" in out
+    assert code == 1 and "missing-policy.yaml" in out
+    assert out.startswith("error: ") and "Traceback" not in out
+
+
+def test_eval_reports_a_policy_the_router_cannot_build(tmp_path: Path) -> None:
+    path = _policy_copy(tmp_path)
+    path.write_text(
+        path.read_text().replace("type: heuristic", "type: heuristic\n  weights: {nope: 1}")
+    )
+    code, out = _invoke("eval", str(path))
+    assert code == 1 and "nope" in out and "Traceback" not in out
 
 
 def _policy_copy(tmp_path: Path) -> Path:
@@ -233,4 +243,4 @@ def test_eval_picks_models_by_option() -> None:
     s = json.loads(out)["summary"]
     assert s["q_weak"] == s["q_strong"] and s["apgr"] is None
     code, out = _invoke("eval", "--fast-model", "nope")
-    assert code == 2 and "no outcomes for model 'nope'" in out
+    assert code == 1 and "no outcomes for model 'nope'" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import openai
@@ -34,6 +35,20 @@ def make_policy(upstream: ScriptedServer, **overrides: Any) -> dict[str, Any]:
     return policy
 
 
+@pytest.fixture
+def tiered(server: ScriptedServer) -> Iterator[Callable[[], TieredOpenAI]]:
+    """Build sync clients on the scripted server; close them after the test."""
+    made: list[TieredOpenAI] = []
+
+    def make() -> TieredOpenAI:
+        made.append(TieredOpenAI(make_policy(server)))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
+
+
 def test_sync_create_returns_a_real_chat_completion(server: ScriptedServer) -> None:
     server.script([Reply.text("hi there")], model="fast-model")
     sink = MemorySink()
@@ -51,10 +66,12 @@ def test_sync_create_returns_a_real_chat_completion(server: ScriptedServer) -> N
     assert resp.model_dump()["tiered_router"]["tier"] == "fast"
 
 
-def test_escalation_is_visible_on_the_response(server: ScriptedServer) -> None:
+def test_escalation_is_visible_on_the_response(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
     server.script([Reply.bad_json()], model="fast-model")
     server.script([Reply.json({"answer": 4})], model="frontier-model")
-    client = TieredOpenAI(make_policy(server))
+    client = tiered()
     resp = client.chat.completions.create(
         model="auto", messages=MESSAGES, response_format={"type": "json_object"}
     )
@@ -64,8 +81,10 @@ def test_escalation_is_visible_on_the_response(server: ScriptedServer) -> None:
     assert route["escalations"] == ["gate_failed"] and route["decided_tier"] == "fast"
 
 
-def test_unknown_kwargs_pass_through_and_sentinels_are_dropped(server: ScriptedServer) -> None:
-    client = TieredOpenAI(make_policy(server))
+def test_unknown_kwargs_pass_through_and_sentinels_are_dropped(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
+    client = tiered()
     client.chat.completions.create(
         model="auto",
         messages=MESSAGES,
@@ -80,22 +99,24 @@ def test_unknown_kwargs_pass_through_and_sentinels_are_dropped(server: ScriptedS
     assert client.last_result is not None and client.last_result.trace.turn_id
 
 
-def test_tool_calls_come_back_as_sdk_objects(server: ScriptedServer) -> None:
+def test_tool_calls_come_back_as_sdk_objects(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
     tools: Any = [
         {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}
     ]
     server.script([Reply.tool_calls([("search", {"q": "x"})])], model="fast-model")
-    resp = TieredOpenAI(make_policy(server)).chat.completions.create(
-        model="auto", messages=MESSAGES, tools=tools
-    )
+    resp = tiered().chat.completions.create(model="auto", messages=MESSAGES, tools=tools)
     (call,) = resp.choices[0].message.tool_calls or []
     assert call.function.name == "search"
     assert json.loads(call.function.arguments) == {"q": "x"}
     assert resp.choices[0].finish_reason == "tool_calls"
 
 
-def test_model_pins_a_tier_and_signals_apply(server: ScriptedServer) -> None:
-    client = TieredOpenAI(make_policy(server))
+def test_model_pins_a_tier_and_signals_apply(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
+    client = tiered()
     pinned = client.chat.completions.create(model="frontier", messages=MESSAGES)
     assert pinned.tiered_router["tier"] == "frontier"
     assert pinned.tiered_router["rule"] == "model:frontier"
@@ -111,19 +132,19 @@ def test_model_pins_a_tier_and_signals_apply(server: ScriptedServer) -> None:
         client.chat.completions.create(model="auto", messages=MESSAGES, n=2)
 
 
-def test_pinned_fast_still_escalates_on_gate_failure(server: ScriptedServer) -> None:
+def test_pinned_fast_still_escalates_on_gate_failure(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
     server.script([Reply.empty()], model="fast-model")
-    resp = TieredOpenAI(make_policy(server)).chat.completions.create(
-        model="fast", messages=MESSAGES
-    )
+    resp = tiered().chat.completions.create(model="fast", messages=MESSAGES)
     route = resp.tiered_router
     assert route["decided_tier"] == "fast" and route["tier"] == "frontier"
     assert route["escalated"] is True
 
 
-def test_sync_stream(server: ScriptedServer) -> None:
+def test_sync_stream(server: ScriptedServer, tiered: Callable[[], TieredOpenAI]) -> None:
     server.script([Reply.text("hello streaming world", chunks=3)], model="fast-model")
-    client = TieredOpenAI(make_policy(server))
+    client = tiered()
     with client.chat.completions.create(
         model="auto", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
     ) as stream:
@@ -139,20 +160,20 @@ def test_sync_stream(server: ScriptedServer) -> None:
     assert client.last_result is not None and client.last_result.completion.text == text
 
 
-def test_stream_failure_before_first_chunk_raises_from_create(server: ScriptedServer) -> None:
+def test_stream_failure_before_first_chunk_raises_from_create(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
     server.script([Reply.status(500)], model="fast-model")
     server.script([Reply.status(500)], model="frontier-model")
     with pytest.raises(AllTiersFailed):
-        TieredOpenAI(make_policy(server)).chat.completions.create(
-            model="auto", messages=MESSAGES, stream=True
-        )
+        tiered().chat.completions.create(model="auto", messages=MESSAGES, stream=True)
 
 
-def test_stream_failure_after_first_chunk_raises_from_iterator(server: ScriptedServer) -> None:
+def test_stream_failure_after_first_chunk_raises_from_iterator(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
     server.script([Reply.broken_sse("drop", content="a partial answer")], model="frontier-model")
-    stream = TieredOpenAI(make_policy(server)).chat.completions.create(
-        model="frontier", messages=MESSAGES, stream=True
-    )
+    stream = tiered().chat.completions.create(model="frontier", messages=MESSAGES, stream=True)
     seen: list[str] = []
     with pytest.raises(StreamInterrupted):
         for chunk in stream:
@@ -198,6 +219,8 @@ def test_wrap_openai_routes_auto_and_passes_the_rest_through(server: ScriptedSer
     assert server.requests[-1].headers["authorization"] == "Bearer inner-key"
     assert [m.id for m in client.models.list()][-1] == "scripted"  # other attributes delegate
     assert client.last_result is not None and client.last_result.tier == "fast"
+    client.router.close()
+    inner.close()
 
 
 @pytest.mark.anyio
@@ -208,4 +231,5 @@ async def test_wrap_async_openai(server: ScriptedServer) -> None:
     assert routed.tiered_router["tier"] == "frontier"
     direct = await client.chat.completions.create(model="elsewhere", messages=MESSAGES)
     assert direct.model == "elsewhere"
+    await client.router.aclose()
     await inner.close()

@@ -427,3 +427,56 @@ def test_every_policy_in_the_docs_loads(page: str) -> None:
         else:
             policy = load_policy(block, env=env)
         assert policy.tiers.fast in policy.backends
+
+
+# -- what the adapters share (no framework needed) ---------------------------------------------
+
+
+def test_integrations_package_is_lazy_and_names_the_extra() -> None:
+    import tiered_router.integrations as integrations
+    from tiered_router.integrations._common import decision_metadata, missing, signals_of
+
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        integrations.Nope  # noqa: B018 - the attribute access is the test
+    assert "TieredChatModel" in dir(integrations)
+    error = missing("langchain", "langchain-core", ImportError("x"))
+    assert 'pip install "tiered-router[langchain]"' in str(error)
+    assert isinstance(error.__cause__, ImportError)
+    with pytest.raises(ValueError, match="must be a mapping"):
+        signals_of(["final"])
+    with pytest.raises(ValueError, match="needs a result or a decision"):
+        decision_metadata()
+
+
+def test_decision_metadata_of_a_decision_alone(server: ScriptedServer) -> None:
+    from tiered_router.integrations._common import decision_metadata
+
+    decision = router_for(server).decide(easy(final=True))
+    meta = decision_metadata(decision=decision)
+    assert meta["tier"] == meta["decided_tier"] == "frontier"
+    assert meta["rule"] == "final-answer" and "escalated" not in meta
+
+
+def test_task_benchmark_runs_on_a_few_tasks(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = root.parent / "shared" / "data"
+    if not (data / "bfcl_v1_results").is_dir():
+        pytest.skip("../shared/data/bfcl_v1_results is not here")
+    spec = importlib.util.spec_from_file_location("bench_task", root / "benchmarks/bench_task.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_task", bench)  # dataclasses look their module up
+    spec.loader.exec_module(bench)
+    out = tmp_path / "figures.json"
+    args = ["--data", str(data), "--limit", "6", "--steps", "3", "--json", str(out)]
+    assert bench.main(args) == 0
+    figures = json.loads(out.read_text())
+    configs = [r["config"] for r in figures["results"]]
+    assert configs[0] == "frontier only" and "task-aware + budget" in configs
+    frontier = figures["results"][0]
+    assert frontier["fast_share"] == 0.0 and frontier["tasks"] == 6 and frontier["steps"] == 18
+    assert all(0.0 <= r["step_quality"] <= 1.0 for r in figures["results"])

@@ -28,7 +28,7 @@ from typing import Any
 
 from tiered_router import _http
 
-__all__ = ["LeanAsyncTransport"]
+__all__ = ["LeanAsyncTransport", "LeanResponse"]
 
 _MAX_HEAD = 64 * 1024
 _READ_SIZE = 64 * 1024
@@ -130,20 +130,65 @@ class LeanAsyncTransport(_http.AsyncBaseTransport):
             httpx2.ReadError, httpx2.RemoteProtocolError: as httpx2's own transport would.
 
         """
-        if self._closed:
-            raise _http.ConnectError("the transport is closed", request=request)
-        pool = self._get_pool()
         url = request.url
         origin: _Origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
         connect_timeout, read_timeout = _timeouts(request)
         body = await request.aread()
         head = self._request_head(request, origin, len(body))
+        status, headers, stream = await self._send(
+            origin, head + body, request.method, connect_timeout, read_timeout, request
+        )
+        return _http.Response(status, headers=headers, stream=stream, request=request)
+
+    async def send(
+        self,
+        origin: tuple[str, str, int],
+        data: bytes,
+        *,
+        method: str = "POST",
+        connect_timeout: float | None = None,
+        read_timeout: float | None = None,
+    ) -> LeanResponse:
+        """Send a request given as bytes (head and body) and return the lean response.
+
+        The fast path for callers that build the request themselves (the raw-HTTP backend
+        keeps its request head prebuilt): no httpx2 ``Request`` or ``Response`` objects.
+
+        Args:
+            origin: ``(scheme, host, port)``.
+            data: The whole request: request line, headers (with ``host`` and
+                ``content-length``), blank line and body.
+            method: The request's method (a ``HEAD`` answer has no body).
+            connect_timeout: Seconds to connect (``None``: no limit).
+            read_timeout: Seconds for each read of the answer (``None``: no limit).
+
+        Raises:
+            httpx2.TransportError: As :meth:`handle_async_request`.
+
+        """
+        status, headers, stream = await self._send(
+            origin, data, method, connect_timeout, read_timeout, None
+        )
+        return LeanResponse(status, headers, stream)
+
+    async def _send(
+        self,
+        origin: _Origin,
+        data: bytes,
+        method: str,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+        request: _http.Request | None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], _Body]:
+        if self._closed:
+            raise _http.ConnectError("the transport is closed", request=request)
+        pool = self._get_pool()
         await pool.limit.acquire()
         try:
             # an idle connection the server closed shows as at_eof() and is not reused; a
             # close racing with this request fails it, and the router's retry loop decides
             conn = self._take(pool, origin) or await self._connect(origin, connect_timeout, request)
-            return await self._exchange(pool, conn, head + body, request, read_timeout)
+            return await self._exchange(pool, conn, data, method, request, read_timeout)
         except BaseException:
             pool.limit.release()
             raise
@@ -180,7 +225,7 @@ class LeanAsyncTransport(_http.AsyncBaseTransport):
         return None
 
     async def _connect(
-        self, origin: _Origin, timeout: float | None, request: _http.Request
+        self, origin: _Origin, timeout: float | None, request: _http.Request | None
     ) -> _Conn:
         scheme, host, port = origin
         context: ssl.SSLContext | None = None
@@ -204,9 +249,10 @@ class LeanAsyncTransport(_http.AsyncBaseTransport):
         pool: _Pool,
         conn: _Conn,
         data: bytes,
-        request: _http.Request,
+        method: str,
+        request: _http.Request | None,
         timeout: float | None,
-    ) -> _http.Response:
+    ) -> tuple[int, list[tuple[bytes, bytes]], _Body]:
         try:
             conn.writer.write(data)
             async with _deadline(timeout):
@@ -234,8 +280,7 @@ class LeanAsyncTransport(_http.AsyncBaseTransport):
             raise _http.RemoteProtocolError(
                 "response header block too large", request=request
             ) from exc
-        stream = _Body(self, pool, conn, headers, status, request, timeout)
-        return _http.Response(status, headers=headers, stream=stream, request=request)
+        return status, headers, _Body(self, pool, conn, headers, status, method, request, timeout)
 
     def _release(self, pool: _Pool, conn: _Conn | None) -> None:
         pool.limit.release()
@@ -273,6 +318,45 @@ def _parse_head(head: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
     return status, headers
 
 
+class LeanResponse:
+    """An answer from :meth:`LeanAsyncTransport.send`: status, headers, body stream.
+
+    Attributes:
+        status_code: The HTTP status.
+        raw_headers: Header names and values as received.
+        stream: The body, as an async iterator of bytes (read it, or :meth:`aclose`).
+
+    """
+
+    __slots__ = ("_headers", "raw_headers", "status_code", "stream")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], stream: _Body) -> None:
+        self.status_code = status
+        self.raw_headers = headers
+        self.stream = stream
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers with lower-case names (repeated ones joined with ``", "``)."""
+        if self._headers is None:
+            found: dict[str, str] = {}
+            for name, value in self.raw_headers:
+                key = name.decode("latin-1").lower()
+                text = value.decode("latin-1")
+                found[key] = f"{found[key]}, {text}" if key in found else text
+            self._headers = found
+        return self._headers
+
+    async def aread(self) -> bytes:
+        """Read the whole body."""
+        return b"".join([part async for part in self.stream])
+
+    async def aclose(self) -> None:
+        """Release the connection (closed when the body was not read to its end)."""
+        await self.stream.aclose()
+
+
 class _Body(_http.AsyncByteStream):
     """The response body: content-length, chunked, or until the server closes."""
 
@@ -283,7 +367,8 @@ class _Body(_http.AsyncByteStream):
         conn: _Conn,
         headers: list[tuple[bytes, bytes]],
         status: int,
-        request: _http.Request,
+        method: str,
+        request: _http.Request | None,
         timeout: float | None,
     ) -> None:
         self._transport = transport
@@ -302,7 +387,7 @@ class _Body(_http.AsyncByteStream):
                 self._chunked = b"chunked" in value.lower()
             elif lowered == b"connection":
                 keep_alive = b"close" not in value.lower()
-        if status in (204, 304) or request.method == "HEAD":
+        if status in (204, 304) or method == "HEAD":
             self._length = 0
         if self._chunked:
             self._length = None

@@ -23,9 +23,10 @@ from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterru
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
 
 if TYPE_CHECKING:
+    from tiered_router._run import RoutedResult, TurnRun
     from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.router import Router
     from tiered_router.routing import Decision
-    from tiered_router.router import RoutedResult, Router, _Run
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
 
@@ -33,7 +34,7 @@ __all__ = ["AsyncRoutedStream", "RoutedStream"]
 _CHEAP_CHECKS = frozenset({"non_empty", "not_truncated", "no_refusal", "max_chars"})
 
 
-def _needs_whole_draft(router: Router, run: _Run) -> bool:
+def _needs_whole_draft(router: Router, run: TurnRun) -> bool:
     turn = run.turn
     for name in router.gate.names:
         if name in _CHEAP_CHECKS:
@@ -70,7 +71,7 @@ def _as_chunks(completion: Completion) -> list[CompletionChunk]:
 
 
 async def _acollect(
-    tier: Tier, run: _Run, backend: Backend, request: CompletionRequest, started: float
+    tier: Tier, run: TurnRun, backend: Backend, request: CompletionRequest, started: float
 ) -> tuple[Completion, list[CompletionChunk]]:
     """One try: read a whole draft as chunks, and record it."""
     astream = getattr(backend, "astream", None)
@@ -85,7 +86,7 @@ async def _acollect(
 
 
 def _collect(
-    tier: Tier, run: _Run, backend: Backend, request: CompletionRequest, started: float
+    tier: Tier, run: TurnRun, backend: Backend, request: CompletionRequest, started: float
 ) -> tuple[Completion, list[CompletionChunk]]:
     """Sync twin of :func:`_acollect`."""
     stream = getattr(backend, "stream", None)
@@ -140,7 +141,7 @@ def _open(
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(self, router: Router, run: _Run) -> None:
+    def __init__(self, router: Router, run: TurnRun) -> None:
         self._router = router
         self._run = run
         self.tier: Tier | None = None
@@ -218,7 +219,7 @@ class _StreamState:
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(self, router: Router, run: _Run) -> None:
+    def __init__(self, router: Router, run: TurnRun) -> None:
         super().__init__(router, run)
         self._gen: AsyncIterator[CompletionChunk] | None = None
         self._head: list[CompletionChunk] = []
@@ -290,7 +291,7 @@ class AsyncRoutedStream(_StreamState):
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(self, router: Router, run: _Run) -> None:
+    def __init__(self, router: Router, run: TurnRun) -> None:
         super().__init__(router, run)
         self._gen: Iterator[CompletionChunk] | None = None
         self._head: list[CompletionChunk] = []

@@ -344,11 +344,6 @@ class _Chat:
         return getattr(self._inner, name)
 
 
-def _close_backends(router: Router) -> list[Any]:
-    """Return the backends the router has built (what a client closes when it closes)."""
-    return list(getattr(router, "_backends", {}).values())
-
-
 class TieredOpenAI(_Base):
     """A drop-in for ``openai.OpenAI`` whose ``chat.completions.create`` is routed.
 
@@ -384,10 +379,7 @@ class TieredOpenAI(_Base):
 
     def close(self) -> None:
         """Close the HTTP clients of the backends the router built."""
-        for backend in _close_backends(self.router):
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+        self.router.close()
 
     def __enter__(self) -> TieredOpenAI:
         return self
@@ -424,10 +416,7 @@ class AsyncTieredOpenAI(_Base):
 
     async def close(self) -> None:
         """Close the HTTP clients of the backends the router built."""
-        for backend in _close_backends(self.router):
-            aclose = getattr(backend, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        await self.router.aclose()
 
     async def __aenter__(self) -> AsyncTieredOpenAI:
         return self

@@ -71,10 +71,10 @@ class RetrySchedule:
 
     def backoff(self, retry_number: int, exc: BaseException | None) -> float:
         """Seconds to wait before retry ``retry_number`` (1-based) after ``exc``."""
-        asked = getattr(exc, "retry_after_s", None)
+        asked: float | None = getattr(exc, "retry_after_s", None)
         if asked is not None:
             return max(0.0, float(asked))
-        base = min(self.config.base_s * 2 ** (retry_number - 1), self.config.max_s)
+        base = min(self.config.base_s * 2.0 ** (retry_number - 1), self.config.max_s)
         return base * self._rng.uniform(0.75, 1.0)
 
     def _wait(self, state: tenacity.RetryCallState) -> float:

@@ -74,6 +74,7 @@ class RawHTTPBackend(OpenAICompatBackend):
         self._owns_transport = transport is None
         self._url = (self.base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
         self._raw_headers: list[tuple[str, str]] | None = None
+        self._head: tuple[tuple[str, str, int], bytes] | None = None
 
     @classmethod
     def from_config(
@@ -175,8 +176,33 @@ class RawHTTPBackend(OpenAICompatBackend):
             self._transport = LeanAsyncTransport()
         return self._transport
 
-    async def _send(self, request: CompletionRequest, *, stream: bool) -> _http.Response:
+    def _lean_head(self) -> tuple[tuple[str, str, int], bytes]:
+        """Return the origin and the request head up to ``content-length`` (built once)."""
+        if self._head is None:
+            from urllib.parse import urlsplit
+
+            url = urlsplit(self._url)
+            scheme = url.scheme or "https"
+            port = url.port or (443 if scheme == "https" else 80)
+            host = url.hostname or ""
+            default = 443 if scheme == "https" else 80
+            host_header = host if port == default else f"{host}:{port}"
+            if ":" in host and not host.startswith("["):
+                host_header = f"[{host}]" if port == default else f"[{host}]:{port}"
+            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+            lines = [f"POST {path} HTTP/1.1", f"host: {host_header}"]
+            lines.extend(f"{k}: {v}" for k, v in self._headers_for())
+            lines.append("accept-encoding: identity")
+            self._head = ((scheme, host, port), ("\r\n".join(lines) + "\r\n").encode())
+        return self._head
+
+    async def _send(self, request: CompletionRequest, *, stream: bool) -> Any:
+        """Send one call; return a lean response or an httpx2 ``Response``.
+
+        Both have ``status_code``, ``headers``, ``stream``, ``aread()`` and ``aclose()``.
+        """
         from tiered_router import _http
+        from tiered_router._lean_http import LeanAsyncTransport
 
         body = self._build_kwargs(request, stream=stream)
         timeout = body.pop("timeout", None)
@@ -184,19 +210,31 @@ class RawHTTPBackend(OpenAICompatBackend):
         extra_headers = body.pop("extra_headers", None)
         if extra_body:
             body.update(extra_body)  # the SDK merges extra_body into the JSON body the same way
-        headers = self._headers_for()
-        if extra_headers:
-            headers = [*headers, *((str(k), str(v)) for k, v in extra_headers.items())]
+        content = _dumps(body).encode()
         connect = None if timeout is None else min(timeout, _http.DEFAULT_CONNECT_TIMEOUT_S)
-        http_request = _http.Request(
-            "POST",
-            self._url,
-            headers=headers,
-            content=_dumps(body).encode(),
-            extensions={"timeout": {"connect": connect, "read": timeout, "write": timeout}},
-        )
+        transport = self._get_transport()
         try:
-            return await self._get_transport().handle_async_request(http_request)
+            if isinstance(transport, LeanAsyncTransport):
+                origin, head = self._lean_head()
+                if extra_headers:
+                    head += "".join(
+                        f"{_clean(k)}: {_clean(v)}\r\n" for k, v in extra_headers.items()
+                    ).encode()
+                data = b"%scontent-length: %d\r\n\r\n%s" % (head, len(content), content)
+                return await transport.send(
+                    origin, data, connect_timeout=connect, read_timeout=timeout
+                )
+            headers = self._headers_for()
+            if extra_headers:
+                headers = [*headers, *((str(k), str(v)) for k, v in extra_headers.items())]
+            http_request = _http.Request(
+                "POST",
+                self._url,
+                headers=headers,
+                content=content,
+                extensions={"timeout": {"connect": connect, "read": timeout, "write": timeout}},
+            )
+            return await transport.handle_async_request(http_request)
         except _convert.caught_errors() as exc:
             raise self._translate(exc) from exc
 
@@ -227,6 +265,11 @@ class RawHTTPBackend(OpenAICompatBackend):
                 a.replace(key, "***") if isinstance(a, str) else a for a in error.args
             )
         return error
+
+
+def _clean(value: object) -> str:
+    """Return a header name or value without line breaks (no header injection)."""
+    return str(value).replace("\r", " ").replace("\n", " ")
 
 
 async def _sse_data(stream: Any) -> AsyncIterator[bytes]:

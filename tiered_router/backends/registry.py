@@ -56,6 +56,14 @@ def _openai_factory(
     return OpenAICompatBackend.from_config(name, config, env=env)
 
 
+def _replay_factory(
+    name: str, config: BackendConfig, /, *, env: Mapping[str, str] | None = None
+) -> Backend:
+    from tiered_router.evaluation.replay import replay_backend_factory
+
+    return replay_backend_factory(name, config, env=env)
+
+
 class BackendRegistry:
     """Backend types by name.
 
@@ -72,6 +80,7 @@ class BackendRegistry:
         self._factories: dict[str, BackendFactory] = {}
         if defaults:
             self._factories["openai"] = _openai_factory
+            self._factories["replay"] = _replay_factory
 
     def __repr__(self) -> str:
         return f"BackendRegistry(types={self.types})"

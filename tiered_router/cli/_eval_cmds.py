@@ -33,7 +33,8 @@ _DATA_HELP = (
 )
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``error: message`` on stderr; return the exit to raise (1 errors, 2 usage)."""
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
 
@@ -111,6 +112,7 @@ def _run(
 ) -> EvalResult:
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.results import evaluate
+    from tiered_router.exceptions import TieredRouterError
 
     show = not quiet and sys.stderr.isatty()
     try:
@@ -124,7 +126,9 @@ def _run(
                 recorded_latency=latency == "recorded",
                 progress=step,
             )
-    except DatasetError as exc:
+    except (DatasetError, TieredRouterError, ValueError) as exc:
+        # a policy the router cannot build (bad scorer options, unknown check...) is an
+        # error message, never a traceback
         raise _fail(str(exc)) from exc
 
 
@@ -222,9 +226,9 @@ def eval_command(
 ) -> None:
     """Replay recorded model outcomes through a policy and report quality, cost and latency."""
     if prices not in ("data", "policy"):
-        raise _fail(f"--prices: 'data' or 'policy', not {prices!r}")
+        raise _fail(f"--prices: 'data' or 'policy', not {prices!r}", code=2)
     if latency not in ("recorded", "model"):
-        raise _fail(f"--latency: 'recorded' or 'model', not {latency!r}")
+        raise _fail(f"--latency: 'recorded' or 'model', not {latency!r}", code=2)
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
@@ -293,7 +297,8 @@ def calibrate_command(
     given = [target_fast_share, target_quality_retained, max_cost]
     if sum(v is not None for v in given) != 1:
         raise _fail(
-            "give exactly one target: --target-fast-share, --target-quality-retained or --max-cost"
+            "give exactly one target: --target-fast-share, --target-quality-retained or --max-cost",
+            code=2,
         )
     try:
         if max_cost is not None:
@@ -301,7 +306,7 @@ def calibrate_command(
         else:
             target = Target(fast_share=target_fast_share, quality_retained=target_quality_retained)
     except ValueError as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(str(exc), code=2) from exc
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
@@ -315,7 +320,7 @@ def calibrate_command(
     try:
         point = calibrate_policy(result, target)
     except CalibrationError as exc:
-        raise _fail(str(exc), code=1) from exc
+        raise _fail(str(exc)) from exc
     s = result.summary
     expected = {
         "threshold": point.threshold,

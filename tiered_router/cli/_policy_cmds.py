@@ -279,9 +279,8 @@ def run(
         turn = _turn(prompt, messages, tools, system, final, step)
         from tiered_router.router import Router
 
-        router = Router(loaded)
         tier = resolve_model(loaded, model)
-        with pinned(loaded, tier, model):
+        with Router(loaded) as router, pinned(loaded, tier, model):
             result = router.complete(turn)
     if json_out:
         typer.echo(json.dumps(_result_dict(result), indent=2, default=str))

@@ -239,52 +239,60 @@ def run_rows(replay: Replay, *, progress: Callable[[int], None] | None = None) -
         One :class:`RowRun` per row, in dataset order.
 
     """
-    main = replay.router(replay.policy)
-    forced = {"fast": replay.forced("fast"), "frontier": replay.forced("frontier")}
     gate = QualityGate.from_config(replay.policy.gate)
-    fast_name = replay.policy.backend_for("fast")
     runs: list[RowRun] = []
-    for row in replay.dataset.rows:
-        headline, trace = replay.path(main, row)
-        decision = trace.decision
-        paths: dict[str, PathOutcome] = {}
-        if decision.rule is None:
-            paths[decision.tier] = headline
-        for tier in ("fast", "frontier"):
-            if tier not in paths:
-                paths[tier] = replay.path(forced[tier], row)[0]
-        fast_outcome = row.outcomes.get(replay.fast_model)
-        frontier_outcome = row.outcomes.get(replay.frontier_model)
-        verdict = None
-        if fast_outcome is not None and fast_outcome.recorded and fast_outcome.error is None:
-            draft = fast_outcome.completion(model=replay.fast_model, backend=fast_name)
-            verdict = gate.evaluate(draft, row.turn).passed
-        runs.append(
-            RowRun(
-                row_id=row.id,
-                task_id=row.task_id,
-                score=decision.score,
-                rule=decision.rule,
-                decided=decision.tier,
-                headline=headline,
-                fast=paths["fast"],
-                frontier=paths["frontier"],
-                fast_label=fast_outcome.quality if fast_outcome is not None else 0.0,
-                frontier_label=frontier_outcome.quality if frontier_outcome is not None else 0.0,
-                fast_only_cost=(
-                    replay.outcome_cost(fast_outcome, replay.fast_model, fast_name)
-                    if fast_outcome is not None
-                    else 0.0
-                ),
-                fast_verdict=verdict,
-            )
-        )
-        if progress is not None:
-            progress(1)
+    with (
+        replay.router(replay.policy) as main,
+        replay.forced("fast") as fast,
+        replay.forced("frontier") as frontier,
+    ):
+        forced = {"fast": fast, "frontier": frontier}
+        for row in replay.dataset.rows:
+            runs.append(_run_row(replay, main, forced, gate, row))
+            if progress is not None:
+                progress(1)
     return runs
+
+
+def _run_row(
+    replay: Replay, main: Router, forced: dict[str, Router], gate: QualityGate, row: EvalRow
+) -> RowRun:
+    headline, trace = replay.path(main, row)
+    decision = trace.decision
+    paths: dict[str, PathOutcome] = {}
+    if decision.rule is None:
+        paths[decision.tier] = headline
+    for tier in ("fast", "frontier"):
+        if tier not in paths:
+            paths[tier] = replay.path(forced[tier], row)[0]
+    fast_name = replay.policy.backend_for("fast")
+    fast_outcome = row.outcomes.get(replay.fast_model)
+    frontier_outcome = row.outcomes.get(replay.frontier_model)
+    verdict = None
+    if fast_outcome is not None and fast_outcome.recorded and fast_outcome.error is None:
+        draft = fast_outcome.completion(model=replay.fast_model, backend=fast_name)
+        verdict = gate.evaluate(draft, row.turn).passed
+    return RowRun(
+        row_id=row.id,
+        task_id=row.task_id,
+        score=decision.score,
+        rule=decision.rule,
+        decided=decision.tier,
+        headline=headline,
+        fast=paths["fast"],
+        frontier=paths["frontier"],
+        fast_label=fast_outcome.quality if fast_outcome is not None else 0.0,
+        frontier_label=frontier_outcome.quality if frontier_outcome is not None else 0.0,
+        fast_only_cost=(
+            replay.outcome_cost(fast_outcome, replay.fast_model, fast_name)
+            if fast_outcome is not None
+            else 0.0
+        ),
+        fast_verdict=verdict,
+    )
 
 
 def score_rows(replay: Replay, rows: Sequence[EvalRow] | None = None) -> list[float]:
     """Return the policy scorer's value for each row (no model call)."""
-    router = replay.router(replay.policy)
-    return [router.decide(r.turn).score for r in rows or replay.dataset.rows]
+    with replay.router(replay.policy) as router:
+        return [router.decide(r.turn).score for r in rows or replay.dataset.rows]

@@ -71,9 +71,9 @@ FEATURE_ORDER: tuple[str, ...] = (
 )
 """Feature names, in the order of :attr:`FeatureVector.activations`."""
 
-FOCUS_SCAN_CHARS = 4000
+FOCUS_SCAN_CHARS = 3000
 """Characters of the focus message analysed (3/4 from its head, 1/4 from its tail)."""
-CONTEXT_SCAN_CHARS = 600
+CONTEXT_SCAN_CHARS = 500
 """Characters analysed of each context message (2/3 head, 1/3 tail)."""
 CONTEXT_MESSAGES = 4
 """How many user/assistant messages besides the focus make up the context."""

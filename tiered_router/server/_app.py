@@ -375,10 +375,7 @@ def build_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         # uvicorn runs this after the in-flight requests have finished
-        for backend in list(getattr(router, "_backends", {}).values()):
-            aclose = getattr(backend, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        await router.aclose()
         if transport is not None:
             await transport.aclose()
 

@@ -5,6 +5,9 @@ are scripted per request with :class:`Reply` values: valid and invalid JSON, too
 truncation, refusals, error statuses with ``Retry-After``, slow answers, dropped connections
 and broken Server-Sent Event streams. It uses the standard library only.
 
+:class:`ScriptedBackend` and :class:`FunctionBackend` are in-process backends for router
+tests that need no HTTP at all.
+
 Example:
     ```python
     from openai import OpenAI
@@ -20,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+from tiered_router.testing._doubles import FunctionBackend, ScriptedBackend, ScriptItem
 from tiered_router.testing._reply import (
     AgentReply,
     BrokenMode,
@@ -33,10 +37,13 @@ from tiered_router.testing._server import RecordedRequest, ScriptedServer
 __all__ = [
     "AgentReply",
     "BrokenMode",
+    "FunctionBackend",
     "RecordedRequest",
     "Reply",
     "ReplyFn",
     "ReplyLike",
+    "ScriptItem",
+    "ScriptedBackend",
     "ScriptedServer",
     "ToolCallSpec",
 ]

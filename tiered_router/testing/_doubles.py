@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any, Union
+from typing import Any
 
 from tiered_router._types import BackendKind
 from tiered_router.backends._base import CompletionRequest
@@ -14,7 +14,7 @@ from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Usage
 
 __all__ = ["FunctionBackend", "ScriptedBackend", "ScriptItem"]
 
-ScriptItem = Union[Completion, BackendError, Callable[[CompletionRequest], Completion], str]
+ScriptItem = Completion | BackendError | Callable[[CompletionRequest], Completion] | str
 """One scripted answer: a completion, a text, an error to raise, or a function of the request."""
 
 
