@@ -25,29 +25,23 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import os
-import re
 import types
-import typing
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from tiered_router._types import BackendKind, PolicySource, Tier
-from tiered_router.exceptions import PolicyError
 
 if TYPE_CHECKING:
-    import yaml
+    pass
 
 __all__ = [
     "BackendConfig",
@@ -521,17 +515,6 @@ class Policy(_Model):
         return self.tiers.fast if tier == "fast" else self.tiers.frontier
 
 
-# ---------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------
-
-_VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
-_SECRET = re.compile(r"(?i)(^|_)(api_?key|key|token|secret|password|authorization|headers)($|_)")
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a number"}
-_Problem = tuple[int | None, str | None, str]
-
-
 def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None = None) -> Policy:
     """Load, interpolate and validate a policy.
 
@@ -561,293 +544,6 @@ def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None 
     """
     if isinstance(source, Policy):
         return source
-    loader = _Loader(os.environ if env is None else env)
-    if isinstance(source, Mapping):
-        return loader.load(source, file="<dict>")
-    if isinstance(source, str) and not _is_path(source):
-        return loader.load(loader.parse(source, file="<string>"), file="<string>")
-    if isinstance(source, (str, os.PathLike)):
-        file = os.fspath(source)
-        return loader.load(loader.parse(_read(file), file=file), file=file)
-    raise TypeError(
-        f"load_policy() takes a path, YAML text, a mapping or a Policy, not {type(source).__name__}"
-    )
+    from tiered_router._policy_loader import load
 
-
-def _is_path(text: str) -> bool:
-    if "\n" in text:
-        return False
-    if text.endswith((".yaml", ".yml")) or os.path.isfile(text):
-        return True
-    return ":" not in text and bool(text.strip())
-
-
-def _read(file: str) -> str:
-    try:
-        return Path(file).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolicyError("no such policy file", file=file) from None
-    except UnicodeDecodeError as exc:
-        raise PolicyError(f"not UTF-8 text (byte {exc.start})", file=file) from None
-    except OSError as exc:
-        raise PolicyError(f"cannot read the policy file: {exc.strerror}", file=file) from None
-
-
-class _Loader:
-    """One load: YAML nodes -> data, line of every path, ``${VAR}`` interpolation, validation."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
-        self.lines: dict[_Loc, int] = {}
-        self.templates: dict[_Loc, str] = {}
-        self.secrets: set[str] = set()
-        self.problems: list[_Problem] = []
-
-    def parse(self, text: str, *, file: str) -> Any:
-        import yaml  # here, not at the top: most imports of tiered_router never read YAML
-
-        loader: yaml.SafeLoader | None = None
-        try:
-            loader = yaml.SafeLoader(text)  # reads (and checks) the characters at once
-            root = loader.get_single_node()
-            if root is None:
-                raise PolicyError("the policy is empty", file=file, line=1)
-            self._check_duplicates(root, (), set())
-            data = loader.construct_document(root)
-            self.lines[()] = root.start_mark.line + 1
-            self._record_lines(loader, root, (), set())
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark is not None else None
-            message = "invalid YAML: " + ", ".join(filter(None, [exc.context, exc.problem]))
-            if line is not None and "${" in "".join(text.splitlines()[line - 1 : line]):
-                message += " (quote values that use ${VAR} inside { } or [ ])"
-            # `from None`: PyYAML's own message quotes the source line, which may hold a key
-            raise PolicyError(message, file=file, line=line) from None
-        except yaml.YAMLError as exc:
-            # ReaderError (a control character, ...): its first line names only the character
-            position = getattr(exc, "position", None)
-            line = text.count("\n", 0, position) + 1 if isinstance(position, int) else None
-            reason = str(exc).splitlines()[0]
-            raise PolicyError(f"invalid YAML: {reason}", file=file, line=line) from None
-        finally:
-            if loader is not None:
-                loader.dispose()
-        if self.problems:
-            raise self.error(file)
-        if not isinstance(data, Mapping):
-            kind = _KINDS.get(type(data).__name__, f"a {type(data).__name__}")
-            raise PolicyError(
-                f"the policy must be a mapping (version, backends, tiers, ...), not {kind}",
-                file=file,
-                line=self.lines[()],
-            )
-        return data
-
-    def _check_duplicates(self, node: yaml.Node, path: _Loc, seen: set[int]) -> None:
-        import yaml
-
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            first: dict[tuple[str, str], int] = {}
-            for key, value in node.value:
-                if key.tag == _MERGE_TAG or not isinstance(key, yaml.ScalarNode):
-                    continue
-                line = key.start_mark.line + 1
-                if (key.tag, key.value) in first:
-                    where = _dotted((*path, key.value))
-                    message = (
-                        f"duplicate key {key.value!r} (first at line {first[key.tag, key.value]})"
-                    )
-                    self.problems.append((line, where, message))
-                first.setdefault((key.tag, key.value), line)
-                self._check_duplicates(value, (*path, key.value), seen)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                self._check_duplicates(item, (*path, i), seen)
-
-    def _record_lines(
-        self, loader: yaml.SafeLoader, node: yaml.Node, path: _Loc, seen: set[int]
-    ) -> None:
-        # Runs after construction, so merge keys (`<<: *base`) are already flattened into the
-        # mapping, merged pairs first: a key written in the mapping itself wins, as in the data.
-        import yaml
-
-        if id(node) in seen:  # an alias: its paths point at the alias, not inside the anchor
-            return
-        seen.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = (*path, str(loader.construct_object(key)))
-                self.lines[sub] = key.start_mark.line + 1
-                self._record_lines(loader, value, sub, seen)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                sub = (*path, i)
-                self.lines[sub] = item.start_mark.line + 1
-                self._record_lines(loader, item, sub, seen)
-
-    def load(self, data: Mapping[str, Any], *, file: str) -> Policy:
-        data = self._interpolate(data, (), {})
-        if self.problems:
-            raise self.error(file)
-        try:
-            return Policy.model_validate(data)
-        except ValidationError as exc:
-            self._collect(exc, data)
-        # `from None`: pydantic's own message repeats the input values, secrets included
-        raise self.error(file) from None
-
-    def _interpolate(self, obj: Any, path: _Loc, memo: dict[int, Any]) -> Any:
-        if isinstance(obj, str):
-            return self._substitute(obj, path) if "$" in obj else obj
-        if id(obj) in memo:  # YAML aliases share objects: interpolate each one once
-            return memo[id(obj)]
-        if isinstance(obj, Mapping):
-            out: dict[Any, Any] = {}
-            memo[id(obj)] = out
-            for key, value in obj.items():
-                out[key] = self._interpolate(value, (*path, str(key)), memo)
-            return out
-        if isinstance(obj, (list, tuple)):
-            items: list[Any] = []
-            memo[id(obj)] = items
-            items.extend(self._interpolate(v, (*path, i), memo) for i, v in enumerate(obj))
-            return items
-        return obj
-
-    def _substitute(self, text: str, path: _Loc) -> str:
-        def replace(match: re.Match[str]) -> str:
-            if match.group(0) == "$${":
-                return "${"
-            name, default = match.group("name"), match.group("default")
-            if name is None:
-                self._problem(path, "malformed ${...}: write ${NAME}, ${NAME:-default}, or $${")
-                return ""
-            value = self.env.get(name)
-            if default is not None and not value:
-                return default
-            if value and (_is_secret(path) or _SECRET.search(name)):
-                self.secrets.add(value)
-            if value is None:
-                self._problem(
-                    path, f"environment variable {name} is not set (or write ${{{name}:-default}})"
-                )
-                return ""
-            return value
-
-        result = _VAR.sub(replace, text)
-        if result != text:
-            self.templates[path] = text
-        return result
-
-    def _problem(self, path: _Loc, message: str) -> None:
-        self.problems.append((self._line(path), _dotted(path) or None, message))
-
-    def _line(self, path: _Loc) -> int | None:
-        for end in range(len(path), -1, -1):
-            line = self.lines.get(path[:end])
-            if line is not None:
-                return line
-        return None
-
-    def error(self, file: str) -> PolicyError:
-        """Return the error listing every problem found, sorted by line."""
-        merged: dict[tuple[int | None, str | None], list[str]] = {}
-        for line, field, message in self.problems:
-            for secret in self.secrets:  # a secret variable may also have been used elsewhere
-                if len(secret) >= 4:
-                    message = message.replace(secret, "***")
-            messages = merged.setdefault((line, field), [])
-            if message not in messages:
-                messages.append(message)
-        problems = [(line, field, "; ".join(m)) for (line, field), m in merged.items()]
-        problems.sort(key=lambda p: (p[0] is None, p[0] or 0))
-        line, field, message = problems[0]
-        return PolicyError(message, file=file, line=line, field=field, problems=problems)
-
-    def _collect(self, exc: ValidationError, data: Mapping[str, Any]) -> None:
-        for error in exc.errors(include_url=False):
-            loc = tuple(error["loc"])
-            path = _data_path(data, loc)
-            cause = error.get("ctx", {}).get("error")
-            if isinstance(cause, _FieldErrors):
-                for sub, message in cause.problems:
-                    self._problem((*path, *sub), message)
-                continue
-            kind, message = error["type"], error["msg"]
-            if kind == "missing" and loc:
-                path = (*path, loc[-1])
-                message = "required key is missing"
-            elif kind == "extra_forbidden":
-                model = _model_at(path[:-1])
-                known = list(model.model_fields) if model is not None else []
-                message = "unknown key" + (_did_you_mean(str(path[-1]), known) if known else "")
-            elif not _is_secret(path):
-                message += self._shown_input(path, error.get("input"))
-            self._problem(path, message)
-
-    def _shown_input(self, path: _Loc, value: Any) -> str:
-        template = self.templates.get(path)
-        if template is not None:  # never echo a value read from the environment
-            return f" (input: {_short(template)}, interpolated)"
-        if isinstance(value, (str, int, float, bool)) or value is None:
-            return f" (input: {_short(value)})"
-        return ""
-
-
-def _is_secret(path: _Loc) -> bool:
-    return any(isinstance(el, str) and _SECRET.search(el) for el in path)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _data_path(data: Any, loc: tuple[Any, ...]) -> _Loc:
-    """Turn a pydantic error location into the path of the data it points at.
-
-    Elements that are not keys or indexes of the data (union member tags such as ``str``,
-    ``[key]``, a missing field's name) are left out.
-    """
-    path: list[str | int] = []
-    current = data
-    for el in loc:
-        if isinstance(current, Mapping):
-            key = next((k for k in current if k == el or str(k) == str(el)), _MISSING)
-            if key is not _MISSING:
-                path.append(str(key))
-                current = current[key]
-        elif isinstance(current, list) and isinstance(el, int) and 0 <= el < len(current):
-            path.append(el)
-            current = current[el]
-    return tuple(path)
-
-
-_MISSING = object()
-
-
-def _model_at(path: _Loc) -> type[BaseModel] | None:
-    """Return the model class that validates the mapping at ``path``, if there is one."""
-    annotation: Any = Policy
-    for el in (*path, None):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if typing.get_origin(annotation) in (Union, types.UnionType) and len(args) == 1:
-            annotation = args[0]
-        if el is None:
-            break
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = annotation.model_fields.get(str(el))
-            if field is None:
-                return None
-            annotation = field.annotation
-        elif typing.get_origin(annotation) in (dict, list):
-            annotation = typing.get_args(annotation)[-1]
-        else:
-            return None
-    return (
-        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
-    )
+    return load(source, env=env)
