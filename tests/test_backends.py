@@ -849,8 +849,10 @@ def test_python_helpers(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_registry_lists_known_types_on_unknown() -> None:
     registry = BackendRegistry()
     with pytest.raises(PolicyError) as info:
-        registry.build("x", BackendConfig(type="replay"))
-    assert "unknown backend type 'replay'" in str(info.value) and "known: openai" in str(info.value)
+        registry.build("x", BackendConfig(type="carrier-pigeon"))
+    message = str(info.value)
+    assert "unknown backend type 'carrier-pigeon'" in message
+    assert "known: openai, replay" in message
     assert info.value.field == "backends.x.type"
 
 
