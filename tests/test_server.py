@@ -70,8 +70,19 @@ def proxy(server: ScriptedServer) -> Iterator[str]:
         yield url
 
 
+_CLIENTS: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
 def client(url: str, key: str = CLIENT_KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    _CLIENTS.append(openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
+    return _CLIENTS[-1]
 
 
 def post(url: str, body: bytes, **headers: str) -> _http.Response:

@@ -318,6 +318,46 @@ def _parse_head(head: bytes) -> tuple[int, list[tuple[bytes, bytes]]]:
     return status, headers
 
 
+class _Chunked:
+    """Incremental decoder of a chunked transfer-encoded body."""
+
+    __slots__ = ("_buffer", "finished")
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.finished = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Add received bytes; return the payload of every chunk now complete.
+
+        Raises:
+            ValueError: On a malformed chunk-size line.
+        """
+        buffer = self._buffer
+        buffer += data
+        out = bytearray()
+        while True:
+            end = buffer.find(b"\r\n")
+            if end < 0:
+                break
+            size = int(bytes(buffer[:end]).split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                trailer = (
+                    buffer.find(b"\r\n\r\n", end) if buffer[end + 2 : end + 4] != b"\r\n" else end
+                )
+                if trailer < 0:
+                    break  # trailers not complete yet
+                self.finished = True
+                buffer.clear()
+                break
+            start = end + 2
+            if len(buffer) < start + size + 2:
+                break  # the rest of this chunk is still on its way
+            out += buffer[start : start + size]
+            del buffer[: start + size + 2]
+        return bytes(out)
+
+
 class LeanResponse:
     """An answer from :meth:`LeanAsyncTransport.send`: status, headers, body stream.
 
@@ -412,16 +452,17 @@ class _Body(_http.AsyncByteStream):
                     left -= len(part)
                     yield part
             elif self._chunked:
-                while True:
+                # decode every chunk that one read brought in, and yield them as one piece:
+                # an SSE answer is many small chunks, often all in one packet
+                frames = _Chunked()
+                while not frames.finished:
                     async with _deadline(timeout):
-                        line = await reader.readuntil(b"\r\n")
-                        size = int(line.split(b";", 1)[0].strip(), 16)
-                        if size == 0:
-                            while await reader.readuntil(b"\r\n") != b"\r\n":
-                                pass  # trailers
-                            break
-                        part = await reader.readexactly(size + 2)
-                    yield part[:-2]
+                        data = await reader.read(_READ_SIZE)
+                    if not data:
+                        raise asyncio.IncompleteReadError(b"", None)
+                    part = frames.feed(data)
+                    if part:
+                        yield part
             else:
                 while True:
                     async with _deadline(timeout):
@@ -444,8 +485,7 @@ class _Body(_http.AsyncByteStream):
                 "malformed chunked body", request=self._request
             ) from exc
         finally:
-            if not self._done:
-                await self.aclose()
+            await self.aclose()  # back to the pool when read to the end, else closed
 
     async def aclose(self) -> None:
         """Give the connection back to the pool, or close it when the body was not read."""

@@ -313,10 +313,10 @@ def completion_body(
 class ChunkRenderer:
     """Turns our stream chunks into ``chat.completion.chunk`` objects, in OpenAI's order.
 
-    The first object carries ``delta.role``; each chunk's text and tool-call fragments become
-    one delta; :meth:`finish` then sends the ``finish_reason`` object (carrying the
-    ``tiered_router`` route, once the turn is over) and usage (when asked for) last, with
-    empty ``choices``.
+    The first object with content carries ``delta.role``; each chunk's text and tool-call
+    fragments become one delta; :meth:`finish` then sends the ``finish_reason`` object
+    (carrying the ``tiered_router`` route, once the turn is over) and usage (when asked for)
+    last, with empty ``choices``.
 
     Args:
         completion_id: The ``id`` shared by every chunk.
@@ -357,6 +357,10 @@ class ChunkRenderer:
             self.model = chunk.model
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.finish_reason is not None and self._finish_reason is None:
+            self._finish_reason = chunk.finish_reason  # sent by finish(), with the route
+        if not (chunk.text or chunk.reasoning or chunk.tool_calls):
+            return []  # the role goes out with the first content: one write fewer
         delta: dict[str, Any] = {}
         if not self._started:
             self._started = True
@@ -379,9 +383,7 @@ class ChunkRenderer:
                 call["function"] = function
                 calls.append(call)
             delta["tool_calls"] = calls
-        if chunk.finish_reason is not None and self._finish_reason is None:
-            self._finish_reason = chunk.finish_reason  # sent by finish(), with the route
-        return [self._chunk(delta)] if delta else []
+        return [self._chunk(delta)]
 
     def finish(self, route: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Return the closing objects: the finish chunk, then usage if asked for.

@@ -9,7 +9,7 @@ matters.
 from __future__ import annotations
 
 import json
-import uuid
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -202,7 +202,7 @@ class Turn:
     step: int | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    id: str = field(default_factory=lambda: os.urandom(8).hex())
 
     def __init__(
         self,
@@ -232,7 +232,7 @@ class Turn:
         set_(self, "step", step)
         set_(self, "metadata", dict(metadata or {}))
         set_(self, "params", dict(params or {}))
-        set_(self, "id", id or uuid.uuid4().hex[:16])
+        set_(self, "id", id or os.urandom(8).hex())
 
     @classmethod
     def from_openai(cls, **kwargs: Any) -> Turn:

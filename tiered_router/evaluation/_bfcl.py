@@ -19,7 +19,10 @@ was given:
 from __future__ import annotations
 
 import ast
+import io
 import json
+import keyword
+import tokenize
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,6 +94,10 @@ def to_json_schema(parameters: Mapping[str, Any], *, language: str = "python") -
         schema["properties"] = {
             name: _as_string(prop) for name, prop in props.items() if isinstance(prop, Mapping)
         }
+    if isinstance(schema.get("properties"), Mapping):
+        # a function's parameter list is closed: an argument it does not declare is an
+        # error (Python raises TypeError on an unexpected keyword). Nested dicts stay open.
+        schema.setdefault("additionalProperties", False)
     return schema
 
 
@@ -157,13 +164,50 @@ def _fc_calls(result: list[Any]) -> tuple[ToolCall, ...] | None:
     return tuple(calls)
 
 
+_KEYWORD_MARK = "__bfcl_kw"
+
+
+def _escape_keywords(source: str) -> str | None:
+    """Rename Python keywords used as names (Java's ``from=``, ``Foo.class``), or ``None``.
+
+    Prompt-mode answers to Java and JavaScript questions are calls in Python syntax whose
+    argument names or values may be Python keywords; BFCL's decoder accepts them.
+    """
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    changed = False
+    out = []
+    for tok in tokens:
+        if tok.type == tokenize.NAME and keyword.iskeyword(tok.string):
+            if tok.string not in ("True", "False", "None"):
+                tok = tok._replace(string=tok.string + _KEYWORD_MARK)
+                changed = True
+        out.append(tok)
+    return tokenize.untokenize(out) if changed else None
+
+
+def _parse_calls(source: str) -> ast.Expression | None:
+    try:
+        return ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError):
+        pass
+    escaped = _escape_keywords(source)
+    if escaped is None:
+        return None
+    try:
+        return ast.parse(escaped, mode="eval")
+    except (SyntaxError, ValueError):
+        return None
+
+
 def _python_calls(text: str) -> tuple[ToolCall, ...]:
     source = text.strip()
     if not (source.startswith("[") and source.endswith("]")):
         return ()
-    try:
-        tree = ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError):
+    tree = _parse_calls(source)
+    if tree is None:
         return ()
     body = tree.body
     if not isinstance(body, ast.List) or not body.elts:
@@ -180,9 +224,11 @@ def _python_calls(text: str) -> tuple[ToolCall, ...]:
             if kw.arg is None:
                 return ()
             try:
-                args[kw.arg] = ast.literal_eval(kw.value)
+                value = ast.literal_eval(kw.value)
             except (ValueError, SyntaxError, TypeError):
-                args[kw.arg] = ast.unparse(kw.value)
+                value = ast.unparse(kw.value).replace(_KEYWORD_MARK, "")
+            args[kw.arg.replace(_KEYWORD_MARK, "")] = value
+        name = name.replace(_KEYWORD_MARK, "")
         calls.append(ToolCall(id=f"call_{i}", name=fc_name(name), arguments=json.dumps(args)))
     return tuple(calls)
 

@@ -15,6 +15,12 @@ from typing import Any
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
+from tiered_router.gate._calls import (
+    ArgumentGroundingCheck,
+    RedundantToolCallsCheck,
+    RequestedToolsCheck,
+    ToolCallInTextCheck,
+)
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
     MaxCharsCheck,
@@ -178,6 +184,10 @@ _DEFAULT.register("json_schema", factory=JsonSchemaCheck)
 _DEFAULT.register("tool_arguments", factory=ToolArgumentsCheck)
 _DEFAULT.register("regex", factory=RegexCheck)
 _DEFAULT.register("max_chars", factory=MaxCharsCheck)
+_DEFAULT.register("tool_call_in_text", factory=ToolCallInTextCheck)
+_DEFAULT.register("redundant_tool_calls", factory=RedundantToolCallsCheck)
+_DEFAULT.register("argument_grounding", factory=ArgumentGroundingCheck)
+_DEFAULT.register("requested_tools", factory=RequestedToolsCheck)
 
 
 def default_registry() -> CheckRegistry:

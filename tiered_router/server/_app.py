@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from tiered_router._openai_wire import (
     ChunkRenderer,
@@ -85,6 +87,48 @@ def _error(
 
 class _TooLarge(Exception):
     pass
+
+
+class _EventStream(Response):
+    """A Server-Sent Events response, leaner than Starlette's ``StreamingResponse``.
+
+    No task group per response: one small task watches for the client going away, and the
+    stream (with the upstream call under it) is closed at the next event once it has.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], *, headers: Mapping[str, str]) -> None:
+        # no super().__init__(): without a body, init_headers sends no content-length
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+
+        watcher = asyncio.ensure_future(watch())
+        events = self._events
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for event in events:
+                if gone:
+                    break
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            if not gone:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()  # closes the routed stream and the upstream connection
 
 
 def _failure(exc: TieredRouterError) -> Response:
@@ -254,11 +298,7 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         headers["cache-control"] = "no-cache"
         headers["x-accel-buffering"] = "no"
-        return StreamingResponse(
-            self._events(stream, renderer, turn),
-            headers=headers,
-            media_type="text/event-stream",
-        )
+        return _EventStream(self._events(stream, renderer, turn), headers=headers)
 
     async def _events(
         self, stream: AsyncRoutedStream, renderer: ChunkRenderer, turn: Turn
@@ -373,6 +413,10 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if built:
+            from tiered_router.backends import _openai_convert
+
+            _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
         yield
         # uvicorn runs this after the in-flight requests have finished
         await router.aclose()

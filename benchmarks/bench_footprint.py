@@ -1,0 +1,135 @@
+"""Import time of ``tiered_router`` and the memory a warmed Router adds.
+
+    python benchmarks/bench_footprint.py [--runs 15]
+
+1. ``python -c "import tiered_router"`` in fresh interpreters: median and best wall time
+   (target < 0.3 s), and what the import pulls in (openai and httpx2 must not be loaded).
+2. In one fresh interpreter: RSS after ``import tiered_router``, then after building a Router
+   with two OpenAI-compatible backends, making one call through each tier against the local
+   scripted server and warming the gate on a JSON-schema turn and a tool turn (target: adds
+   < 30 MB). The server runs in a child process so its memory is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+_MEMORY_PROBE = r"""
+import json, resource, sys
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+before = rss_mb()
+import tiered_router
+from tiered_router import Router, Turn
+after_import = rss_mb()
+base_url = sys.argv[1]
+policy = {
+    "version": 1,
+    "backends": {
+        "fast": {"type": "openai", "base_url": base_url, "api_key": "k", "model": "fast-model"},
+        "frontier": {"type": "openai", "base_url": base_url, "api_key": "k",
+                     "model": "frontier-model"},
+    },
+    "tiers": {"fast": "fast", "frontier": "frontier"},
+}
+router = Router(policy)
+schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+tools = [{"type": "function", "function": {"name": "add", "parameters": schema}}]
+router.complete(Turn([{"role": "user", "content": "Give the answer."}], response_format=rf))
+router.complete(Turn([{"role": "user", "content": "Final."}], final=True))
+router.complete(Turn([{"role": "user", "content": "Add."}], tools=tools))
+warmed = rss_mb()
+print(json.dumps({"before": before, "after_import": after_import, "warmed": warmed,
+                  "openai_loaded": "openai" in sys.modules}))
+"""
+
+_SERVER = r"""
+import sys, time
+from tiered_router.testing import Reply, ScriptedServer
+with ScriptedServer(default=Reply.json({"answer": 4})) as server:
+    print(server.base_url, flush=True)
+    sys.stdin.read()
+"""
+
+
+def import_times(runs: int) -> tuple[list[float], list[str]]:
+    """Wall time of ``import tiered_router`` in ``runs`` fresh interpreters."""
+    code = (
+        "import time, sys; t = time.perf_counter(); import tiered_router; "
+        "dt = time.perf_counter() - t; "
+        "print(dt, ','.join(m for m in ('openai', 'httpx2', 'jsonschema', 'typer', 'rich', "
+        "'yaml', 'orjson', 'jsonschema_rs') if m in sys.modules))"
+    )
+    times: list[float] = []
+    loaded: list[str] = []
+    for _ in range(runs):
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True
+        ).stdout.split()
+        times.append(float(out[0]))
+        loaded = out[1].split(",") if len(out) > 1 else []
+    return times, loaded
+
+
+def memory() -> dict[str, float]:
+    """RSS figures of a warmed Router, with the scripted server in another process."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER],
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        base_url = server.stdout.readline().strip()
+        done = subprocess.run(
+            [sys.executable, "-c", _MEMORY_PROBE, base_url],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    times, loaded = import_times(args.runs)
+    print(f"import tiered_router ({args.runs} fresh interpreters, Python {sys.version.split()[0]})")
+    print(f"  median {statistics.median(times) * 1000:.0f} ms, best {min(times) * 1000:.0f} ms, "
+          f"worst {max(times) * 1000:.0f} ms   (target < 300 ms)")
+    print(f"  heavy modules loaded by the import: {', '.join(loaded) or 'none'}")
+    m = memory()
+    added = m["warmed"] - m["after_import"]
+    print("RSS of one interpreter")
+    print(f"  after import tiered_router: {m['after_import']:.1f} MB "
+          f"(interpreter alone {m['before']:.1f} MB)")
+    print(f"  Router with two backends, 3 routed calls, gate warmed: {m['warmed']:.1f} MB")
+    print(f"  added by the warmed Router (incl. the openai SDK): {added:.1f} MB   (target < 30 MB)")
+    print(f"({time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The package's public face: __all__, lazy imports, nothing heavy at import time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tiered_router
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_all_is_sorted_and_every_name_resolves() -> None:
+    names = tiered_router.__all__
+    assert names == sorted(names, key=str.casefold)
+    for name in names:
+        assert getattr(tiered_router, name) is not None, name
+    assert set(names) <= set(dir(tiered_router))
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    try:
+        tiered_router.NoSuchThing  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("expected AttributeError")
+
+
+def test_import_loads_nothing_heavy() -> None:
+    code = (
+        "import sys, tiered_router; "
+        "print(sorted(m for m in ('openai', 'httpx2', 'pydantic', 'yaml', 'typer', 'rich', "
+        "'jsonschema', 'tiered_router.router') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_import_does_not_load_the_sdk_or_the_cli() -> None:
+    code = (
+        "import sys; from tiered_router import Router, Turn, load_policy; "
+        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette') "
+        "if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]"
