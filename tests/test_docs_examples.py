@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 import tiered_router.exceptions
-from tiered_router import Router, load_policy
+from tiered_router import Router, Turn, load_policy
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate import default_registry
 from tiered_router.policy import (
@@ -34,6 +34,7 @@ from tiered_router.policy import (
     RuleCondition,
 )
 from tiered_router.routing import Decision
+from tiered_router.testing import ScriptedBackend
 from tiered_router.trace import Attempt, Trace
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -230,8 +231,30 @@ def test_routing_page_covers_the_error_tree_the_trace_and_the_rules() -> None:
                 continue
             row = re.search(rf"^\| `{name}` \|(.*)$", page, flags=re.M)
             assert row is not None, f"{type(model).__name__}.{name} has no row"
-            shown = str(value).lower() if isinstance(value, bool) else f"{value:g}"
-            if value is None:
-                shown = "null"
+            shown = json.dumps(value) if value is None or isinstance(value, bool) else f"{value:g}"
             assert f"`{shown}`" in row.group(1), f"{type(model).__name__}.{name}: default"
 
+
+def _shape(value: Any, *, free: frozenset[str] = frozenset()) -> Any:
+    """The keys of nested mappings (first item of lists); keys in ``free`` map anything."""
+    if isinstance(value, dict):
+        return {k: None if k in free else _shape(v, free=free) for k, v in value.items()}
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return [_shape(value[0], free=free)]
+    return None
+
+
+def test_the_jsonl_line_shown_has_the_shape_the_sink_writes() -> None:
+    (shown,) = [json.loads(code) for _, code in _blocks("routing.md", "json")]
+    router = Router(
+        BASE_POLICY,
+        backends={
+            "fast": ScriptedBackend("fast", ['{"answer": 4']),
+            "frontier": ScriptedBackend("frontier", ['{"answer": 4}']),
+        },
+    )
+    turn = Turn([{"role": "user", "content": "2 + 2?"}], response_format={"type": "json_object"})
+    written = json.loads(router.complete(turn).trace.to_json())
+    free = frozenset({"features", "contributions", "metadata", "error"})
+    assert _shape(shown, free=free) == _shape(written, free=free)
+    assert shown["escalations"] == written["escalations"] == ["gate_failed"]

@@ -160,6 +160,19 @@ def test_sync_stream(server: ScriptedServer, tiered: Callable[[], TieredOpenAI])
     assert client.last_result is not None and client.last_result.completion.text == text
 
 
+def test_closing_a_stream_early_closes_the_upstream(
+    server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
+) -> None:
+    slow = Reply.text("one two three four five six", chunks=6, chunk_delay_s=0.05)
+    server.script([slow], model="frontier-model")
+    client = tiered()
+    with client.chat.completions.create(model="frontier", messages=MESSAGES, stream=True) as s:
+        first = next(iter(s))  # type: ignore[call-overload]
+    assert first.choices[0].delta.role == "assistant"
+    again = client.chat.completions.create(model="auto", messages=MESSAGES)
+    assert again.choices[0].message.content == "ok"
+
+
 def test_stream_failure_before_first_chunk_raises_from_create(
     server: ScriptedServer, tiered: Callable[[], TieredOpenAI]
 ) -> None:

@@ -225,6 +225,29 @@ def test_stream_broken_after_first_byte_ends_with_inband_error(
     assert "stream" in str(info.value.message)
 
 
+def test_client_leaving_mid_stream_ends_the_routed_stream(
+    proxy: str, server: ScriptedServer
+) -> None:
+    slow = Reply.text("one two three four five six seven eight", chunks=8, chunk_delay_s=0.05)
+    server.script([slow], model="frontier-model")
+    body = json.dumps({"model": "frontier", "messages": MESSAGES, "stream": True}).encode()
+    headers = {"content-type": "application/json", "authorization": f"Bearer {CLIENT_KEY}"}
+    with _http.build_client() as http:
+        with http.stream(
+            "POST", f"{proxy}/v1/chat/completions", content=body, headers=headers
+        ) as response:
+            first = next(response.iter_lines())
+        assert first.startswith("data: ")
+        deadline = time.monotonic() + 5
+        while True:  # the proxy notices, closes the upstream stream and settles
+            text = http.get(f"{proxy}/metrics", headers={"authorization": headers["authorization"]})
+            if "tiered_router_in_flight 0" in text.text or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert "tiered_router_in_flight 0" in text.text
+    assert client(proxy).chat.completions.create(model="auto", messages=MESSAGES).choices
+
+
 def test_stream_failure_before_any_byte_is_an_http_error(
     proxy: str, server: ScriptedServer
 ) -> None:

@@ -151,6 +151,7 @@ class TieredStream:
 
     def __init__(self, stream: RoutedStream, turn: Turn, options: RequestOptions, owner: Any):
         self._stream = stream
+        self._iter = iter(stream)
         self._owner = owner
         self.tiered_router = _stream_route(stream, turn, owner.router)
         self._renderer = ChunkRenderer(
@@ -162,7 +163,7 @@ class TieredStream:
 
     def _chunks(self) -> Generator[ChatCompletionChunk, None, None]:
         cls = _chunk_types()
-        for chunk in self._stream:
+        for chunk in self._iter:
             for obj in self._renderer.render(chunk):
                 yield cls.model_validate(obj)
         result = self._stream.result
@@ -184,6 +185,10 @@ class TieredStream:
     def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
         self._gen.close()
+        for gen in (self._iter, getattr(self._stream, "_gen", None)):
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
 
     def __enter__(self) -> TieredStream:
         return self
@@ -204,6 +209,7 @@ class AsyncTieredStream:
         self, stream: AsyncRoutedStream, turn: Turn, options: RequestOptions, owner: Any
     ) -> None:
         self._stream = stream
+        self._iter = stream.__aiter__()
         self._owner = owner
         self.tiered_router = _stream_route(stream, turn, owner.router)
         self._renderer = ChunkRenderer(
@@ -215,7 +221,7 @@ class AsyncTieredStream:
 
     async def _chunks(self) -> AsyncGenerator[ChatCompletionChunk, None]:
         cls = _chunk_types()
-        async for chunk in self._stream:
+        async for chunk in self._iter:
             for obj in self._renderer.render(chunk):
                 yield cls.model_validate(obj)
         result = self._stream.result
@@ -237,6 +243,10 @@ class AsyncTieredStream:
     async def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
         await self._gen.aclose()
+        for gen in (self._iter, getattr(self._stream, "_gen", None)):
+            aclose = getattr(gen, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
     async def __aenter__(self) -> AsyncTieredStream:
         return self

@@ -168,6 +168,7 @@ class CircuitBreaker:
         self.config = config
         self._clock = clock
         self._events: deque[tuple[float, bool]] = deque()
+        self._failures = 0  # failures among _events, kept as calls come and go
         self._opened_at: float | None = None
         self._trial_in_flight = False
         self._lock = threading.Lock()
@@ -209,16 +210,17 @@ class CircuitBreaker:
                 if ok and self._state(now) == "half_open":
                     self._opened_at = None
                     self._events.clear()
+                    self._failures = 0
                 elif not ok:
                     self._opened_at = now
                 return
             self._events.append((now, ok))
+            self._failures += not ok
             horizon = now - self.config.window_s
             while self._events and self._events[0][0] < horizon:
-                self._events.popleft()
+                self._failures -= not self._events.popleft()[1]
             calls = len(self._events)
-            failures = sum(1 for _, good in self._events if not good)
-            if calls >= self.config.min_calls and failures / calls > self.config.failure_ratio:
+            if calls >= self.config.min_calls and self._failures / calls > self.config.failure_ratio:
                 self._opened_at = now
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ schema cannot see and that need no reference answer:
   takes whole; the same call again with extra arguments the request never mentions;
 - ``argument_grounding``: a number-typed argument that is a percentage figure of the
   request taken as a whole number (``5`` for "5%") when the parameter does not say it
-  takes percentages; a date whose year the conversation never states (a guessed date);
+  takes percentages; optionally, a date whose year the conversation never states;
 - ``requested_tools`` (not for step-by-step agents, see its docstring): a declared tool
   the request asks for by name is not called.
 
@@ -194,18 +194,19 @@ class RedundantToolCallsCheck:
 
     def __call__(self, completion: Completion, turn: Turn, /) -> list[str] | None:
         """Return the reasons the draft's calls are redundant, or ``None``."""
-        if len(completion.tool_calls) < 2:
-            return None
-        calls = list(_arguments(completion))
-        reasons = _repeats(calls)
+        calls = completion.tool_calls
+        if len(calls) < 2 or len({c.name for c in calls}) == len(calls):
+            return None  # every call is to a different tool: nothing can repeat
         by_tool: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for i, name, args in calls:
+        for i, name, args in _arguments(completion):
             by_tool.setdefault(name, []).append((i, args))
+        reasons: list[str] = []
         props = _properties(turn) if self.split_lists else {}
         conversation: list[str] = []
         for name, group in by_tool.items():
             if len(group) < 2:
                 continue
+            reasons.extend(_repeats(name, group))
             if self.split_lists:
                 reason = _split_list(name, group, props.get(name, {}))
                 if reason:
@@ -217,15 +218,14 @@ class RedundantToolCallsCheck:
         return reasons or None
 
 
-def _repeats(calls: Sequence[tuple[int, str, dict[str, Any]]]) -> list[str]:
-    seen: dict[tuple[str, str], int] = {}
+def _repeats(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
     reasons = []
-    for i, name, args in calls:
-        key = (name, _canonical(args))
-        first = seen.setdefault(key, i)
-        if first != i:
+    for n, (j, later) in enumerate(group):
+        # dict equality ignores key order; 1 == 1.0 as in JSON
+        first = next((i for i, earlier in group[:n] if earlier == later), None)
+        if first is not None:
             reasons.append(
-                f"tool_calls[{i}] ({name}) repeats tool_calls[{first}]: same tool, same arguments"
+                f"tool_calls[{j}] ({name}) repeats tool_calls[{first}]: same tool, same arguments"
             )
     return reasons
 
@@ -236,7 +236,8 @@ def _split_list(
     keys = set(group[0][1])
     if any(set(args) != keys for _, args in group):
         return None
-    differing = [k for k in keys if len({_canonical(args[k]) for _, args in group}) > 1]
+    first = group[0][1]
+    differing = [k for k in keys if any(args[k] != first[k] for _, args in group)]
     if len(differing) != 1:
         return None
     param = differing[0]
@@ -331,10 +332,12 @@ class ArgumentGroundingCheck:
       the parameter's name nor its description says it takes a percentage. A rate, yield
       or probability is a fraction unless the tool says otherwise; ``5`` for 5 % is off
       by a factor of 100. (``integer`` parameters cannot hold a fraction and are skipped.)
-    - with ``unstated_years``: a string argument holding an ISO date (``2023-11-03``)
-      whose year appears nowhere in the conversation: the model made up a date the user
-      gave only relatively ("next Friday") or without a year. Put today's date in the
-      system prompt and such dates are grounded.
+    - with ``unstated_years`` (off by default): a string argument holding an ISO date
+      (``2023-11-03``) whose year appears nowhere in the conversation: the model made up
+      a date the user gave only relatively ("next Friday") or without a year. Off by
+      default because a frontier model without today's date guesses the same way, so
+      escalating rarely fixes it; with today's date in the system prompt such dates are
+      grounded and the check is safe to turn on.
 
     Only top-level arguments are read; calls whose arguments do not parse are left to
     ``tool_arguments``.
@@ -346,7 +349,7 @@ class ArgumentGroundingCheck:
 
     name: ClassVar[str] = "argument_grounding"
     percent_scale: bool = True
-    unstated_years: bool = True
+    unstated_years: bool = False
 
     def __post_init__(self) -> None:
         _flag(self.percent_scale, f"{self.name}.percent_scale")
@@ -357,15 +360,21 @@ class ArgumentGroundingCheck:
         if not completion.tool_calls:
             return None
         candidates: list[tuple[str, str, Any, str]] = []  # (where, param, value, kind)
-        props = _properties(turn)
+        tools: dict[str, Mapping[str, Any]] | None = None
         for i, name, args in _arguments(completion):
-            tool_props = props.get(name, {})
+            props: Mapping[str, Any] | None = None
             for param, value in args.items():
-                where = f"tool_calls[{i}] ({name})"
-                if self.percent_scale and _percent_candidate(param, value, tool_props):
-                    candidates.append((where, param, value, "percent"))
-                elif self.unstated_years and isinstance(value, str) and _ISO_DATE.search(value):
-                    candidates.append((where, param, value, "date"))
+                vtype = type(value)  # exact types: bool is not a number here
+                if vtype is int or vtype is float:
+                    if not self.percent_scale or abs(value) < 1:
+                        continue
+                    if props is None:
+                        tools = _properties(turn) if tools is None else tools
+                        props = tools.get(name, {})
+                    if _unlabelled_number(param, props.get(param)):
+                        candidates.append((f"tool_calls[{i}] ({name})", param, value, "percent"))
+                elif vtype is str and self.unstated_years and _ISO_DATE.search(value):
+                    candidates.append((f"tool_calls[{i}] ({name})", param, value, "date"))
         if not candidates:
             return None
         conversation = _conversation(turn)
@@ -392,10 +401,8 @@ class ArgumentGroundingCheck:
         return reasons or None
 
 
-def _percent_candidate(param: str, value: Any, props: Mapping[str, Any]) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or abs(value) < 1:
-        return False
-    prop = props.get(param)
+def _unlabelled_number(param: str, prop: object) -> bool:
+    """Whether ``prop`` is a ``number`` parameter that does not say it takes percentages."""
     if not isinstance(prop, Mapping) or "number" not in _types(prop):
         return False
     said = f"{param} {prop.get('description') or ''} {prop.get('title') or ''}"
@@ -416,6 +423,11 @@ def _stem(word: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _name_words(name: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in _WORD.findall(_CAMEL.sub(" ", name).lower()))
+
+
+@functools.lru_cache(maxsize=256)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in _WORD.findall(text.lower()))
 
 
 def _request(turn: Turn) -> tuple[str, set[str]]:
@@ -468,20 +480,21 @@ class RequestedToolsCheck:
         """Return the requested tools the draft did not call, or ``None``."""
         if not completion.tool_calls or not turn.tools or len(turn.tools) < 2:
             return None
-        text, called = _request(turn)
-        called.update(c.name for c in completion.tool_calls)
-        words = {_stem(w) for w in _WORD.findall(text.lower())}
-        missing = [
-            tool.name
+        drafted = {c.name for c in completion.tool_calls}
+        wanted = [
+            (tool.name, need)
             for tool in turn.tools
-            if tool.name not in called
-            and len(need := _name_words(tool.name)) >= self.min_words
-            and need <= words
+            if tool.name not in drafted and len(need := _name_words(tool.name)) >= self.min_words
         ]
+        if not wanted:
+            return None
+        text, called = _request(turn)
+        words = _words(text)
+        missing = [name for name, need in wanted if name not in called and need <= words]
         if not missing:
             return None
         names = ", ".join(repr(n) for n in missing)
         return (
             f"the request asks for {names} (every word of the name is in it) but the draft "
-            f"called only {', '.join(sorted({c.name for c in completion.tool_calls}))}"
+            f"called only {', '.join(sorted(drafted))}"
         )

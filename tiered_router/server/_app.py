@@ -304,8 +304,9 @@ class _Proxy:
         self, stream: AsyncRoutedStream, renderer: ChunkRenderer, turn: Turn
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight += 1
+        chunks = stream.__aiter__()
         try:
-            async for chunk in stream:
+            async for chunk in chunks:
                 objs = renderer.render(chunk)
                 if objs:
                     yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
@@ -334,6 +335,7 @@ class _Proxy:
             yield b"data: " + _dumps({"error": error}).encode() + b"\n\n"
         finally:
             self.metrics.in_flight -= 1
+            await _close_stream(stream, chunks)
 
     async def models(self, request: Request) -> Response:
         denied = self._denied(request)
@@ -355,6 +357,18 @@ class _Proxy:
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+
+async def _close_stream(stream: AsyncRoutedStream, chunks: AsyncIterator[Any]) -> None:
+    """Close a routed stream now (a client that left must not keep the upstream busy)."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+        return
+    for gen in (chunks, getattr(stream, "_gen", None)):
+        close = getattr(gen, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]:
