@@ -15,7 +15,7 @@ Rows:
 
 Run:
 
-    PYTHONPATH=. python benchmarks/bench_overhead.py [--n 3000]
+    PYTHONPATH=. python benchmarks/bench_overhead.py [--n 3000] [--no-breaker]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ async def measure(calls: dict[str, Callable[[], Awaitable[Any]]], n: int) -> dic
     return {name: (summary(wall[name]), cpu[name] / n * 1e3) for name in calls}
 
 
-async def run(base_url: str, n: int) -> None:
+async def run(base_url: str, n: int, *, breaker: bool) -> None:
     import openai
 
     from tiered_router import Router, Turn
@@ -94,6 +94,7 @@ async def run(base_url: str, n: int) -> None:
             },
         },
         "tiers": {"fast": "fast", "frontier": "frontier"},
+        "resilience": {"breaker": {"enabled": breaker}},
     }
     plain = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
     sdk_router = Router(policy)
@@ -133,6 +134,9 @@ async def run(base_url: str, n: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=3000, help="calls per row")
+    parser.add_argument(
+        "--no-breaker", action="store_true", help="turn the circuit breaker off (diagnosis)"
+    )
     args = parser.parse_args()
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -146,7 +150,7 @@ def main() -> None:
         assert upstream.stdout is not None
         if upstream.stdout.readline().strip() != b"ready":
             raise RuntimeError("the scripted upstream did not start")
-        asyncio.run(run(f"http://127.0.0.1:{port}/v1", args.n))
+        asyncio.run(run(f"http://127.0.0.1:{port}/v1", args.n, breaker=not args.no_breaker))
     finally:
         assert upstream.stdin is not None
         upstream.stdin.close()

@@ -43,7 +43,8 @@ backends:
   frontier: {type: replay, model: frontier}
 tiers: {fast: fast, frontier: frontier}
 scoring: {type: heuristic, threshold: THRESHOLD}
-gate: {checks: [non_empty, json_schema, tool_arguments]}
+gate: {checks: [non_empty, json_schema, tool_arguments, tool_call_in_text, redundant_tool_calls,
+                argument_grounding, requested_tools]}  # requested_tools: single-response tool use
 escalation: {on_gate_failure: true, on_backend_error: true}
 """
 

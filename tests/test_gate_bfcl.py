@@ -208,6 +208,14 @@ def test_fractions_and_declared_percentages_pass(args: dict[str, Any]) -> None:
     assert ArgumentGroundingCheck()(_calls(("calculate_compounded_interest", args)), turn) is None
 
 
+def test_a_number_also_written_without_a_percent_sign_is_ambiguous_and_passes() -> None:
+    draft = _calls(("calculate_compounded_interest", {"principal": 5000, "interest_rate": 5}))
+    turn = _turn("Invest $5000 at 5% for 5 years.", RATE)  # the 5 may be the years
+    assert ArgumentGroundingCheck()(draft, turn) is None
+    per_cent = _turn("Invest $5000 at 5 per cent a year.", RATE)
+    assert ArgumentGroundingCheck()(draft, per_cent) is not None
+
+
 def test_numbers_without_a_percent_sign_pass() -> None:
     draft = _calls(("calculate_compounded_interest", {"principal": 5000, "interest_rate": 5}))
     assert ArgumentGroundingCheck()(draft, _turn("Rate 5, principal 5000.", RATE)) is None

@@ -167,7 +167,7 @@ def test_closing_a_stream_early_closes_the_upstream(
     server.script([slow], model="frontier-model")
     client = tiered()
     with client.chat.completions.create(model="frontier", messages=MESSAGES, stream=True) as s:
-        first = next(iter(s))  # type: ignore[call-overload]
+        first = next(iter(s))
     assert first.choices[0].delta.role == "assistant"
     again = client.chat.completions.create(model="auto", messages=MESSAGES)
     assert again.choices[0].message.content == "ok"

@@ -323,3 +323,32 @@ def test_decide_makes_no_call(server: ScriptedServer) -> None:
     assert decision.tier == "fast" and 0.0 <= decision.score <= 1.0
     assert decision.backend == "fast" and decision.threshold == 0.6
     assert server.requests == []
+
+
+def test_deadline_passed_before_a_tier_is_recorded_as_its_attempt(server: ScriptedServer) -> None:
+    clock = [0.0]
+
+    def slow_clock() -> float:
+        clock[0] += 0.2  # every reading of the clock costs 0.2 s of the turn's deadline
+        return clock[0]
+
+    server.script([Reply.status(500)], model="fast-model")
+    router = tracked(Router(make_policy(server), clock=slow_clock, sleep=Slept()))
+    with pytest.raises(AllTiersFailed) as info:
+        router.complete(easy_turn(), deadline_s=0.5)
+    backends = [a.backend for a in info.value.attempts]
+    assert backends[-1] == "frontier"  # the skipped tier shows up, with its timeout
+    assert info.value.attempts[-1].error is not None
+    assert info.value.attempts[-1].error["type"] == "BackendTimeout"
+    assert "frontier" in str(info.value)
+
+
+def test_breaker_is_not_routed_around_when_backend_errors_do_not_escalate(
+    server: ScriptedServer,
+) -> None:
+    router = router_for(server, escalation={"on_backend_error": False})
+    for _ in range(5):
+        router.breaker("fast").record(False)
+    server.script([Reply.text("fast anyway")], model="fast-model")
+    result = router.complete(easy_turn())
+    assert result.tier == "fast" and result.trace.escalations == ()

@@ -155,3 +155,24 @@ async def test_turn_deadline_bounds_a_live_stream() -> None:
             _ = [c async for c in stream]
         assert info.value.attempts[-1].error is not None
         assert info.value.attempts[-1].error["type"] == "BackendTimeout"
+
+
+@pytest.mark.anyio
+async def test_closing_a_stream_early_closes_the_upstream(server: ScriptedServer) -> None:
+    server.script([Reply.text("a b c d e f g h", chunks=8)], model="fast-model")
+    stream = router(server, gate=CHEAP_GATE).astream(turn())
+    seen = ""
+    async with stream:
+        async for chunk in stream:
+            seen += chunk.text
+            if seen:
+                break
+    assert seen == "a "
+    with pytest.raises(RuntimeError, match="not finished"):
+        _ = stream.result
+    # the server is free for the next request on a fresh connection
+    server.script([Reply.text("next")], model="fast-model")
+    follow = router(server, gate=CHEAP_GATE).stream(turn())
+    with follow:
+        assert "".join(c.text for c in follow) == "next"
+    assert follow.result.tier == "fast"

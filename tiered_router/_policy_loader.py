@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 
 
 _VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
-_SECRET = re.compile(r"(?i)(^|_)(api_?key|key|token|secret|password|authorization|headers)($|_)")
+_SECRET = re.compile(
+    r"(?i)(^|_)(api_?keys?|keys?|token|secret|password|authorization|headers)($|_)"
+)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a number"}
 _Problem = tuple[int | None, str | None, str]

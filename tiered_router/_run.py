@@ -94,8 +94,10 @@ class TurnRun:
         tier = self.decision.tier
         other = _OTHER[tier]
         name = self.policy.backend_for(tier)
+        may_leave = tier == "frontier" or self.policy.escalation.on_backend_error
         if (
-            not self.router.breaker(name).allow()
+            may_leave
+            and not self.router.breaker(name).allow()
             and self.usable(other)
             and self.router.breaker(self.policy.backend_for(other)).allow()
         ):

@@ -240,6 +240,19 @@ class AsyncRoutedStream(_StreamState):
         except StopAsyncIteration:
             pass
 
+    async def aclose(self) -> None:
+        """Stop the stream early and close the upstream connection under it."""
+        if self._gen is not None:
+            aclose = getattr(self._gen, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def __aenter__(self) -> AsyncRoutedStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def __aiter__(self) -> AsyncIterator[CompletionChunk]:
         await self.start()
         assert self._gen is not None
@@ -282,6 +295,10 @@ class AsyncRoutedStream(_StreamState):
                     self._check_deadline(serving)
             except BackendError as exc:
                 raise self._broken(serving, exc, started) from exc
+            finally:
+                aclose = getattr(rest, "aclose", None)
+                if aclose is not None:
+                    await aclose()  # a caller that stops early closes the upstream stream
             self._ended(serving, chunks, started)
             return
         for chunk in self._settle():
@@ -306,6 +323,19 @@ class RoutedStream(_StreamState):
             self._head.append(next(self._gen))
         except StopIteration:
             pass
+
+    def close(self) -> None:
+        """Stop the stream early and close the upstream connection under it."""
+        if self._gen is not None:
+            close = getattr(self._gen, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> RoutedStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __iter__(self) -> Iterator[CompletionChunk]:
         self.start()
@@ -347,6 +377,10 @@ class RoutedStream(_StreamState):
                     self._check_deadline(serving)
             except BackendError as exc:
                 raise self._broken(serving, exc, started) from exc
+            finally:
+                close = getattr(rest, "close", None)
+                if close is not None:
+                    close()  # a caller that stops early closes the upstream stream
             self._ended(serving, chunks, started)
             return
         yield from self._settle()

@@ -96,7 +96,13 @@ class BackendError(TieredRouterError):
 
     def __init__(self, message: str, *, backend: str = "?") -> None:
         self.backend = backend
+        self.detail = message
         super().__init__(f"{backend}: {message}")
+
+    def for_backend(self, backend: str) -> None:
+        """Name the backend that failed (for errors built before it was known)."""
+        self.backend = backend
+        self.args = (f"{backend}: {self.detail}",)
 
 
 class BackendTimeout(BackendError):

@@ -274,6 +274,9 @@ def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
         "repetition",
         "json_schema",
         "tool_arguments",
+        "tool_call_in_text",
+        "redundant_tool_calls",
+        "argument_grounding",
     ]
 
 

@@ -220,7 +220,8 @@ class CircuitBreaker:
             while self._events and self._events[0][0] < horizon:
                 self._failures -= not self._events.popleft()[1]
             calls = len(self._events)
-            if calls >= self.config.min_calls and self._failures / calls > self.config.failure_ratio:
+            ratio = self._failures / calls
+            if calls >= self.config.min_calls and ratio > self.config.failure_ratio:
                 self._opened_at = now
 
     def __repr__(self) -> str:

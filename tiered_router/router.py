@@ -270,9 +270,9 @@ class Router:
         )
         async for attempt in loop:
             with attempt:
-                request = run.request(name)
                 started = self._clock()
                 try:
+                    request = run.request(name)
                     return await once(backend, request, started)
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
@@ -290,9 +290,9 @@ class Router:
         )
         for attempt in loop:
             with attempt:
-                request = run.request(name)
                 started = self._clock()
                 try:
+                    request = run.request(name)
                     return once(backend, request, started)
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)

@@ -90,8 +90,9 @@ class Trace:
         tier: The tier whose completion was returned (``None`` when none was).
         backend: The backend whose completion was returned.
         escalated: A fast draft failed the gate, or the fast backend failed.
-        escalations: Why the turn moved up a tier, in order (``gate_failed``,
-            ``backend_error``, ``circuit_open``, ``no_tool_support``, ...).
+        escalations: Why the turn moved to the other tier, in order: ``gate_failed``,
+            ``backend_error``, ``circuit_open`` (from the fast tier) or
+            ``frontier_backend_error`` (a failing frontier falls back to the fast tier).
         verdict: The verdict on the returned completion.
         latency_s: Wall time of the whole turn.
         metadata: The turn's metadata (labels, task id).

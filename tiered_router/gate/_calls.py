@@ -1,9 +1,7 @@
 """Checks of what a draft's tool calls mean, beyond their schema.
 
-``tool_call_in_text``, ``redundant_tool_calls``, ``argument_grounding`` and
-``requested_tools``. A JSON Schema
-sees one call at a time and no conversation. These checks look at the draft's
-calls together and against the turn (its tools and its messages), for mistakes a
+A JSON Schema sees one call at a time and no conversation. These checks look at the
+draft's calls together and against the turn (its tools and its messages), for mistakes a
 schema cannot see and that need no reference answer:
 
 - ``tool_call_in_text``: the draft wrote a call to a declared tool in its text (a code
@@ -25,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -97,22 +95,53 @@ def _short(value: Any) -> str:
 # ---------------------------------------------------------------- tool_call_in_text
 
 
+_IDENTIFIER = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.")
+_JSON_NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
+
+
 @functools.lru_cache(maxsize=256)
-def _call_patterns(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _spellings(names: tuple[str, ...]) -> dict[str, str]:
     # providers forbid "." in tool names, so a namespaced "math.factorial" is declared as
-    # "math_factorial" and written back as either spelling in prose and code
-    alternatives = "|".join(
-        re.escape(n).replace("_", "[._]") for n in sorted(names, key=len, reverse=True)
-    )
-    # a call has arguments: "get_weather()" in a sentence is a mention, not a call
-    call = re.compile(rf"(?<![\w$])({alternatives})\s*\(\s*[^\s)]")
-    json_call = re.compile(rf"""["']name["']\s*:\s*["']({alternatives})["']""")
-    return call, json_call
+    # "math_factorial" and written back with either separator in prose and code
+    return {n.replace(".", "_"): n for n in names}
 
 
-def _declared(found: str, names: Iterable[str]) -> str:
-    key = found.replace(".", "_")
-    return next((n for n in names if n.replace(".", "_") == key), found)
+def _written_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | None:
+    """Find ``tool(args...)`` in ``text``: ``(start, tool)`` for the first declared tool.
+
+    Walks back from each ``(`` over the identifier before it (a regex scan of the whole
+    text costs ~100x more on long prose); ``functions.get_weather`` and ``obj.tool`` match
+    ``get_weather`` and ``tool`` too. A call needs arguments: ``get_weather()`` in a
+    sentence is a mention, not a call.
+    """
+    pos = text.find("(")
+    while pos != -1:
+        j = pos - 1
+        while j >= 0 and text[j] in " \t\r\n":
+            j -= 1
+        k = j
+        while k >= 0 and text[k] in _IDENTIFIER:
+            k -= 1
+        rest = text[pos + 1 : pos + 80].lstrip()
+        if k < j and rest and rest[0] != ")":
+            parts = text[k + 1 : j + 1].split(".")
+            for first in range(len(parts)):
+                tool = spellings.get("_".join(parts[first:]))
+                if tool is not None:
+                    return k + 1 + sum(len(p) + 1 for p in parts[:first]), tool
+        pos = text.find("(", pos + 1)
+    return None
+
+
+def _json_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | None:
+    """Find ``{"name": "tool", ...}`` naming a declared tool in ``text``."""
+    if "name" not in text:
+        return None
+    for match in _JSON_NAME.finditer(text):
+        tool = spellings.get(match.group(1).replace(".", "_"))
+        if tool is not None:
+            return match.start(), tool
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,15 +169,11 @@ class ToolCallInTextCheck:
         if turn.params.get("tool_choice") == "none":
             return None
         text = completion.text
-        if "(" not in text and "name" not in text:
+        spellings = _spellings(tuple(t.name for t in turn.tools))
+        found = _written_call(text, spellings) or _json_call(text, spellings)
+        if found is None:
             return None
-        names = tuple(t.name for t in turn.tools)
-        call, json_call = _call_patterns(names)
-        match = call.search(text) or json_call.search(text)
-        if match is None:
-            return None
-        tool = _declared(match.group(1), names)
-        start = match.start()
+        start, tool = found
         snippet = text[start : start + _SNIPPET].split("\n", 1)[0]
         return (
             f"the draft wrote a call to the declared tool {tool!r} as text ({snippet!r}) "
@@ -175,7 +200,8 @@ class RedundantToolCallsCheck:
       call with ``["Personal Info", "Job History"]`` does the job;
     - with ``padded``: the same call again with extra arguments whose values appear
       nowhere in the conversation (``hypot(x=4, y=5)`` and ``hypot(x=4, y=5, z=0)``): the
-      model hedged over an option nobody asked for.
+      model hedged over an option nobody asked for. Extra ``true`` / ``false`` flags are
+      let through: a request rarely spells a flag out.
 
     Calls whose arguments do not parse are left to ``tool_arguments``.
 
@@ -202,7 +228,7 @@ class RedundantToolCallsCheck:
             by_tool.setdefault(name, []).append((i, args))
         reasons: list[str] = []
         props = _properties(turn) if self.split_lists else {}
-        conversation: list[str] = []
+        grounding: list[_Grounding] = []  # built on first use: most drafts never need it
         for name, group in by_tool.items():
             if len(group) < 2:
                 continue
@@ -212,9 +238,7 @@ class RedundantToolCallsCheck:
                 if reason:
                     reasons.append(reason)
             if self.padded:
-                if not conversation:
-                    conversation.append(_conversation(turn))
-                reasons.extend(_padded(name, group, conversation[0]))
+                reasons.extend(_padded(name, group, turn, grounding))
         return reasons or None
 
 
@@ -253,9 +277,13 @@ def _split_list(
     )
 
 
-def _padded(name: str, group: Sequence[tuple[int, dict[str, Any]]], conversation: str) -> list[str]:
+def _padded(
+    name: str,
+    group: Sequence[tuple[int, dict[str, Any]]],
+    turn: Turn,
+    grounding: list[_Grounding],
+) -> list[str]:
     reasons = []
-    grounding = _Grounding(conversation)
     for i, small in group:
         if not small:
             continue
@@ -265,7 +293,11 @@ def _padded(name: str, group: Sequence[tuple[int, dict[str, Any]]], conversation
             if any(big.get(k, _MISSING) != v for k, v in small.items()):
                 continue
             extra = {k: v for k, v in big.items() if k not in small}
-            if all(not isinstance(v, bool) and not grounding.stated(v) for v in extra.values()):
+            if any(isinstance(v, bool) for v in extra.values()):
+                continue
+            if not grounding:
+                grounding.append(_Grounding(_conversation(turn)))
+            if not any(grounding[0].stated(v) for v in extra.values()):
                 listed = ", ".join(f"{k}={_short(v)}" for k, v in extra.items())
                 reasons.append(
                     f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with extra arguments "
@@ -314,8 +346,8 @@ class _Grounding:
 # --------------------------------------------------------------- argument_grounding
 
 
-_PERCENT = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:%|percent\b|per\s?cent\b)", re.IGNORECASE)
-_SAYS_PERCENT = re.compile(r"percent|%|\bpct\b", re.IGNORECASE)
+_PERCENT_MARKS = ("%", "percent", "per cent")
+_SAYS_PCT = re.compile(r"(?<![a-z])pct(?![a-z])")  # "pct", "rate_pct", not "except"
 _ISO_DATE = re.compile(
     r"(?<!\d)((?:1[6-9]|20)\d\d)-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12]\d|3[01]))?(?!\d)"
 )
@@ -379,12 +411,9 @@ class ArgumentGroundingCheck:
             return None
         conversation = _conversation(turn)
         reasons = []
-        percents: set[float] | None = None
         for where, param, value, kind in candidates:
             if kind == "percent":
-                if percents is None:
-                    percents = {float(m.group(1)) for m in _PERCENT.finditer(conversation)}
-                if abs(float(value)) in percents:
+                if _percent_only(conversation, float(value)):
                     reasons.append(
                         f"{where}: $.{param}: {value:g} is the conversation's {value:g}% "
                         f"written as a whole number, and {param!r} does not say it takes a "
@@ -401,12 +430,38 @@ class ArgumentGroundingCheck:
         return reasons or None
 
 
+def _percent_only(conversation: str, value: float) -> bool:
+    """Whether ``value`` is written in the conversation as a percentage and only so.
+
+    ``5`` for "a rate of 5%" is; for "5% over 5 years" it is not (the 5 may be the years).
+    Finds the number's spelling with ``str.find`` and reads around it: scanning the whole
+    text with a regex costs far more on a long conversation.
+    """
+    token = f"{abs(value):g}"
+    as_percent = False
+    pos = conversation.find(token)
+    while pos != -1:
+        end = pos + len(token)
+        before = conversation[pos - 1] if pos else " "
+        after = conversation[end : end + 2]
+        inside = before.isalnum() or before in "._" or after[:1].isalnum()
+        if not inside and not (after[:1] in ".," and after[1:2].isdigit()):
+            tail = conversation[end : end + 12].lstrip().lower()
+            if not tail.startswith(_PERCENT_MARKS):
+                return False
+            as_percent = True
+        pos = conversation.find(token, pos + 1)
+    return as_percent
+
+
 def _unlabelled_number(param: str, prop: object) -> bool:
     """Whether ``prop`` is a ``number`` parameter that does not say it takes percentages."""
     if not isinstance(prop, Mapping) or "number" not in _types(prop):
         return False
-    said = f"{param} {prop.get('description') or ''} {prop.get('title') or ''}"
-    return not _SAYS_PERCENT.search(said)
+    said = f"{param} {prop.get('description') or ''} {prop.get('title') or ''}".lower()
+    if "percent" in said or "%" in said:
+        return False
+    return "pct" not in said or not _SAYS_PCT.search(said)
 
 
 # ------------------------------------------------------------------ requested_tools
@@ -425,7 +480,7 @@ def _name_words(name: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in _WORD.findall(_CAMEL.sub(" ", name).lower()))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # an agent loop sends the same request step after step
 def _words(text: str) -> frozenset[str]:
     return frozenset(_stem(w) for w in _WORD.findall(text.lower()))
 

@@ -178,6 +178,7 @@ class _Proxy:
             "missing or invalid API key: send Authorization: Bearer <key>",
             error_type="authentication_error",
             code="invalid_api_key",
+            headers={"www-authenticate": "Bearer"},
         )
 
     async def _body(self, request: Request) -> bytes:
@@ -385,6 +386,12 @@ def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str
     return headers
 
 
+async def _server_error(request: Request, exc: Exception) -> Response:
+    # the traceback goes to the log; the client gets no internals
+    logger.error("unexpected error serving %s", request.url.path, exc_info=exc)
+    return _error(500, "internal error in the proxy", error_type="server_error")
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     if status == 405:
@@ -445,7 +452,7 @@ def build_app(
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/metrics", proxy.metrics_text, methods=["GET"]),
         ],
-        exception_handlers={404: _not_found, 405: _not_found},
+        exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error},
         lifespan=lifespan,
     )
     app.state.router = router

@@ -85,7 +85,7 @@ class ScriptedBackend:
             raise AssertionError(f"{self.name}: script exhausted after {len(self.requests)} calls")
         if isinstance(item, BackendError):
             if item.backend == "?":
-                item.backend = self.name
+                item.for_backend(self.name)
             raise item
         if isinstance(item, str):
             return Completion(text=item, usage=self._usage, model=self.model, backend=self.name)
