@@ -118,14 +118,18 @@ def main() -> None:
     started = time.perf_counter()
     times, loaded = import_times(args.runs)
     print(f"import tiered_router ({args.runs} fresh interpreters, Python {sys.version.split()[0]})")
-    print(f"  median {statistics.median(times) * 1000:.0f} ms, best {min(times) * 1000:.0f} ms, "
-          f"worst {max(times) * 1000:.0f} ms   (target < 300 ms)")
+    print(
+        f"  median {statistics.median(times) * 1000:.0f} ms, best {min(times) * 1000:.0f} ms, "
+        f"worst {max(times) * 1000:.0f} ms   (target < 300 ms)"
+    )
     print(f"  heavy modules loaded by the import: {', '.join(loaded) or 'none'}")
     m = memory()
     added = m["warmed"] - m["after_import"]
     print("RSS of one interpreter")
-    print(f"  after import tiered_router: {m['after_import']:.1f} MB "
-          f"(interpreter alone {m['before']:.1f} MB)")
+    print(
+        f"  after import tiered_router: {m['after_import']:.1f} MB "
+        f"(interpreter alone {m['before']:.1f} MB)"
+    )
     print(f"  Router with two backends, 3 routed calls, gate warmed: {m['warmed']:.1f} MB")
     print(f"  added by the warmed Router (incl. the openai SDK): {added:.1f} MB   (target < 30 MB)")
     print(f"({time.perf_counter() - started:.1f} s)")

@@ -276,5 +276,7 @@ def _verdict_dict(v: Verdict | None) -> dict[str, Any] | None:
 
 
 def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
-    return {str(k): v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
-            for k, v in value.items()}
+    return {
+        str(k): v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+        for k, v in value.items()
+    }
