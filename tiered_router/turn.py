@@ -279,6 +279,25 @@ class Turn:
         """Names of the declared tools."""
         return frozenset(t.name for t in self.tools or ())
 
+    @cached_property
+    def prompt_chars(self) -> int:
+        """Characters of message text and tool-call arguments (computed once per turn).
+
+        Approximate token counts (``(prompt_chars + 3) // 4``) are built on it; tool schemas
+        and ``response_format`` are not counted.
+        """
+        chars = 0
+        for msg in self.messages:
+            chars += len(message_text(msg))
+            calls = msg.get("tool_calls")
+            if calls:
+                for call in calls:
+                    fn = call.get("function") if isinstance(call, dict) else None
+                    args = fn.get("arguments") if isinstance(fn, dict) else None
+                    if type(args) is str:
+                        chars += len(args)
+        return chars
+
     @property
     def last_message(self) -> Message:
         """The newest message of the conversation."""

@@ -126,27 +126,7 @@ def approx_tokens(turn: Turn) -> int:
     Returns:
         The approximate number of prompt tokens.
     """
-    return (_message_chars(turn) + 3) // 4
-
-
-def _message_chars(turn: Turn) -> int:
-    chars = 0
-    for msg in turn.messages:
-        chars += len(message_text(msg))
-        calls = msg.get("tool_calls")
-        if calls:
-            chars += _call_chars(calls)
-    return chars
-
-
-def _call_chars(calls: Any) -> int:
-    chars = 0
-    for call in calls:
-        fn = call.get("function") if isinstance(call, dict) else None
-        args = fn.get("arguments") if isinstance(fn, dict) else None
-        if type(args) is str:
-            chars += len(args)
-    return chars
+    return (turn.prompt_chars + 3) // 4
 
 
 def focus_index(turn: Turn) -> int:
@@ -262,15 +242,8 @@ def extract(turn: Turn) -> FeatureVector:
     seen = 0
     tool_results = 0
     dialogue = 0
-    chars = 0
     for i in range(len(messages) - 1, -1, -1):
         msg = messages[i]
-        content = msg.get("content")
-        text = content if type(content) is str else message_text(msg)
-        chars += len(text)
-        calls = msg.get("tool_calls")
-        if calls:
-            chars += _call_chars(calls)
         role = msg.get("role")
         if role == "tool" or role == "function":
             tool_results += 1
@@ -280,6 +253,8 @@ def extract(turn: Turn) -> FeatureVector:
         dialogue += 1
         if i == fi or seen >= CONTEXT_MESSAGES:
             continue
+        content = msg.get("content")
+        text = content if type(content) is str else message_text(msg)
         if not text:
             continue
         seen += 1
@@ -288,7 +263,7 @@ def extract(turn: Turn) -> FeatureVector:
         weight *= CONTEXT_DECAY
     carry = _carry(focus)
 
-    tokens = (chars + 3) // 4  # approx_tokens(turn), from the same pass over the messages
+    tokens = approx_tokens(turn)  # the turn counts its characters once, for rules too
     n_tools = len(turn.tools or ())
     schema = schema_complexity(turn.response_format)
     step = turn.step or 0
