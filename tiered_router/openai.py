@@ -185,10 +185,10 @@ class TieredStream:
     def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
         self._gen.close()
-        for gen in (self._iter, getattr(self._stream, "_gen", None)):
-            close = getattr(gen, "close", None)
-            if close is not None:
-                close()
+        close = getattr(self._iter, "close", None)
+        if close is not None:
+            close()
+        self._stream.close()
 
     def __enter__(self) -> TieredStream:
         return self
@@ -243,10 +243,10 @@ class AsyncTieredStream:
     async def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
         await self._gen.aclose()
-        for gen in (self._iter, getattr(self._stream, "_gen", None)):
-            aclose = getattr(gen, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        aclose = getattr(self._iter, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await self._stream.aclose()
 
     async def __aenter__(self) -> AsyncTieredStream:
         return self

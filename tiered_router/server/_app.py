@@ -362,14 +362,10 @@ class _Proxy:
 
 async def _close_stream(stream: AsyncRoutedStream, chunks: AsyncIterator[Any]) -> None:
     """Close a routed stream now (a client that left must not keep the upstream busy)."""
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        await aclose()
-        return
-    for gen in (chunks, getattr(stream, "_gen", None)):
-        close = getattr(gen, "aclose", None)
-        if close is not None:
-            await close()
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
+    await stream.aclose()
 
 
 def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]:
