@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ pytest.importorskip(
 
 from agents import Agent, ModelSettings, RunConfig, Runner, function_tool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
+from routerkit import make_policy, tracked  # noqa: E402
 
 from tiered_router import MemorySink, Router  # noqa: E402
 from tiered_router.integrations.openai_agents import (  # noqa: E402
@@ -20,37 +20,11 @@ from tiered_router.integrations.openai_agents import (  # noqa: E402
 )
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
-_OPEN: list[Router] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_routers() -> Iterator[None]:
-    """Close the HTTP clients of every router a test built (async tests aclose their own)."""
-    yield
-    while _OPEN:
-        _OPEN.pop().close()
-
 
 def make_router(server: ScriptedServer, sink: MemorySink | None = None) -> Router:
-    backend = {
-        "type": "openai",
-        "base_url": server.base_url,
-        "api_key": "sk-test",
-        "max_retries": 0,
-    }
-    policy = {
-        "version": 1,
-        "backends": {
-            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
-            "frontier": {**backend, "model": "frontier-model"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"threshold": 0.9},
-        "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
-    }
-    router = Router(policy, sinks=[sink] if sink is not None else [])
-    _OPEN.append(router)
-    return router
+    """Two tiers on the scripted server; routers are closed after the test (conftest)."""
+    policy = make_policy(server, scoring={"threshold": 0.9})
+    return tracked(Router(policy, sinks=[sink] if sink is not None else []))
 
 
 class WeatherReport(BaseModel):
