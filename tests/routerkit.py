@@ -10,8 +10,19 @@ from tiered_router.testing import ScriptedServer
 SECRET = "sk-test-SECRET-0123456789"
 
 
-def make_policy(server: ScriptedServer, **overrides: Any) -> dict[str, Any]:
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": SECRET}
+def make_policy(
+    upstream: ScriptedServer,
+    /,
+    *,
+    api_key: str = SECRET,
+    retries: tuple[int, int] = (2, 1),
+    **overrides: Any,
+) -> dict[str, Any]:
+    """A fast (diffusion) and a frontier backend on ``upstream``; ``overrides`` replace sections.
+
+    ``retries`` are the fast and frontier backends' ``max_retries``.
+    """
+    backend = {"type": "openai", "base_url": upstream.base_url, "api_key": api_key}
     policy: dict[str, Any] = {
         "version": 1,
         "backends": {
@@ -19,13 +30,13 @@ def make_policy(server: ScriptedServer, **overrides: Any) -> dict[str, Any]:
                 **backend,
                 "model": "fast-model",
                 "kind": "diffusion",
-                "max_retries": 2,
+                "max_retries": retries[0],
                 "price": {"input_per_mtok": 0.25, "output_per_mtok": 0.75},
             },
             "frontier": {
                 **backend,
                 "model": "frontier-model",
-                "max_retries": 1,
+                "max_retries": retries[1],
                 "price": {"input_per_mtok": 2.5, "output_per_mtok": 10.0},
             },
         },

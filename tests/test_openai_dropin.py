@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
+from routerkit import make_policy as shared_policy
 
 from tiered_router import AllTiersFailed, MemorySink, RoutedResult
 from tiered_router.exceptions import StreamInterrupted
@@ -20,19 +21,8 @@ MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say h
 
 
 def make_policy(upstream: ScriptedServer, **overrides: Any) -> dict[str, Any]:
-    backend = {"type": "openai", "base_url": upstream.base_url, "api_key": SECRET}
-    policy: dict[str, Any] = {
-        "version": 1,
-        "backends": {
-            "fast": {**backend, "model": "fast-model", "kind": "diffusion", "max_retries": 0},
-            "frontier": {**backend, "model": "frontier-model", "max_retries": 0},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"threshold": 0.6},
-        "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
-    }
-    policy.update(overrides)
-    return policy
+    """The shared two-tier policy (tests/routerkit.py), without retries."""
+    return shared_policy(upstream, api_key=SECRET, retries=(0, 0), **overrides)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from openai.types.chat import ChatCompletionMessageParam
 pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
 
+from routerkit import make_policy as shared_policy  # noqa: E402
+
 from tiered_router import _http  # noqa: E402
 from tiered_router.exceptions import PolicyError  # noqa: E402
 from tiered_router.server import ServerSettings, create_app, is_loopback, serve  # noqa: E402
@@ -28,19 +30,8 @@ MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say h
 
 
 def make_policy(upstream: ScriptedServer, **overrides: Any) -> dict[str, Any]:
-    backend = {"type": "openai", "base_url": upstream.base_url, "api_key": UPSTREAM_KEY}
-    policy: dict[str, Any] = {
-        "version": 1,
-        "backends": {
-            "fast": {**backend, "model": "fast-model", "kind": "diffusion", "max_retries": 0},
-            "frontier": {**backend, "model": "frontier-model", "max_retries": 0},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"threshold": 0.6},
-        "rules": [{"name": "final-answer", "when": {"final": True}, "tier": "frontier"}],
-    }
-    policy.update(overrides)
-    return policy
+    """The shared two-tier policy (tests/routerkit.py), without retries."""
+    return shared_policy(upstream, api_key=UPSTREAM_KEY, retries=(0, 0), **overrides)
 
 
 @contextmanager
