@@ -471,7 +471,7 @@ GOOD: Mapping[str, Any] = {
         ("{not json", "not valid JSON"),
         ([], "must be a JSON object"),
         ({**GOOD, "format": "other"}, "'format' must be"),
-        ({**GOOD, "version": 2}, "'version' must be 1"),
+        ({**GOOD, "version": 3}, "'version' must be 1 or 2"),
         ({**GOOD, "weights": {"reasonin": 1.0}}, r"unknown feature\(s\) \['reasonin'\]"),
         ({**GOOD, "weights": {"reasoning": "high"}}, "'weights' must map"),
         ({**GOOD, "bias": None}, "'bias' must be a number"),
@@ -500,8 +500,10 @@ def test_build_scorer_learned(tmp_path: Path) -> None:
 
 
 def test_build_scorer_learned_errors(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"scoring\.options\.path: required"):
-        build_scorer(ScoringConfig(type="learned"))
+    shipped = build_scorer(ScoringConfig(type="learned"))  # no path: the shipped weights
+    assert 0.0 <= shipped.score(Turn([{"role": "user", "content": "2 + 2?"}])).value <= 1.0
+    with pytest.raises(ValueError, match=r"scoring\.options\.path: must be the path"):
+        build_scorer(ScoringConfig(type="learned", options={"path": ""}))
     with pytest.raises(ValueError, match=r"scoring\.options\.path: .*missing\.json"):
         build_scorer(
             ScoringConfig(type="learned", options={"path": str(tmp_path / "missing.json")})

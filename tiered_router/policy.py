@@ -215,7 +215,7 @@ class ScoringConfig(_Model):
     weights: dict[str, float] = Field(default_factory=dict)
     """Overrides of the heuristic feature weights, by feature name."""
     options: dict[str, Any] = Field(default_factory=dict)
-    """Scorer options (``learned``: ``path`` of the weights file)."""
+    """Scorer options (``learned``: ``path`` of a weights file; without it the shipped weights)."""
 
     @field_validator("weights")
     @classmethod

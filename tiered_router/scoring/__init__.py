@@ -2,7 +2,9 @@
 
 Scorers are pure: no I/O, no clock, no randomness. The same turn always gets the same score.
 Two ship with the package: :class:`HeuristicScorer` (explainable features, hand-set weights
-that a policy may override) and :class:`LearnedScorer` (the same features, trained weights).
+that a policy may override; the default) and :class:`LearnedScorer` (the same features plus
+structure features of the request, weights trained on recorded outcomes; shipped weights
+included). ``docs/scoring.md`` compares them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from tiered_router.scoring.heuristic import (
     FEATURE_NAMES,
     HeuristicScorer,
 )
-from tiered_router.scoring.learned import LearnedScorer, LearnedWeights, fit
+from tiered_router.scoring.learned import (
+    LearnedModel,
+    LearnedScorer,
+    LearnedWeights,
+    fit,
+    fit_model,
+    load_weights,
+)
 
 if TYPE_CHECKING:
     from tiered_router.policy import ScoringConfig
@@ -25,6 +34,7 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "FEATURE_NAMES",
     "HeuristicScorer",
+    "LearnedModel",
     "LearnedScorer",
     "LearnedWeights",
     "Score",
@@ -32,6 +42,8 @@ __all__ = [
     "approx_tokens",
     "build_scorer",
     "fit",
+    "fit_model",
+    "load_weights",
 ]
 
 _HEURISTIC_OPTIONS = frozenset({"max_reasons"})
@@ -48,8 +60,9 @@ def build_scorer(config: ScoringConfig) -> Scorer:
 
     - ``type: heuristic``: :class:`HeuristicScorer` with ``weights`` as overrides;
       ``options`` may set ``max_reasons``.
-    - ``type: learned``: :class:`LearnedScorer` from the JSON file at ``options.path``
-      (a relative path is relative to the working directory); ``weights`` must be empty.
+    - ``type: learned``: :class:`LearnedScorer` with the weights shipped in the package
+      (:meth:`LearnedScorer.default`), or from the JSON file at ``options.path`` (a
+      relative path is relative to the working directory); ``weights`` must be empty.
 
     Args:
         config: The policy's scoring configuration.
@@ -76,10 +89,12 @@ def build_scorer(config: ScoringConfig) -> Scorer:
                 "a learned scorer reads its weights from scoring.options.path"
             )
         path = options.get("path")
+        if path is None:
+            return LearnedScorer.default(**_max_reasons(options))
         if not isinstance(path, str) or not path:
             raise ValueError(
-                "scoring.options.path: required for the learned scorer "
-                "(path of the weights JSON file)"
+                "scoring.options.path: must be the path of a weights JSON file, "
+                f"got {path!r} (leave it out for the shipped weights)"
             )
         try:
             return LearnedScorer.from_file(path, **_max_reasons(options))

@@ -1,35 +1,9 @@
-"""The learned scorer: logistic regression over the heuristic features (+ hashed words).
+"""Version 1 of the learned scorer's weights: one logistic head over the heuristic features.
 
 The feature vector is the heuristic scorer's (:data:`FEATURE_ORDER`, activations in
 [0, 1]), optionally extended with a hashed bag of words of the focus message. Weights are
-trained from labelled turns by :func:`fit` (plain Python, no numpy: full-batch gradient
-descent on the log-loss with L2) and stored as JSON.
-
-Weights file format (version 1)::
-
-    {
-      "format": "tiered-router/learned-scorer",
-      "version": 1,
-      "bias": -1.25,
-      "weights": {"prompt_tokens": 0.41, "reasoning": 2.9, ...},
-      "hashing": {"buckets": 256, "weights": [0.0, 0.12, ...]},
-      "meta": {"examples": 1200, "epochs": 300, "l2": 0.001}
-    }
-
-- ``weights`` maps feature names (:data:`~tiered_router.scoring.heuristic.FEATURE_NAMES`)
-  to log-odds weights; a missing name weighs 0; an unknown name is an error.
-- ``hashing`` is optional. When present, each distinct word of the focus message (lowered,
-  split on ASCII punctuation and whitespace, UTF-8) lands in bucket
-  ``zlib.crc32(word) % buckets``; every present bucket has the value
-  ``1 / sqrt(number of distinct words)``; ``weights`` has exactly ``buckets`` numbers.
-- ``meta`` is free-form and ignored by the scorer.
-
-Example:
-    ```python
-    weights = fit(turns, labels, epochs=300, hash_buckets=256)
-    weights.save("scorer.json")
-    scorer = LearnedScorer.from_file("scorer.json")
-    ```
+trained from labelled turns by :func:`fit` (plain Python: full-batch gradient descent on
+the log-loss with L2) and stored as JSON (format in :mod:`tiered_router.scoring.learned`).
 """
 
 from __future__ import annotations
@@ -52,12 +26,10 @@ from tiered_router.scoring.features import (
     sigmoid,
 )
 from tiered_router.scoring.heuristic import FEATURE_NAMES, explain
+from tiered_router.scoring.learned._model import FORMAT
 from tiered_router.turn import Turn
 
-__all__ = ["FORMAT", "LearnedScorer", "LearnedWeights", "fit"]
-
-FORMAT = "tiered-router/learned-scorer"
-"""Value of the ``format`` key of a weights file."""
+__all__ = ["CompiledV1", "LearnedWeights", "fit"]
 
 _VERSION = 1
 _MAX_BUCKETS = 1 << 20
@@ -65,7 +37,7 @@ _MAX_BUCKETS = 1 << 20
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LearnedWeights:
-    """Trained weights of a :class:`LearnedScorer` (see the module docstring for the JSON).
+    """Version-1 weights of a :class:`LearnedScorer` (file format in the package docstring).
 
     Attributes:
         bias: Log-odds of a turn whose features are all zero.
@@ -224,59 +196,25 @@ def _hashed(turn: Turn, buckets: int) -> dict[int, float]:
     return out
 
 
-class LearnedScorer:
-    """Logistic-regression scorer with trained weights.
-
-    Example:
-        ```python
-        scorer = LearnedScorer.from_file("scorer.json")
-        scorer.score(turn).value
-        ```
+class CompiledV1:
+    """Version-1 weights laid out for scoring (see :class:`LearnedScorer`).
 
     Args:
-        weights: The trained weights.
-        max_reasons: How many reasons a score carries, most important first.
-
-    Raises:
-        ValueError: When ``max_reasons`` is negative.
+        weights: The weights.
+        max_reasons: How many reasons a score carries.
     """
 
-    __slots__ = ("_bias", "_buckets", "_hash", "_max_reasons", "_weights", "weights")
+    __slots__ = ("_bias", "_buckets", "_hash", "_max_reasons", "_weights")
 
-    def __init__(self, weights: LearnedWeights, *, max_reasons: int = 5) -> None:
-        if max_reasons < 0:
-            raise ValueError(f"max_reasons: must be >= 0, got {max_reasons}")
-        self.weights = weights
-        """The weights in use."""
+    def __init__(self, weights: LearnedWeights, *, max_reasons: int) -> None:
         self._weights = tuple(weights.weights[name] for name in FEATURE_ORDER)
         self._bias = weights.bias
         self._buckets = weights.hash_buckets
         self._hash = weights.hash_weights
         self._max_reasons = max_reasons
 
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, max_reasons: int = 5) -> LearnedScorer:
-        """Build a scorer from a weights JSON file.
-
-        Args:
-            path: The weights file (format in the module docstring).
-            max_reasons: How many reasons a score carries.
-
-        Raises:
-            ValueError: When the file cannot be read or is not valid weights.
-        """
-        return cls(LearnedWeights.from_file(path), max_reasons=max_reasons)
-
     def score(self, turn: Turn) -> Score:
-        """Score one turn: pure and deterministic.
-
-        Args:
-            turn: The turn.
-
-        Returns:
-            Value in (0, 1), raw features, signed contributions (hashed words under the
-            name ``words``) and reasons.
-        """
+        """Score one turn: the heuristic features (+ hashed words), trained weights."""
         vector = extract(turn)
         logits = tuple(w * a for w, a in zip(self._weights, vector.activations, strict=True))
         extra: tuple[tuple[str, float, str], ...] = ()
@@ -285,9 +223,6 @@ class LearnedScorer:
             push = math.fsum(self._hash[b] * v for b, v in hashed.items())
             extra = (("words", push, "wording of the request"),)
         return explain(vector, logits, self._bias, max_reasons=self._max_reasons, extra=extra)
-
-    def __repr__(self) -> str:
-        return f"LearnedScorer(bias={self._bias!r}, hash_buckets={self._buckets})"
 
 
 def fit(
