@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from tiered_router import Router, Turn
 from tiered_router.testing import ScriptedServer
@@ -62,6 +65,12 @@ class Slept(list[float]):
 
     async def asleep(self, seconds: float) -> None:
         self.append(seconds)
+
+
+def policy_file(upstream: ScriptedServer, path: Path, **overrides: Any) -> Path:
+    """Write :func:`make_policy` as YAML at ``path`` (for scripts that take a policy file)."""
+    path.write_text(yaml.safe_dump(make_policy(upstream, **overrides)))
+    return path
 
 
 OPEN_ROUTERS: list[Router] = []

@@ -15,7 +15,7 @@ pytest.importorskip(
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
-from routerkit import make_policy, tracked  # noqa: E402
+from routerkit import make_policy, policy_file, tracked  # noqa: E402
 
 from tiered_router import MemorySink, Router  # noqa: E402
 from tiered_router.integrations import TieredChatModel as LazyChatModel  # noqa: E402
@@ -195,19 +195,8 @@ def load_example(name: str) -> Any:
 def test_example_script_runs_against_the_local_server(
     server: ScriptedServer, tmp_path: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import yaml
 
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test"}
-    policy = {
-        "version": 1,
-        "backends": {
-            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
-            "frontier": {**backend, "model": "frontier-model"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-    }
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
+    path = policy_file(server, tmp_path / "policy.yaml")
     server.default = weather_agent_reply
     assert load_example("langgraph_agent").main([str(path)]) == 0
     out = capsys.readouterr().out

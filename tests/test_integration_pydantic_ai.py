@@ -11,7 +11,7 @@ pytest.importorskip(
 from pydantic import BaseModel  # noqa: E402
 from pydantic_ai import Agent  # noqa: E402
 from pydantic_ai.messages import ModelResponse  # noqa: E402
-from routerkit import make_policy, tracked  # noqa: E402
+from routerkit import make_policy, policy_file, tracked  # noqa: E402
 
 from tiered_router import MemorySink, Router  # noqa: E402
 from tiered_router.integrations.pydantic_ai import TieredPydanticAIModel  # noqa: E402
@@ -137,19 +137,7 @@ def test_example_script_runs_against_the_local_server(
     import json
     from pathlib import Path
 
-    import yaml
-
-    backend = {"type": "openai", "base_url": server.base_url, "api_key": "sk-test"}
-    policy = {
-        "version": 1,
-        "backends": {
-            "fast": {**backend, "model": "fast-model", "kind": "diffusion"},
-            "frontier": {**backend, "model": "frontier-model"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-    }
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
+    path = policy_file(server, tmp_path / "policy.yaml")
 
     def reply(body: dict[str, Any]) -> Reply:
         if not any(m["role"] == "tool" for m in body["messages"]):
