@@ -15,12 +15,8 @@ from typing import Any
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
-from tiered_router.gate._calls import (
-    ArgumentGroundingCheck,
-    RedundantToolCallsCheck,
-    RequestedToolsCheck,
-    ToolCallInTextCheck,
-)
+from tiered_router.gate._calls import RedundantToolCallsCheck, ToolCallInTextCheck
+from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
     MaxCharsCheck,
