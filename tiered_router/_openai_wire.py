@@ -26,11 +26,15 @@ from tiered_router._types import UNSET, Tier, Unset
 from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 
 if TYPE_CHECKING:
+    from tiered_router._run import RoutedResult
+    from tiered_router._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router.policy import Policy
     from tiered_router.routing import Decision
     from tiered_router.trace import Trace
 
 __all__ = [
+    "result_route",
+    "stream_route",
     "AUTO",
     "ChunkRenderer",
     "RequestOptions",
@@ -245,6 +249,34 @@ def route_summary(
         "rule": decision.rule,
         "turn_id": turn_id,
     }
+
+
+def result_route(result: RoutedResult, *, with_trace: bool = False) -> dict[str, Any]:
+    """Return :func:`route_summary` of a finished turn (with its whole trace if asked)."""
+    trace = result.trace
+    route = route_summary(
+        trace.decision,
+        tier=result.tier,
+        backend=trace.backend,
+        escalated=result.escalated,
+        escalations=trace.escalations,
+        turn_id=trace.turn_id,
+    )
+    if with_trace:
+        route["trace"] = trace.to_dict()
+    return route
+
+
+def stream_route(stream: RoutedStream | AsyncRoutedStream, policy: Policy) -> dict[str, Any]:
+    """Return :func:`route_summary` of a started stream (the serving tier is known)."""
+    tier = stream.tier
+    return route_summary(
+        stream.decision,
+        tier=tier,
+        backend=policy.backend_for(tier) if tier is not None else None,
+        escalated=stream.escalated,
+        turn_id=stream.turn_id,
+    )
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:

@@ -154,6 +154,11 @@ class _StreamState:
         return self._run.decision
 
     @property
+    def turn_id(self) -> str:
+        """The id of the routed turn (as in its trace)."""
+        return self._run.turn.id
+
+    @property
     def escalated(self) -> bool:
         """Whether the serving tier was reached by escalation (known after ``start``)."""
         return self._run.trace(0.0).escalated

@@ -43,7 +43,8 @@ from tiered_router._openai_wire import (
     parse_request,
     pinned,
     resolve_model,
-    route_summary,
+    result_route,
+    stream_route,
 )
 from tiered_router.router import RoutedResult, Router
 
@@ -79,21 +80,6 @@ def _router(
     return Router(policy, sinks=sinks, backends=backends)
 
 
-def _summary(result: RoutedResult, *, with_trace: bool) -> dict[str, Any]:
-    trace = result.trace
-    route = route_summary(
-        trace.decision,
-        tier=result.tier,
-        backend=trace.backend,
-        escalated=result.escalated,
-        escalations=trace.escalations,
-        turn_id=trace.turn_id,
-    )
-    if with_trace:
-        route["trace"] = trace.to_dict()
-    return route
-
-
 def _chat_completion(result: RoutedResult, turn: Turn) -> ChatCompletion:
     from openai.types.chat import ChatCompletion
 
@@ -101,22 +87,9 @@ def _chat_completion(result: RoutedResult, turn: Turn) -> ChatCompletion:
         result.completion,
         completion_id=f"chatcmpl-tr-{turn.id}",
         model=result.trace.backend or "",
-        route=_summary(result, with_trace=True),
+        route=result_route(result, with_trace=True),
     )
     return ChatCompletion.model_validate(body)
-
-
-def _stream_route(
-    stream: RoutedStream | AsyncRoutedStream, turn: Turn, router: Router
-) -> dict[str, Any]:
-    tier = stream.tier
-    return route_summary(
-        stream.decision,
-        tier=tier,
-        backend=router.policy.backend_for(tier) if tier is not None else None,
-        escalated=stream.escalated,
-        turn_id=turn.id,
-    )
 
 
 def _chunk_types() -> type[ChatCompletionChunk]:
@@ -153,7 +126,7 @@ class TieredStream:
         self._stream = stream
         self._iter = iter(stream)
         self._owner = owner
-        self.tiered_router = _stream_route(stream, turn, owner.router)
+        self.tiered_router = stream_route(stream, owner.router.policy)
         self._renderer = ChunkRenderer(
             completion_id=f"chatcmpl-tr-{turn.id}",
             model=self.tiered_router["backend"] or "",
@@ -168,7 +141,7 @@ class TieredStream:
                 yield cls.model_validate(obj)
         result = self._stream.result
         self._owner.last_result = result
-        for obj in self._renderer.finish(_summary(result, with_trace=True)):
+        for obj in self._renderer.finish(result_route(result, with_trace=True)):
             yield cls.model_validate(obj)
 
     @property
@@ -211,7 +184,7 @@ class AsyncTieredStream:
         self._stream = stream
         self._iter = stream.__aiter__()
         self._owner = owner
-        self.tiered_router = _stream_route(stream, turn, owner.router)
+        self.tiered_router = stream_route(stream, owner.router.policy)
         self._renderer = ChunkRenderer(
             completion_id=f"chatcmpl-tr-{turn.id}",
             model=self.tiered_router["backend"] or "",
@@ -226,7 +199,7 @@ class AsyncTieredStream:
                 yield cls.model_validate(obj)
         result = self._stream.result
         self._owner.last_result = result
-        for obj in self._renderer.finish(_summary(result, with_trace=True)):
+        for obj in self._renderer.finish(result_route(result, with_trace=True)):
             yield cls.model_validate(obj)
 
     @property

@@ -24,7 +24,8 @@ from tiered_router._openai_wire import (
     parse_request,
     pinned,
     resolve_model,
-    route_summary,
+    result_route,
+    stream_route,
 )
 from tiered_router.exceptions import (
     AllTiersFailed,
@@ -253,14 +254,7 @@ class _Proxy:
         except (AllTiersFailed, GateFailed) as exc:
             return _failure(exc)
         trace = result.trace
-        route = route_summary(
-            trace.decision,
-            tier=result.tier,
-            backend=trace.backend,
-            escalated=result.escalated,
-            escalations=trace.escalations,
-            turn_id=turn.id,
-        )
+        route = result_route(result)
         body = completion_body(
             result.completion,
             completion_id=f"chatcmpl-tr-{turn.id}",
@@ -283,14 +277,7 @@ class _Proxy:
             await stream.start()
         except (AllTiersFailed, GateFailed) as exc:
             return _failure(exc)
-        serving = stream.tier
-        route = route_summary(
-            stream.decision,
-            tier=serving,
-            backend=self.policy.backend_for(serving) if serving is not None else None,
-            escalated=stream.escalated,
-            turn_id=turn.id,
-        )
+        route = stream_route(stream, self.policy)
         renderer = ChunkRenderer(
             completion_id=f"chatcmpl-tr-{turn.id}",
             model=route["backend"] or "",
@@ -311,16 +298,7 @@ class _Proxy:
                 objs = renderer.render(chunk)
                 if objs:
                     yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
-            result = stream.result
-            trace = result.trace
-            route = route_summary(
-                trace.decision,
-                tier=result.tier,
-                backend=trace.backend,
-                escalated=result.escalated,
-                escalations=trace.escalations,
-                turn_id=turn.id,
-            )
+            route = result_route(stream.result)
             tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
         except TieredRouterError as exc:
