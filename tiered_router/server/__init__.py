@@ -10,7 +10,7 @@ client.chat.completions.create(model="auto", messages=[...])
 ```
 
 Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v1/models``,
-``GET /healthz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
+``GET /healthz``, ``GET /readyz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
 ``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
 and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
 ``docs/proxy.md``.
@@ -18,9 +18,12 @@ and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.policy import load_policy
@@ -108,6 +111,23 @@ def _app_from_environment() -> Any:
     return create_app(loaded, settings=settings)
 
 
+@contextlib.contextmanager
+def _metrics_dir() -> Iterator[None]:
+    """A fresh directory for the workers' metrics (kept when the operator set one)."""
+    from tiered_router.server._workers import METRICS_DIR_ENV
+
+    if os.environ.get(METRICS_DIR_ENV):
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="tiered-router-metrics-")
+    os.environ[METRICS_DIR_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(METRICS_DIR_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def serve(
     policy: Policy | PolicySource,
     *,
@@ -124,7 +144,8 @@ def serve(
         policy: The policy (a path when ``workers`` > 1).
         host: Overrides ``server.host`` (``127.0.0.1`` by default).
         port: Overrides ``server.port`` (8000 by default).
-        workers: Worker processes (each has its own connection pools and metrics).
+        workers: Worker processes (each has its own connection pools; ``/metrics`` adds up
+            the numbers of all of them).
         max_body_bytes: Overrides ``server.max_body_bytes``.
         log_level: uvicorn's log level.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
@@ -170,9 +191,13 @@ def serve(
 
         spec = {"policy": os.path.abspath(os.fspath(policy)), "max_body_bytes": max_body_bytes}
         os.environ[_POLICY_ENV] = json.dumps(spec)
-        uvicorn.run(
-            "tiered_router.server:_app_from_environment", factory=True, workers=workers, **options
-        )
+        with _metrics_dir():
+            uvicorn.run(
+                "tiered_router.server:_app_from_environment",
+                factory=True,
+                workers=workers,
+                **options,
+            )
         return
     app = create_app(loaded, settings=settings, env=env)
     uvicorn.run(app, **options)
