@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
+    from tiered_router.otel import OTelSink
     from tiered_router.policy import Policy
     from tiered_router.trace import TraceSink
 
@@ -68,6 +69,7 @@ def create_app(
     sinks: Sequence[TraceSink] = (),
     backends: Mapping[str, Backend] | None = None,
     env: Mapping[str, str] | None = None,
+    otel: bool | OTelSink = False,
 ) -> Starlette:
     """Build the proxy's ASGI app (serve it with uvicorn or any ASGI server).
 
@@ -84,9 +86,13 @@ def create_app(
         sinks: Extra trace sinks (the metrics sink is always there).
         backends: Backends by name, overriding the ones built from the policy.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        otel: Write every turn as OpenTelemetry spans and metrics, parented to the
+            request's ``traceparent``: ``True`` for an :class:`tiered_router.otel.OTelSink`
+            on the global providers, or the sink to use.
 
     Raises:
-        ImportError: When the ``server`` extra is not installed.
+        ImportError: When the ``server`` extra (or, with ``otel``, the ``otel`` extra) is
+            not installed.
         PolicyError: An invalid policy, or a backend missing its model or API key.
 
     """
@@ -96,7 +102,15 @@ def create_app(
     loaded = load_policy(policy, env=env)
     if settings is None:
         settings = ServerSettings.from_policy(loaded, env=env, policy_file=_file_name(policy))
-    return build_app(loaded, settings, sinks=sinks, backends=backends, env=env)
+    if not otel:
+        return build_app(loaded, settings, sinks=sinks, backends=backends, env=env)
+    from tiered_router.otel import OTelSink, TraceContextMiddleware
+
+    sink = otel if isinstance(otel, OTelSink) else OTelSink(policy=loaded)
+    all_sinks = [*sinks, sink]
+    app = build_app(loaded, settings, sinks=all_sinks, backends=backends, env=env)
+    app.add_middleware(TraceContextMiddleware)
+    return app
 
 
 def _app_from_environment() -> Any:
@@ -108,7 +122,12 @@ def _app_from_environment() -> Any:
     settings = ServerSettings.from_policy(
         loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
     )
-    return create_app(loaded, settings=settings)
+    otel = bool(spec.get("otel"))
+    if otel:
+        from tiered_router.otel import configure_otlp
+
+        configure_otlp()  # in each worker: exporter threads do not cross processes
+    return create_app(loaded, settings=settings, otel=otel)
 
 
 @contextlib.contextmanager
@@ -137,6 +156,7 @@ def serve(
     max_body_bytes: int | None = None,
     log_level: str = "info",
     env: Mapping[str, str] | None = None,
+    otel: bool = False,
 ) -> None:
     """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
 
@@ -149,6 +169,8 @@ def serve(
         max_body_bytes: Overrides ``server.max_body_bytes``.
         log_level: uvicorn's log level.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        otel: Export OpenTelemetry spans and metrics over OTLP/HTTP (endpoint from the
+            standard ``OTEL_EXPORTER_OTLP_*`` variables); needs the ``otel`` extra.
 
     Raises:
         ImportError: When the ``server`` extra is not installed.
@@ -189,7 +211,11 @@ def serve(
             raise ValueError("--workers > 1 needs the policy as a file path")
         import json
 
-        spec = {"policy": os.path.abspath(os.fspath(policy)), "max_body_bytes": max_body_bytes}
+        spec = {
+            "policy": os.path.abspath(os.fspath(policy)),
+            "max_body_bytes": max_body_bytes,
+            "otel": otel,
+        }
         os.environ[_POLICY_ENV] = json.dumps(spec)
         with _metrics_dir():
             uvicorn.run(
@@ -199,5 +225,9 @@ def serve(
                 **options,
             )
         return
-    app = create_app(loaded, settings=settings, env=env)
+    if otel:
+        from tiered_router.otel import configure_otlp
+
+        configure_otlp()
+    app = create_app(loaded, settings=settings, env=env, otel=otel)
     uvicorn.run(app, **options)
