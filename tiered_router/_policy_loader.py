@@ -368,12 +368,14 @@ def _depth_limited_loader() -> type[yaml.SafeLoader]:
 
         _depth = 0
 
-        def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
             self._depth += 1
             try:
                 if self._depth > MAX_DEPTH + 1:  # + 1: the scalar at the deepest level
-                    raise _TooDeep(self.peek_event().start_mark.line + 1)
-                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                    # PyYAML's stubs leave peek_event untyped
+                    event = self.peek_event()  # type: ignore[no-untyped-call]
+                    raise _TooDeep(event.start_mark.line + 1)
+                return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
 
