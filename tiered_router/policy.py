@@ -98,7 +98,9 @@ def _unknown(what: str, word: str, known: Sequence[str]) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # defer_build: the validators are built when a policy is first validated, not when this
+    # module is imported (``from tiered_router import Router`` stays fast)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
 
 
 class Price(_Model):
