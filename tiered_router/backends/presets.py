@@ -411,6 +411,50 @@ def _api_key(
 _OPTIONS = frozenset({"quirks", "strict_quirks"})
 
 
+def check_config(name: str, config: BackendConfig) -> None:
+    """Check an ``openai`` backend's config as loading a policy does; the key is not needed.
+
+    Raises:
+        PolicyError: Unknown preset, quirks or option, or no model.
+
+    """
+    _resolve(name, config)
+
+
+def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig, Quirks]:
+    if config.preset is not None and config.preset not in PRESETS:
+        from tiered_router.policy import _unknown
+
+        raise PolicyError(
+            _unknown("preset", config.preset, sorted(PRESETS)), field=f"backends.{name}.preset"
+        )
+    preset = preset_for(config, backend=name)
+    resolved = preset.apply(config) if preset is not None else config
+    unknown = sorted(set(resolved.options) - _OPTIONS)
+    if unknown:
+        raise PolicyError(
+            f"unknown option {unknown[0]!r} for an openai backend; known: "
+            + ", ".join(sorted(_OPTIONS)),
+            field=f"backends.{name}.options.{unknown[0]}",
+        )
+    if not resolved.model:
+        raise PolicyError(
+            "an openai backend needs `model` (or a `preset` that names one)"
+            if preset is None or config.preset is None
+            else f"`model` is required: preset {preset.name!r} has no default",
+            field=f"backends.{name}.model",
+        )
+    try:
+        quirks = resolve_quirks(
+            resolved.options.get("quirks", preset.quirks if preset is not None else "none")
+        )
+    except ValueError as exc:
+        raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
+    if resolved.options.get("strict_quirks"):
+        quirks = quirks.with_strict()
+    return preset, resolved, quirks
+
+
 def backend_kwargs(
     name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -424,28 +468,7 @@ def backend_kwargs(
         PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
 
     """
-    preset = preset_for(config, backend=name)
-    resolved = preset.apply(config) if preset is not None else config
-    unknown = set(resolved.options) - _OPTIONS
-    if unknown:
-        raise PolicyError(
-            f"unknown options {sorted(unknown)} for an openai backend; known: {sorted(_OPTIONS)}",
-            field=f"backends.{name}.options",
-        )
-    if not resolved.model:
-        raise PolicyError(
-            f"backend {name!r} has no model: set model"
-            + (f" (preset {preset.name!r} has no default)" if preset is not None else ""),
-            field=f"backends.{name}.model",
-        )
-    try:
-        quirks = resolve_quirks(
-            resolved.options.get("quirks", preset.quirks if preset is not None else "none")
-        )
-    except ValueError as exc:
-        raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
-    if resolved.options.get("strict_quirks"):
-        quirks = quirks.with_strict()
+    preset, resolved, quirks = _resolve(name, config)
     api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
     return {
         "model": resolved.model,
