@@ -374,7 +374,7 @@ class Task:
         )
 
     def _usable(self, turn: Turn, tier: Tier) -> bool:
-        return not turn.tools or self.router._supports_tools(self.router.policy.backend_for(tier))
+        return self.router.capability_gap(self.router.policy.backend_for(tier), turn) is None
 
     def _budgets(self, turn: Turn, tier: Tier) -> tuple[Tier, str | None, str]:
         other = _OTHER[tier]

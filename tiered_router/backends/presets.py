@@ -1,8 +1,10 @@
 """Presets and quirks: what tiered_router knows about providers.
 
 A :class:`Quirks` value says how a provider differs from OpenAI (rejected roles, value ranges,
-extra request fields) and what the backend does about it. A :class:`Preset` fills the
-:class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
+extra request fields) and what the backend does about it; a dialect profile
+(:mod:`tiered_router.backends._dialect`) says what request shape its server accepts (roles,
+content, tools native or prompted, ``response_format``, ``stop``, fields). A :class:`Preset`
+fills the :class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
 pydantic's ``model_fields_set``): base URL, model, kind, tool support, prices, latency model,
 quirks, and where the API key comes from.
 
@@ -12,6 +14,7 @@ Example:
       fast: {preset: mercury-2}                       # key from $INCEPTION_API_KEY
       big: {preset: openai, model: gpt-5.2}           # key from $OPENAI_API_KEY
       local: {preset: local-diffusion, model: LLaDA2.0-mini}
+      llada: {preset: dlmserve, diffusion: {num_denoising_steps: 32}}
     ```
 
     ```python
@@ -35,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tiered_router._types import BackendKind
+from tiered_router.backends._dialect import DIALECTS, DialectProfile, resolve_dialect
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy import BackendConfig, LatencyModel, Price
 
@@ -50,6 +54,7 @@ __all__ = [
     "Preset",
     "Quirks",
     "backend_kwargs",
+    "dialect_for",
     "get_preset",
     "local_diffusion",
     "mercury2",
@@ -182,6 +187,7 @@ class Preset:
         api_key_required: ``False`` sends the placeholder ``"none"`` when no key is found.
         tools: Whether the endpoint supports tools.
         quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
+        dialect: Name of the server's dialect profile (what request shape it accepts).
         price: Token prices.
         latency: Expected latency.
         hosts: Base-URL host suffixes for which this preset is inferred.
@@ -196,6 +202,7 @@ class Preset:
     api_key_required: bool = True
     tools: bool = True
     quirks: str = "none"
+    dialect: str = "openai"
     price: Price = field(default_factory=Price)
     latency: LatencyModel = field(default_factory=LatencyModel)
     hosts: tuple[str, ...] = ()
@@ -223,8 +230,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="diffusion",
             api_key_env="INCEPTION_API_KEY",
             quirks="mercury",
+            dialect="mercury-2",
             price=Price(input_per_mtok=0.25, cached_input_per_mtok=0.025, output_per_mtok=0.75),
-            latency=LatencyModel(ttft_s=0.35, tokens_per_s=1000.0),
+            latency=DIALECTS["mercury-2"].latency,
             hosts=("inceptionlabs.ai",),
         ),
         "openai": Preset(
@@ -233,7 +241,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             model=None,
             kind="autoregressive",
             api_key_env="OPENAI_API_KEY",
-            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
+            latency=DIALECTS["openai"].latency,
             hosts=("api.openai.com",),
         ),
         "local-diffusion": Preset(
@@ -245,6 +253,41 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_required=False,
             tools=False,
             quirks="local_diffusion",
+            dialect="local-diffusion",
+            latency=DIALECTS["local-diffusion"].latency,
+        ),
+        "dlmserve": Preset(
+            name="dlmserve",
+            base_url="http://127.0.0.1:8000/v1",
+            model="gsai-ml/LLaDA-8B-Instruct",
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            dialect="dlmserve",
+            latency=DIALECTS["dlmserve"].latency,
+        ),
+        "sglang": Preset(
+            name="sglang",
+            base_url="http://127.0.0.1:30000/v1",
+            model=None,
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            dialect="sglang",
+            latency=DIALECTS["sglang"].latency,
+        ),
+        "vllm": Preset(
+            name="vllm",
+            base_url="http://127.0.0.1:8000/v1",
+            model=None,
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            dialect="vllm",
+            latency=DIALECTS["vllm"].latency,
         ),
     }
 )
@@ -294,6 +337,22 @@ def resolve_config(config: BackendConfig, *, backend: str = "?") -> BackendConfi
     return preset.apply(config) if preset is not None else config
 
 
+def dialect_for(config: BackendConfig, *, backend: str = "?") -> DialectProfile:
+    """Return the dialect profile of a policy's backend: ``options.dialect`` or its preset's.
+
+    Raises:
+        PolicyError: For an unknown dialect name or field.
+
+    """
+    preset = preset_for(config, backend=backend)
+    try:
+        return resolve_dialect(
+            config.options.get("dialect", preset.dialect if preset is not None else "openai")
+        )
+    except ValueError as exc:
+        raise PolicyError(str(exc), field=f"backends.{backend}.options.dialect") from None
+
+
 def _api_key(
     name: str, config: BackendConfig, preset: Preset | None, env: Mapping[str, str]
 ) -> str | None:
@@ -315,7 +374,7 @@ def _api_key(
     )
 
 
-_OPTIONS = frozenset({"quirks", "strict_quirks"})
+_OPTIONS = frozenset({"quirks", "strict_quirks", "dialect"})
 
 
 def backend_kwargs(
@@ -325,7 +384,9 @@ def backend_kwargs(
 
     Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
     ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
-    provider rejects instead of clamping them.
+    provider rejects instead of clamping them; ``dialect`` names the dialect profile (or
+    gives ``{profile: NAME, field: value}``) instead of the preset's. The config's
+    ``diffusion`` fields must be ones the dialect accepts.
 
     Raises:
         PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
@@ -353,6 +414,15 @@ def backend_kwargs(
         raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
     if resolved.options.get("strict_quirks"):
         quirks = quirks.with_strict()
+    dialect = dialect_for(resolved, backend=name)
+    unknown_diffusion = sorted(k for k in resolved.diffusion if not dialect.accepts(k))
+    if unknown_diffusion:
+        known = ", ".join(sorted(dialect.diffusion_params)) or "none"
+        raise PolicyError(
+            f"diffusion fields {unknown_diffusion} are not accepted by the {dialect.name} "
+            f"dialect; known: {known}",
+            field=f"backends.{name}.diffusion",
+        )
     api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
     return {
         "model": resolved.model,
@@ -365,6 +435,8 @@ def backend_kwargs(
         "extra_body": resolved.extra_body,
         "headers": resolved.headers,
         "quirks": quirks,
+        "dialect": dialect,
+        "diffusion": resolved.diffusion,
         "config": resolved,
     }
 
