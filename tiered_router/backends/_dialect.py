@@ -123,6 +123,10 @@ class DialectProfile:
     latency: LatencyModel = field(default_factory=LatencyModel)
     checked: str = ""
 
+    def accepts_diffusion(self, key: str) -> bool:
+        """Whether a policy's ``diffusion:`` may set ``key``."""
+        return key in self.diffusion_params if self.diffusion_params else self.params is None
+
     def accepts(self, key: str) -> bool:
         """Whether a body field may be sent."""
         if key in _FRAME or key in self.diffusion_params:
@@ -192,7 +196,8 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         ),
         "sglang": DialectProfile(
             name="sglang",
-            roles=_ALL_ROLES,
+            # SGLang's model takes developer, but a diffusion model's chat template may not
+            roles=_ALL_ROLES - {"developer"},
             images=False,
             tools="prompted",
             response_format="prompted",

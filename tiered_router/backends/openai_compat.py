@@ -133,7 +133,7 @@ class OpenAICompatBackend:
         self.dialect = _dialect.resolve_dialect(dialect)
         self.config = config
         self._diffusion = dict(diffusion or {})
-        unknown = sorted(k for k in self._diffusion if not self.dialect.accepts(k))
+        unknown = sorted(k for k in self._diffusion if not self.dialect.accepts_diffusion(k))
         if unknown:
             known = ", ".join(sorted(self.dialect.diffusion_params)) or "none"
             raise ValueError(

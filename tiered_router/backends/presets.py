@@ -415,7 +415,7 @@ def backend_kwargs(
     if resolved.options.get("strict_quirks"):
         quirks = quirks.with_strict()
     dialect = dialect_for(resolved, backend=name)
-    unknown_diffusion = sorted(k for k in resolved.diffusion if not dialect.accepts(k))
+    unknown_diffusion = sorted(k for k in resolved.diffusion if not dialect.accepts_diffusion(k))
     if unknown_diffusion:
         known = ", ".join(sorted(dialect.diffusion_params)) or "none"
         raise PolicyError(
