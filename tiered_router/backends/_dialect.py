@@ -262,6 +262,8 @@ def resolve_dialect(value: DialectProfile | str | Mapping[str, Any]) -> DialectP
         raise ValueError(
             f"unknown dialect {base_name!r}; known: {', '.join(sorted(DIALECTS))}"
         ) from None
+    if not changes:
+        return base
     unknown = sorted(set(changes) - _OVERRIDABLE)
     if unknown:
         raise ValueError(f"unknown dialect fields {unknown}; known: {sorted(_OVERRIDABLE)}")
@@ -275,7 +277,7 @@ def resolve_dialect(value: DialectProfile | str | Mapping[str, Any]) -> DialectP
     for key in ("roles", "params", "diffusion_params"):
         if key in changes and changes[key] is not None:
             changes[key] = frozenset(changes[key])
-    return replace(base, name=base_name if not changes else f"{base_name}*", **changes)
+    return replace(base, name=f"{base_name}*", **changes)
 
 
 # -- checks ------------------------------------------------------------------------------------
