@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tiered_router._context import CURRENT_TASK
+from tiered_router._latency import LatencyTracker
 from tiered_router._run import RoutedResult, TurnRun
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
@@ -88,6 +89,8 @@ class Router:
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
         self._breakers: dict[str, CircuitBreaker] = {}
         self._configs: dict[str, BackendConfig | None] = {}
+        self.latency = LatencyTracker()
+        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -404,6 +407,7 @@ class Router:
         return trace
 
     def _emit(self, trace: Trace) -> None:
+        self.latency.observe(trace)
         task = CURRENT_TASK.get()
         if task is not None:
             task.observe(trace)
