@@ -7,7 +7,7 @@ from agent_shapes import CALL, RESULT, TIME, USER, WEATHER
 from routerkit import make_policy
 
 from tiered_router import Router, Turn
-from tiered_router.backends import OpenAICompatBackend
+from tiered_router.backends import OpenAICompatBackend, from_preset
 from tiered_router.backends._dialect import (
     DIALECTS,
     Plan,
@@ -276,3 +276,17 @@ def test_a_capability_error_at_call_time_escalates(server: ScriptedServer) -> No
     assert sink.traces[-1].escalations == ("backend_error",)
     router.close()
     inner.close()
+
+
+def test_from_preset_builds_any_preset() -> None:
+    llada = from_preset("dlmserve", diffusion={"num_denoising_steps": 32})
+    assert (llada.name, llada.model, llada.dialect.name) == (
+        "dlmserve",
+        "gsai-ml/LLaDA-8B-Instruct",
+        "dlmserve",
+    )
+    assert llada.base_url == "http://127.0.0.1:8000/v1" and llada.supports_tools
+    gemma = from_preset("vllm", name="gemma", model="google/diffusion-gemma")
+    assert gemma.name == "gemma" and gemma.kind == "diffusion"
+    with pytest.raises(PolicyError, match="model"):
+        from_preset("sglang")

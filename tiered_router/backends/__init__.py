@@ -17,9 +17,6 @@ from tiered_router.backends.presets import (
     PRESETS,
     Preset,
     Quirks,
-    local_diffusion,
-    mercury2,
-    openai_backend,
     resolve_config,
 )
 from tiered_router.backends.registry import (
@@ -27,6 +24,10 @@ from tiered_router.backends.registry import (
     BackendRegistry,
     backend_types,
     build_backend,
+    from_preset,
+    local_diffusion,
+    mercury2,
+    openai_backend,
     register_backend_type,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "StreamingBackend",
     "backend_types",
     "build_backend",
+    "from_preset",
     "local_diffusion",
     "mercury2",
     "openai_backend",

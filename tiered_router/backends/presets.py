@@ -18,7 +18,7 @@ Example:
     ```
 
     ```python
-    from tiered_router.backends.presets import mercury2
+    from tiered_router.backends import mercury2     # built in backends/registry.py
 
     fast = mercury2(api_key=os.environ["INCEPTION_API_KEY"])
     ```
@@ -34,16 +34,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from tiered_router._types import BackendKind
 from tiered_router.backends._dialect import DIALECTS, DialectProfile, resolve_dialect
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy import BackendConfig, LatencyModel, Price
-
-if TYPE_CHECKING:
-    from tiered_router.backends.openai_compat import OpenAICompatBackend
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",
@@ -56,9 +53,6 @@ __all__ = [
     "backend_kwargs",
     "dialect_for",
     "get_preset",
-    "local_diffusion",
-    "mercury2",
-    "openai_backend",
     "preset_for",
     "resolve_config",
     "resolve_quirks",
@@ -439,72 +433,3 @@ def backend_kwargs(
         "diffusion": resolved.diffusion,
         "config": resolved,
     }
-
-
-def _build(
-    preset: str, name: str, api_key: str | None, fields: dict[str, Any]
-) -> OpenAICompatBackend:
-    from tiered_router.backends.openai_compat import OpenAICompatBackend
-
-    http = {k: fields.pop(k) for k in ("http_client", "async_http_client") if k in fields}
-    if api_key is not None:
-        fields["api_key"] = api_key
-    config = BackendConfig(preset=preset, **fields)
-    return OpenAICompatBackend(name, **backend_kwargs(name, config), **http)
-
-
-def mercury2(
-    *, name: str = "mercury", api_key: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return a Mercury 2 backend (Inception's diffusion model).
-
-    Args:
-        name: The backend's name.
-        api_key: The key; by default read from ``INCEPTION_API_KEY`` now.
-        **fields: Other :class:`~tiered_router.policy.BackendConfig` fields (``model``,
-            ``timeout_s``, ``params``, ``extra_body``, ``options``...) or ``http_client`` /
-            ``async_http_client``.
-
-    Raises:
-        PolicyError: When no key is given and ``INCEPTION_API_KEY`` is unset.
-
-    """
-    return _build("mercury-2", name, api_key, fields)
-
-
-def openai_backend(
-    *, name: str = "openai", model: str, api_key: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return an OpenAI backend.
-
-    Args:
-        name: The backend's name.
-        model: The model, e.g. ``gpt-5.2``.
-        api_key: The key; by default read from ``OPENAI_API_KEY`` now.
-        **fields: Other backend config fields, or ``http_client`` / ``async_http_client``.
-
-    Raises:
-        PolicyError: When no key is given and ``OPENAI_API_KEY`` is unset.
-
-    """
-    return _build("openai", name, api_key, {"model": model, **fields})
-
-
-def local_diffusion(
-    *, name: str = "local", model: str, base_url: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return a backend for a local diffusion server (SGLang, vLLM, dlmserve, ...).
-
-    Args:
-        name: The backend's name.
-        model: The model the server serves.
-        base_url: The server, by default ``http://127.0.0.1:30000/v1`` (SGLang's port).
-        **fields: Other backend config fields (``extra_body`` for diffusion knobs such as
-            ``num_denoising_steps``; ``tools=True`` if the server supports tools), or
-            ``http_client`` / ``async_http_client``.
-
-    """
-    if base_url is not None:
-        fields["base_url"] = base_url
-    api_key = fields.pop("api_key", None)
-    return _build("local-diffusion", name, api_key, {"model": model, **fields})
