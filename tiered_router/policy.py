@@ -144,7 +144,8 @@ class BackendConfig(_Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
+    ``dlmserve``, ``sglang``, ``vllm``."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -170,6 +171,9 @@ class BackendConfig(_Model):
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (``reasoning_effort``, diffusion knobs, ...)."""
+    diffusion: dict[str, Any] = Field(default_factory=dict)
+    """Per-request diffusion fields (``num_denoising_steps``, ``block_length``, ...), checked
+    against the backend's dialect profile when it is built (see ``docs/backends.md``)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """Extra HTTP headers sent with every request (left out of ``repr``: they may hold keys)."""
     options: dict[str, Any] = Field(default_factory=dict)
