@@ -307,18 +307,25 @@ _SCIENTIFIC = re.compile(
 class _Grounding:
     """Whether a value is stated in the conversation (lower-cased text, numbers)."""
 
-    __slots__ = ("_numbers", "_text")
+    __slots__ = ("_alnum", "_numbers", "_text")
 
     def __init__(self, conversation: str) -> None:
         self._text = conversation.lower()
+        self._alnum = ""  # built on first use
         numbers: set[float] = set()
-        for match in _NUMBER.finditer(conversation.replace(",", "")):
-            value = abs(float(match.group()))
-            numbers.update((value, value / 100))  # "5%" states 0.05 too
+        # "1,500" is 1500 and "3,4,5" is 3, 4 and 5: read both ways
+        for text in (conversation.replace(",", ""), conversation.replace(",", " ")):
+            for match in _NUMBER.finditer(text):
+                value = abs(float(match.group()))
+                numbers.update((value, value / 100))  # "5%" states 0.05 too
         for match in _SCIENTIFIC.finditer(conversation):
             mantissa, exponent = match.groups()
             numbers.add(float(f"{mantissa}e{exponent.replace(chr(0x2212), '-')}"))
         self._numbers = numbers
+
+    def abbreviated(self, initials: str) -> bool:
+        """Whether a word of the conversation is ``initials`` or starts with them (NYC, NY)."""
+        return re.search(rf"(?<![a-z]){re.escape(initials)}[a-z]?(?![a-z])", self._text) is not None
 
     def stated(self, value: Any) -> bool:
         if value is None or isinstance(value, bool):
@@ -326,7 +333,15 @@ class _Grounding:
         if isinstance(value, (int, float)):
             return abs(float(value)) in self._numbers
         if isinstance(value, str):
-            return value.strip().lower() in self._text
+            text = value.strip().lower()
+            if text in self._text:
+                return True
+            squeezed = "".join(c for c in text if c.isalnum())
+            if len(squeezed) < 2:
+                return False
+            if not self._alnum:
+                self._alnum = "".join(c for c in self._text if c.isalnum())
+            return squeezed in self._alnum  # "4*x+7" for "4x+7", "[3,1]" for "3 1"
         if isinstance(value, list):
             return all(self.stated(v) for v in value)
         if isinstance(value, dict):
