@@ -18,6 +18,8 @@ Besides BFCL's own categories, two kinds of probes are built from the same rows:
   half the sorted rows away, skipping any B that shares a tool name with A), and as the
   draft, the model's own recorded call for B. No offered tool fits A's request, so every
   such call is wrong; the right answer is prose or a question.
+- ``fewer_calls``: every right answer that made two or more calls, cut to its first call:
+  one call where the request asks for several, wrong by construction.
 - ``text:FORMAT``: every recorded answer that made tool calls, rewritten as text in one of
   four formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
   ``get_weather(city="Paris")`` one per line, ``json_list`` ``[{"name": ..., "arguments":
@@ -119,6 +121,10 @@ def cases(data_dir: Path, which: str) -> Iterator[Case]:
                 continue
             yield Case(category, model, row.turn, draft, outcome.correct, row.id)
             calls = outcome.tool_calls or ()
+            if outcome.correct and len(calls) >= 2:
+                # the right answer to a multi-target request, cut to its first call
+                first = Completion(tool_calls=calls[:1], finish_reason="tool_calls")
+                yield Case("fewer_calls", model, row.turn, first, False, row.id)
             if calls and all(_parses(c) for c in calls):
                 for fmt in FORMATS:
                     text = Completion(text=render(calls, fmt), finish_reason="stop")
@@ -152,7 +158,8 @@ def _parses(call: ToolCall) -> bool:
 def _total(category: str) -> str:
     if category == "unjudged text calls":
         return "unjudged text calls"
-    return "ALL PROBES" if ":" in category or category == "no_tool_fits" else "ALL BFCL"
+    probe = ":" in category or category in ("no_tool_fits", "fewer_calls")
+    return "ALL PROBES" if probe else "ALL BFCL"
 
 
 def _checks(spec: str) -> list[Any]:
