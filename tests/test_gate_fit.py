@@ -79,7 +79,8 @@ PARIS = [("get_weather", {"city": "Paris"})]
         ('{"name": "get_weather", "parameters": {"city": "Paris"}}', PARIS),
         ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}', PARIS),
         (
-            '{"tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}',
+            '{"tool_calls": [{"function": '
+            '{"name": "get_weather", "arguments": {"city": "Paris"}}}]}',
             PARIS,
         ),
         (
