@@ -271,3 +271,45 @@ def test_enumerated_targets_reads_repeated_phrasing_and_skips_non_lists() -> Non
     assert not gate.evaluate(_calls(("triangle_area", {"base": 4, "height": 2})), numbers).passed
     ranged = _turn("Area for a base between 4 and 9, height 2", AREA)
     assert gate.evaluate(_calls(("triangle_area", {"base": 4, "height": 2})), ranged).passed
+
+
+# -- redundant_tool_calls: swapped, hedged ------------------------------------------------
+
+GCD = _tool("math_gcd", {"num1": {"type": "integer"}, "num2": {"type": "integer"}}, "GCD.")
+BOIL = _tool(
+    "boiling_point", {"substance": {"type": "string"}, "sea_level": {"type": "integer"}}, "Boil."
+)
+
+
+def test_swapped_values_fail_and_two_targets_pass() -> None:
+    gate = QualityGate(["redundant_tool_calls"])
+    turn = _turn("Greatest common divisor of 40 and 50?", GCD)
+    swapped = _calls(("math_gcd", {"num1": 40, "num2": 50}), ("math_gcd", {"num1": 50, "num2": 40}))
+    verdict = gate.evaluate(swapped, turn)
+    assert verdict.failed_checks == ("redundant_tool_calls",)
+    assert "with the values of num1, num2 swapped" in verdict.reasons[0]
+    assert QualityGate([{"redundant_tool_calls": {"swapped": False}}]).evaluate(swapped, turn)
+    two = _turn("GCD of 40 and 50, and of 12 and 18?", GCD)
+    pair = _calls(("math_gcd", {"num1": 40, "num2": 50}), ("math_gcd", {"num1": 12, "num2": 18}))
+    assert gate.evaluate(pair, two).passed
+
+
+def test_a_second_guess_fails_and_stated_targets_pass() -> None:
+    gate = QualityGate(["redundant_tool_calls"])
+    turn = _turn("Boiling point of water at a sea level of 5000m?", BOIL)
+    guess = _calls(
+        ("boiling_point", {"substance": "water", "sea_level": 5000}),
+        ("boiling_point", {"substance": "water", "sea_level": 0}),
+    )
+    verdict = gate.evaluate(guess, turn)
+    assert verdict.failed_checks == ("redundant_tool_calls",)
+    assert "sea_level=0, a value the conversation never states" in verdict.reasons[0]
+    assert QualityGate([{"redundant_tool_calls": {"hedged": False}}]).evaluate(guess, turn)
+    both = _turn("Boiling point of water at 5000m and at 0m?", BOIL)
+    assert gate.evaluate(guess, both).passed
+    stocks = _turn("Prices of Google and Microsoft", BOIL)
+    codes = _calls(
+        ("boiling_point", {"substance": "GOOGL", "sea_level": 1}),
+        ("boiling_point", {"substance": "MSFT", "sea_level": 1}),
+    )
+    assert gate.evaluate(codes, stocks).passed
