@@ -243,6 +243,7 @@ def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
         "tool_call_in_text",
         "redundant_tool_calls",
         "argument_grounding",
+        "tool_fit",
     ]
 
 
