@@ -1,21 +1,35 @@
 """The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate.
 
 Each group of commands lives in its own module and adds itself to the app in
-:func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast.
+:func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
+command line is the ``cli`` extra (typer, rich, ruamel.yaml): ``pip install
+"tiered-router[cli]"``; the library itself never imports them.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["build_app", "main"]
 
+_CLI_PACKAGES = frozenset({"typer", "rich", "click", "ruamel"})
+
 
 def build_app() -> typer.Typer:
-    """Return the Typer app with every command registered."""
+    """Return the Typer app with every command registered.
+
+    Raises:
+        ImportError: When the ``cli`` extra is not installed; the message says how to.
+    """
+    try:
+        import typer
+    except ModuleNotFoundError as exc:
+        raise _missing_extra(exc) from exc
     app = typer.Typer(
         name="tiered-router",
         help="Route an agent's model calls between a fast diffusion tier and a frontier tier.",
@@ -30,7 +44,21 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _missing_extra(exc: ModuleNotFoundError) -> ImportError:
+    return ImportError(
+        f"the tiered-router command line needs {exc.name!r}, from the cli extra: "
+        'pip install "tiered-router[cli]"'
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the CLI (the ``tiered-router`` console script)."""
-    app = build_app()
+    try:
+        app = build_app()
+    except ImportError as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, ModuleNotFoundError) or cause.name not in _CLI_PACKAGES:
+            raise
+        sys.stderr.write(f"tiered-router: {exc}\n")
+        raise SystemExit(1) from None
     app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="tiered-router")
