@@ -247,6 +247,9 @@ PINNED: dict[str, frozenset[str]] = {
             "Tiers",
         }
     ),
+    "tiered_router.otel": frozenset(
+        {"configure_otlp", "gen_ai_system", "OTelSink", "TraceContextMiddleware"}
+    ),
     "tiered_router.pricing": frozenset(
         {
             "cost_of",
