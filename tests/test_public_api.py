@@ -257,6 +257,8 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.resilience": frozenset(
         {
+            "breaker_outcome",
+            "BreakerPass",
             "CircuitBreaker",
             "Deadline",
             "RetrySchedule",
@@ -292,6 +294,20 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+        }
+    ),
+    "tiered_router.state": frozenset(
+        {
+            "Admission",
+            "BreakerSnapshot",
+            "BreakerState",
+            "MemoryStateStore",
+            "Outcome",
+            "SafeStateStore",
+            "StateStore",
+            "TaskDelta",
+            "TaskRules",
+            "TaskSnapshot",
         }
     ),
     "tiered_router.server": frozenset(
