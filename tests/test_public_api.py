@@ -243,6 +243,7 @@ PINNED: dict[str, frozenset[str]] = {
             "RuleCondition",
             "ScoringConfig",
             "ServerConfig",
+            "StateConfig",
             "TaskConfig",
             "Tiers",
         }

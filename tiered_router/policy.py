@@ -58,6 +58,7 @@ __all__ = [
     "RuleCondition",
     "ScoringConfig",
     "ServerConfig",
+    "StateConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -387,6 +388,47 @@ class TaskConfig(_Model):
     """Output tokens assumed for a turn before any were measured on its backend."""
 
 
+class StateConfig(_Model):
+    """Where circuit breakers and task totals live; see ``docs/deploy.md``.
+
+    ``memory`` keeps them in each process. ``redis`` shares them between every worker and
+    replica (needs the ``redis`` extra); a Redis that is down or slower than ``timeout_s``
+    never fails a turn: the router answers from in-process state, with a warning and the
+    ``tiered_router_state_fallbacks_total`` metric.
+
+    Example:
+        ```yaml
+        state:
+          type: redis
+          url: ${REDIS_URL}         # redis://[:password@]host:6379/0, rediss:// for TLS
+          prefix: tiered_router     # every key starts with "tiered_router:"
+          timeout_s: 0.05           # per command; then in-process state for retry_s
+        ```
+
+    """
+
+    type: Literal["memory", "redis"] = "memory"
+    """``memory`` (each process) or ``redis`` (shared)."""
+    url: SecretStr | None = Field(default=None, repr=False)
+    """Redis URL (it may hold a password, so it is never shown)."""
+    prefix: str = Field(default="tiered_router", min_length=1, max_length=200)
+    """Start of every key, so several deployments can share one Redis."""
+    timeout_s: float = Field(default=0.05, gt=0, le=10)
+    """Longest wait for Redis per command (connect and answer)."""
+    retry_s: float = Field(default=1.0, ge=0, le=300)
+    """After a Redis failure, seconds of in-process state before trying Redis again."""
+    ttl_s: float = Field(default=86_400.0, gt=0)
+    """Lifetime of a task's state after its last turn."""
+    cache_s: float = Field(default=0.1, ge=0, le=10)
+    """How long a breaker seen closed is trusted without asking Redis (0: ask every call)."""
+
+    @model_validator(mode="after")
+    def _url_for_redis(self) -> StateConfig:
+        if self.type == "redis" and (self.url is None or not self.url.get_secret_value()):
+            raise _FieldErrors([(("url",), "required when type is redis")])
+        return self
+
+
 class ServerConfig(_Model):
     """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
 
@@ -446,6 +488,8 @@ class Policy(_Model):
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """The proxy server: bind address, client API keys, request size limit."""
+    state: StateConfig = Field(default_factory=StateConfig)
+    """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 

@@ -90,6 +90,11 @@ class Router:
         self._sleep = sleep
         self._asleep = asleep
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
+        self._own_state: Any = None  # a store built from the policy's state: section
+        if state is None and self.policy.state.type == "redis":
+            from tiered_router.state.redis_store import RedisStateStore
+
+            state = self._own_state = RedisStateStore.from_config(self.policy.state)
         self.state: StateStore = (
             MemoryStateStore()
             if state is None
@@ -184,11 +189,13 @@ class Router:
         )
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far."""
+        """Close the HTTP clients of the backends built so far (and a policy-built store)."""
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
             if close is not None:
                 close()
+        if self._own_state is not None:
+            self._own_state.close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
@@ -200,6 +207,8 @@ class Router:
                 close = getattr(backend, "close", None)
                 if close is not None:
                     close()
+        if self._own_state is not None:
+            await self._own_state.aclose()
 
     def __enter__(self) -> Router:
         return self

@@ -336,7 +336,15 @@ class _Proxy:
         # stops sending new requests when this turns 503
         if not self.ready:
             return Response(b'{"status":"not ready"}', 503, media_type="application/json")
-        return Response(b'{"status":"ready"}', media_type="application/json")
+        body: dict[str, str] = {"status": "ready"}
+        store = getattr(self.router.state, "store", None)
+        ping = getattr(store, "ping", None)
+        if ping is not None:
+            # a shared store that is down does not make the proxy unready: turns go on with
+            # in-process state; the body says so for the operator
+            up = await asyncio.to_thread(ping)
+            body["state"] = "ok" if up else "unavailable: using in-process state"
+        return Response(_dumps(body), media_type="application/json")
 
     async def metrics_text(self, request: Request) -> Response:
         denied = self._denied(request)
@@ -400,6 +408,15 @@ def _backends(
     return built, transport
 
 
+def _count_state_fallbacks(metrics: Metrics, router: Router) -> None:
+    """Copy the state store's fallback count into the metrics."""
+    state = router.state
+    fallbacks = int(getattr(state, "failures", 0))
+    inner = getattr(state, "store", None)
+    fallbacks += int(getattr(inner, "background_failures", 0))
+    metrics.state_fallbacks.values[()] = float(fallbacks)
+
+
 def build_app(
     policy: Policy,
     settings: ServerSettings,
@@ -413,6 +430,7 @@ def build_app(
     built, transport = _backends(policy, settings, env)
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks])
+    metrics.collectors.append(lambda m: _count_state_fallbacks(m, router))
     proxy = _Proxy(router, settings, metrics)
 
     @contextlib.asynccontextmanager
