@@ -1,4 +1,4 @@
-"""The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate.
+"""The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate, demo.
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Annotated
 
 import typer
 
@@ -23,11 +24,35 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _eval_cmds, _policy_cmds
+    from tiered_router.cli import _demo, _eval_cmds, _policy_cmds
 
+    app.callback()(_root)
     _policy_cmds.register(app)
     _eval_cmds.register(app)
+    _demo.register(app)
     return app
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"tiered-router {version('tiered-router')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("tiered-router (not installed: run from a source checkout)")
+        raise typer.Exit()
+
+
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Route an agent's model calls between a fast diffusion tier and a frontier tier."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router.testing import _http11 as http
 from tiered_router.testing._render import (
@@ -27,6 +27,10 @@ from tiered_router.testing._render import (
     stream_events,
 )
 from tiered_router.testing._reply import Reply, ReplyLike
+
+if TYPE_CHECKING:
+    from tiered_router._types import PolicySource
+    from tiered_router.policy import Policy
 
 __all__ = ["RecordedRequest", "ScriptedServer"]
 
@@ -162,6 +166,24 @@ class ScriptedServer:
     def running(self) -> bool:
         """Whether the server is listening."""
         return self._port is not None
+
+    def stand_in(self, policy: Policy | PolicySource) -> Policy:
+        """Return ``policy`` with its OpenAI-compatible backends pointed at this server.
+
+        Models, presets (prices, quirks), rules and the gate are kept; keys become a test
+        key, so a policy that names ``${OPENAI_API_KEY}`` runs with no key set.
+
+        Example:
+            ```python
+            with ScriptedServer() as upstream:
+                upstream.script([Reply.bad_json()], model="mercury-2")
+                router = Router(upstream.stand_in("policy.yaml"))
+            ```
+
+        """
+        from tiered_router.testing._offline import stand_in
+
+        return stand_in(policy, self.base_url)
 
     def script(self, replies: ReplyLike | Iterable[ReplyLike], *, model: str | None = None) -> None:
         """Append replies to the queue of ``model`` (``None``: the any-model queue).
