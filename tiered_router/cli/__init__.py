@@ -24,11 +24,12 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _demo, _eval_cmds, _policy_cmds
+    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _policy_cmds
 
     app.callback()(_root)
     _policy_cmds.register(app)
     _eval_cmds.register(app)
+    _dataset_cmds.register(app)
     _demo.register(app)
     return app
 
