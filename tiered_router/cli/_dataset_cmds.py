@@ -46,8 +46,8 @@ def from_traces(
     skipped = []
     if stats.unrecorded:
         skipped.append(f"{stats.unrecorded} traces without a record")
-    if stats.duplicates:
-        skipped.append(f"{stats.duplicates} repeated turn ids")
+    if stats.merged:
+        typer.echo(f"merged {stats.merged} traces of turns already seen (other-tier runs)")
     if skipped:
         typer.echo("skipped: " + ", ".join(skipped))
     for note in dataset.notes:

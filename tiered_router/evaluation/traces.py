@@ -9,7 +9,9 @@ What a row holds:
 
 - the turn: messages, tools, response format, ``final`` and ``step`` as recorded;
 - one outcome per model that answered: its text or tool calls, finish reason, usage,
-  latency and cost as the trace measured them. A model whose every attempt failed gets an
+  latency and cost as the trace measured them. Traces with the same turn id are merged into
+  one row, so running a sample of turns again on the other tier (the same ``turn_id``)
+  labels both tiers on them. A model whose every attempt failed gets an
   outcome with the error, so a replay fails the same way. A model that was not called on
   the turn (the fast model on a turn sent straight to the frontier) has no outcome: a
   replay that sends the turn there counts a failed call and escalates.
@@ -61,7 +63,8 @@ class TraceStats:
         traces: Trace lines read.
         rows: Rows written.
         unrecorded: Traces without a ``record`` (the router did not record them).
-        duplicates: Traces of a turn id already seen (the first is kept).
+        merged: Traces of a turn id already seen, merged into its row (outcomes of models
+            the row lacked are added: run a turn again on the other tier to label both).
         both: Rows with an outcome of both the fast and the frontier model.
         labelled: Outcomes whose label came from the labels file.
 
@@ -70,7 +73,7 @@ class TraceStats:
     traces: int
     rows: int
     unrecorded: int
-    duplicates: int
+    merged: int
     both: int
     labelled: int
 
@@ -224,29 +227,34 @@ def dataset_from_traces(
     table: _Labels = (
         read_labels(labels) if isinstance(labels, (str, os.PathLike)) else (labels or {})
     )
-    rows: list[EvalRow] = []
-    seen: set[str] = set()
+    turns: dict[str, tuple[str, Mapping[str, Any], Mapping[str, Any], dict[str, Outcome]]] = {}
+    tiers: dict[str, set[str]] = {}
     fast: Counter[str] = Counter()
     frontier: Counter[str] = Counter()
-    traces = unrecorded = duplicates = both = labelled = 0
+    traces = unrecorded = merged = labelled = 0
     for where, trace in _read_traces(paths):
         traces += 1
         if not isinstance(trace, dict) or not isinstance(trace.get("record"), dict):
             unrecorded += 1
             continue
         turn_id = str(trace.get("turn_id"))
-        if turn_id in seen:
-            duplicates += 1
-            continue
-        seen.add(turn_id)
-        request = trace["record"].get("request") or {}
         outcomes, n = _outcomes(trace, table)
         labelled += n
-        tiers = {a.get("tier") for a in trace.get("attempts") or []}
-        both += tiers >= {"fast", "frontier"}
-        for attempt in trace.get("attempts") or []:
+        attempts = trace.get("attempts") or []
+        tiers.setdefault(turn_id, set()).update(str(a.get("tier")) for a in attempts)
+        for attempt in attempts:
             (fast if attempt.get("tier") == "fast" else frontier)[str(attempt.get("model"))] += 1
-        metadata = trace.get("metadata") or {}
+        if turn_id in turns:  # the same turn run again (on the other tier): add its outcomes
+            merged += 1
+            known = turns[turn_id][3]
+            for model, outcome in outcomes.items():
+                if model not in known or (known[model].error and not outcome.error):
+                    known[model] = outcome
+            continue
+        request = trace["record"].get("request") or {}
+        turns[turn_id] = (where, request, trace.get("metadata") or {}, outcomes)
+    rows: list[EvalRow] = []
+    for turn_id, (where, request, metadata, outcomes) in turns.items():
         try:
             rows.append(
                 EvalRow.build(
@@ -262,6 +270,7 @@ def dataset_from_traces(
             )
         except (TypeError, ValueError) as exc:
             raise DatasetError(f"{where}: cannot build a row: {exc}") from None
+    both = sum(1 for seen in tiers.values() if seen >= {"fast", "frontier"})
     if not rows:
         raise DatasetError(
             f"no recorded traces in {', '.join(map(str, paths))} ({traces} read): build the "
@@ -271,7 +280,7 @@ def dataset_from_traces(
         traces=traces,
         rows=len(rows),
         unrecorded=unrecorded,
-        duplicates=duplicates,
+        merged=merged,
         both=both,
         labelled=labelled,
     )
