@@ -36,6 +36,7 @@ from typing import Any
 import httpcore2
 import httpx2
 from httpx2 import (
+    URL,
     AsyncBaseTransport,
     AsyncByteStream,
     AsyncClient,
@@ -87,8 +88,10 @@ __all__ = [
     "Timeout",
     "TimeoutException",
     "TransportError",
+    "URL",
     "WriteError",
     "build_async_client",
+    "build_async_transport",
     "build_client",
     "call_timeout",
     "create_ssl_context",
@@ -360,6 +363,27 @@ def build_client(
     )
 
 
+def build_async_transport(*, limits: Limits = DEFAULT_LIMITS) -> AsyncBaseTransport | None:
+    """Build httpx2's own async transport with :class:`AsyncioNetworkBackend` under its pool.
+
+    Sending on the transport directly skips the client's per-request work (cookies, auth,
+    redirects, merging defaults); the caller builds complete requests. Returns ``None`` when
+    a proxy is set in the environment or no asyncio loop is running (trio): then use
+    :func:`build_async_client`, whose client routes through the proxy.
+
+    Args:
+        limits: Connection-pool limits.
+
+    """
+    if env_proxies():
+        return None
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return _tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
+
+
 def build_async_client(
     *,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
@@ -383,8 +407,8 @@ def build_async_client(
         A new client; the caller closes it (``await client.aclose()``).
 
     """
-    if transport is None and not env_proxies():
-        transport = _tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
+    if transport is None:
+        transport = build_async_transport(limits=limits)
     return httpx2.AsyncClient(
         timeout=_timeout(timeout_s),
         limits=limits,

@@ -75,7 +75,7 @@ class Call:
 
     Attributes:
         backend: The backend's name, for errors.
-        url: The chat-completions URL.
+        url: The chat-completions URL (an ``httpx2.URL`` saves parsing it per call).
         headers: Request headers, the API key's ``authorization`` included.
         body: The JSON body.
         timeout_s: Seconds the whole exchange may take (``None``: no limit).
@@ -85,7 +85,7 @@ class Call:
     """
 
     backend: str
-    url: str
+    url: str | _http.URL
     headers: tuple[tuple[str, str], ...]
     body: bytes
     timeout_s: float | None
@@ -384,7 +384,19 @@ async def _aread(response: _http.Response, call: Call) -> bytes:
     return b"".join(parts)
 
 
-async def acall(client: _http.AsyncClient, call: Call) -> Any:
+async def _send(via: _http.AsyncClient | _http.AsyncBaseTransport, call: Call) -> _http.Response:
+    """Send on a client, or straight on a transport (the backend's own, when no proxy)."""
+    from tiered_router import _http
+
+    request = call.request()
+    if isinstance(via, _http.AsyncBaseTransport):
+        response = await via.handle_async_request(request)
+        response.request = request
+        return response
+    return await via.send(request, stream=True)
+
+
+async def acall(client: _http.AsyncClient | _http.AsyncBaseTransport, call: Call) -> Any:
     """Send a JSON call and return the parsed answer; the whole exchange within the deadline.
 
     Raises:
@@ -393,7 +405,7 @@ async def acall(client: _http.AsyncClient, call: Call) -> Any:
     """
     try:
         async with _until(_deadline(call)):
-            response = await client.send(call.request(), stream=True)
+            response = await _send(client, call)
             try:
                 data = await _aread(response, call)
             finally:
@@ -407,7 +419,9 @@ async def acall(client: _http.AsyncClient, call: Call) -> Any:
     return _json(data, call)
 
 
-async def aevents(client: _http.AsyncClient, call: Call) -> AsyncGenerator[Any, None]:
+async def aevents(
+    client: _http.AsyncClient | _http.AsyncBaseTransport, call: Call
+) -> AsyncGenerator[Any, None]:
     """Send a streaming call; yield each parsed event (``[DONE]`` ends it).
 
     Every read is bounded by what is left of the deadline, so the whole stream is.
@@ -420,7 +434,7 @@ async def aevents(client: _http.AsyncClient, call: Call) -> AsyncGenerator[Any, 
     state = _Events(call)
     try:
         async with _until(deadline):
-            response = await client.send(call.request(), stream=True)
+            response = await _send(client, call)
     except _caught() as exc:
         raise _fail(exc, call) from exc
     try:

@@ -136,6 +136,8 @@ class OpenAICompatBackend:
         self._owns_http = http_client is None
         self._owns_async_http = async_http_client is None
         self._url = (base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._parsed_url: Any = None
+        self._async_pool: _http.AsyncClient | _http.AsyncBaseTransport | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
         self._warned: set[str] = set()
@@ -229,7 +231,7 @@ class OpenAICompatBackend:
         """Close the HTTP clients this backend built (shared ones stay open)."""
         closer, self._closer = self._closer, None
         if self._owns_async_http:
-            self._async_http_client = None
+            self._async_pool = None
             # a pool opened under an event loop that has ended was closed when it ended
             if closer is not None and self._loop is _running_loop():
                 await closer.aclose()
@@ -287,9 +289,13 @@ class OpenAICompatBackend:
             *self._headers.items(),
             *extra_headers.items(),
         )
+        if self._parsed_url is None:
+            from tiered_router import _http
+
+            self._parsed_url = _http.URL(self._url)
         return _wire.Call(
             backend=self.name,
-            url=self._url,
+            url=self._parsed_url,
             headers=headers,
             body=body,
             timeout_s=timeout,
@@ -305,22 +311,33 @@ class OpenAICompatBackend:
             weakref.finalize(self, client.close)
         return self._http_client
 
-    async def _get_async_client(self) -> _http.AsyncClient:
+    async def _get_async_client(self) -> _http.AsyncClient | _http.AsyncBaseTransport:
+        """Return what async calls are sent on: the shared client, or this backend's own pool.
+
+        Its own pool is httpx2's transport, sent on directly (no client work per call);
+        with a proxy in the environment it is an httpx2 client that routes through it.
+        """
+        if not self._owns_async_http:
+            assert self._async_http_client is not None
+            return self._async_http_client
         loop = _running_loop()
-        if self._async_http_client is not None and self._owns_async_http and loop is not self._loop:
+        if self._async_pool is not None and loop is not self._loop:
             # pooled connections belong to the loop that opened them: a backend reused across
             # asyncio.run() calls would fail with "Event loop is closed", so start a new pool
-            logger.debug("backend %s: new event loop, new async HTTP client", self.name)
-            self._async_http_client = self._closer = None
-        if self._async_http_client is None:
+            logger.debug("backend %s: new event loop, new connection pool", self.name)
+            self._async_pool = self._closer = None
+        if self._async_pool is None:
             from tiered_router import _http
 
             self._loop = loop
-            client = _http.build_async_client(timeout_s=self.timeout_s)
-            self._async_http_client = client
-            self._closer = _close_when_loop_ends(client)
+            pool: _http.AsyncClient | _http.AsyncBaseTransport | None
+            pool = _http.build_async_transport()
+            if pool is None:
+                pool = _http.build_async_client(timeout_s=self.timeout_s)
+            self._async_pool = pool
+            self._closer = _close_when_loop_ends(pool)
             await self._closer.asend(None)
-        return self._async_http_client
+        return self._async_pool
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
@@ -456,7 +473,9 @@ def _running_loop() -> object:
         return None
 
 
-async def _close_when_loop_ends(client: _http.AsyncClient) -> AsyncGenerator[None, None]:
+async def _close_when_loop_ends(
+    client: _http.AsyncClient | _http.AsyncBaseTransport,
+) -> AsyncGenerator[None, None]:
     """Close ``client`` when this generator is closed.
 
     The event loop closes live async generators when it shuts down (``asyncio.run`` does), and
