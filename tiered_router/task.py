@@ -291,14 +291,14 @@ class Task:
         recent = self._recent.get(name)
         if recent:
             return sum(lat for lat, _ in recent) / len(recent)
-        config = self.router.policy.backends.get(name)
+        config = self.router.backend_config(name)
         model = (config.latency if config is not None else None) or _DEFAULT_LATENCY
         return model.ttft_s + self._output_tokens(name, turn) / model.tokens_per_s
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:
         """Return the expected US dollars of one call on ``tier``'s backend (policy prices)."""
         name = self.router.policy.backend_for(tier)
-        config = self.router.policy.backends.get(name)
+        config = self.router.backend_config(name)
         if config is None:
             return 0.0
         usage = Usage(
