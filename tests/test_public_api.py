@@ -110,6 +110,15 @@ PINNED: dict[str, frozenset[str]] = {
             "main",
         }
     ),
+    "tiered_router.engine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
+        }
+    ),
     "tiered_router.evaluation": frozenset(
         {
             "apgr",
@@ -319,6 +328,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.task": frozenset(
         {
             "Task",
+            "TaskHost",
             "TaskSummary",
         }
     ),

@@ -41,7 +41,6 @@ from tiered_router._openai_wire import (
     UnknownModel,
     completion_body,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
     stream_route,
@@ -263,14 +262,11 @@ class _Completions:
             if self._inner is None:
                 raise
             return self._inner.create(**kwargs)  # type: ignore[no-any-return]
-        with pinned(router.policy, tier, options.model):
-            if options.stream:
-                stream = router.stream(turn, deadline_s=options.deadline_s)
-            else:
-                result = router.complete(turn, deadline_s=options.deadline_s)
         if options.stream:
+            stream = router.stream(turn, tier=tier, deadline_s=options.deadline_s)
             stream.start()
             return TieredStream(stream, turn, options, owner)
+        result = router.complete(turn, tier=tier, deadline_s=options.deadline_s)
         owner.last_result = result
         return _chat_completion(result, turn)
 
@@ -306,12 +302,10 @@ class _AsyncCompletions:
                 raise
             return await self._inner.create(**kwargs)  # type: ignore[no-any-return]
         if options.stream:
-            with pinned(router.policy, tier, options.model):
-                stream = router.astream(turn, deadline_s=options.deadline_s)
+            stream = router.astream(turn, tier=tier, deadline_s=options.deadline_s)
             await stream.start()
             return AsyncTieredStream(stream, turn, options, owner)
-        with pinned(router.policy, tier, options.model):
-            result = await router.acomplete(turn, deadline_s=options.deadline_s)
+        result = await router.acomplete(turn, tier=tier, deadline_s=options.deadline_s)
         owner.last_result = result
         return _chat_completion(result, turn)
 

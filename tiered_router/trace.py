@@ -96,6 +96,10 @@ class Trace:
         verdict: The verdict on the returned completion.
         latency_s: Wall time of the whole turn.
         metadata: The turn's metadata (labels, task id).
+        interrupted: Why the turn ended before it finished, when it did: ``abandoned`` (the
+            caller stopped reading a stream), ``CancelledError``, or the error's type
+            (a stream broken after chunks were sent, an unexpected error). ``None`` for a
+            turn that ran to its end.
     """
 
     turn_id: str
@@ -108,6 +112,7 @@ class Trace:
     verdict: Verdict | None = None
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    interrupted: str | None = None
 
     @property
     def cost(self) -> float:
@@ -128,9 +133,9 @@ class Trace:
         return tuple(a.error for a in self.attempts if a.error is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (what the JSONL sink writes)."""
+        """Return a JSON-ready dict (what the JSONL sink writes; ``interrupted`` only when set)."""
         d = self.decision
-        return {
+        out: dict[str, Any] = {
             "turn_id": self.turn_id,
             "decision": {
                 "tier": d.tier,
@@ -156,6 +161,9 @@ class Trace:
             },
             "metadata": _jsonable(self.metadata),
         }
+        if self.interrupted is not None:
+            out["interrupted"] = self.interrupted
+        return out
 
     def to_json(self) -> str:
         """Return the trace as one line of JSON."""
