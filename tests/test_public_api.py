@@ -115,6 +115,15 @@ PINNED: dict[str, frozenset[str]] = {
             "main",
         }
     ),
+    "tiered_router.engine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
+        }
+    ),
     "tiered_router.evaluation": frozenset(
         {
             "apgr",
@@ -336,6 +345,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.task": frozenset(
         {
             "Task",
+            "TaskHost",
             "TaskSummary",
         }
     ),

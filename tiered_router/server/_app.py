@@ -22,7 +22,6 @@ from tiered_router._openai_wire import (
     completion_body,
     model_ids,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
     stream_route,
@@ -251,8 +250,7 @@ class _Proxy:
         if options.stream:
             return await self._stream(turn, options, tier, started)
         try:
-            with pinned(self.policy, tier, options.model):
-                result = await self.router.acomplete(turn, deadline_s=options.deadline_s)
+            result = await self.router.acomplete(turn, tier=tier, deadline_s=options.deadline_s)
         except (AllTiersFailed, GateFailed) as exc:
             return _failure(exc)
         trace = result.trace
@@ -272,8 +270,7 @@ class _Proxy:
     async def _stream(
         self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float
     ) -> Response:
-        with pinned(self.policy, tier, options.model):
-            stream = self.router.astream(turn, deadline_s=options.deadline_s)
+        stream = self.router.astream(turn, tier=tier, deadline_s=options.deadline_s)
         overhead = time.perf_counter() - started
         try:
             await stream.start()
