@@ -156,7 +156,9 @@ def test_a_2mb_schema_is_refused_without_blocking_the_loop(proxy: str) -> None:
 
 def test_unexpected_errors_are_500_in_openais_shape_and_counted(server: ScriptedServer) -> None:
     def broken(request: CompletionRequest) -> str:
-        raise RuntimeError(f"bug holding {UPSTREAM_KEY}")
+        # the router turns a backend's exceptions into BackendErrors, except a failed
+        # assertion: a bug, which must reach the client as a 500
+        raise AssertionError(f"bug holding {UPSTREAM_KEY}")
 
     app = create_app(
         policy(server),

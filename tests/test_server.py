@@ -20,9 +20,9 @@ uvicorn = pytest.importorskip("uvicorn")
 from routerkit import make_policy as shared_policy  # noqa: E402
 
 from tiered_router import _http  # noqa: E402
-from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.exceptions import PolicyError  # noqa: E402
 from tiered_router.server import ServerSettings, create_app, is_loopback, serve  # noqa: E402
+from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
