@@ -144,11 +144,15 @@ class BackendConfig(_Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
+    ``dlmserve``, ``sglang``, ``vllm``."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
     """API key; write ``${ENV_VAR}`` rather than the key itself. Never logged."""
+    api_key_env: str | None = None
+    """Environment variable read for the key when the backend is first called (default: the
+    preset's). ``api_key: ${VAR}`` with ``VAR`` unset at load time becomes this."""
     model: str | None = None
     """Model name sent to the endpoint."""
     kind: BackendKind | None = None
@@ -167,6 +171,9 @@ class BackendConfig(_Model):
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (``reasoning_effort``, diffusion knobs, ...)."""
+    diffusion: dict[str, Any] = Field(default_factory=dict)
+    """Per-request diffusion fields (``num_denoising_steps``, ``block_length``, ...), checked
+    against the backend's dialect profile when it is built (see ``docs/backends.md``)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """Extra HTTP headers sent with every request (left out of ``repr``: they may hold keys)."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -236,6 +243,7 @@ def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
         "tool_call_in_text",
         "redundant_tool_calls",
         "argument_grounding",
+        "tool_fit",
     ]
 
 
@@ -430,6 +438,8 @@ class Policy(_Model):
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """The proxy server: bind address, client API keys, request size limit."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 
     @field_validator("backends")
     @classmethod
