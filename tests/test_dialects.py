@@ -71,10 +71,12 @@ def test_policy_options_pick_the_dialect_and_check_diffusion_fields() -> None:
         },
         "tiers": {"fast": "llada", "frontier": "big"},
     }
-    router = Router(load_policy(policy))
+    # refused when the policy is loaded (and so by `tiered-router validate`), not at first use
     with pytest.raises(PolicyError, match="num_denoising_stepz") as info:
-        router.backend("llada")
+        load_policy(policy)
     assert info.value.field == "backends.llada.diffusion"
+    policy["backends"]["llada"]["diffusion"] = {"num_denoising_steps": 8}  # type: ignore[index]
+    assert Router(load_policy(policy)).backend("llada").name == "llada"
     with pytest.raises(ValueError, match="diffusion fields \\['x'\\]"):
         OpenAICompatBackend("b", model="m", dialect="dlmserve", diffusion={"x": 1})
 
