@@ -593,3 +593,17 @@ def test_writing_a_threshold_without_ruamel_names_the_extra(
     with pytest.raises(ImportError, match=r'pip install "tiered-router\[cli\]"'):
         write_threshold(path, 0.4)
     assert path.read_text(encoding="utf-8") == BASE
+
+
+def test_main_without_the_cli_extra_exits_1_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from tiered_router.cli import main
+
+    monkeypatch.setitem(sys.modules, "typer", None)
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "policy.yaml"])
+    assert info.value.code == 1
+    assert 'pip install "tiered-router[cli]"' in capsys.readouterr().err
