@@ -88,7 +88,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router.policy import load_policy
+    from tiered_router._policy_loader import load_policy
 
     return load_policy(path)
 
