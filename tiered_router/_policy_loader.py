@@ -82,6 +82,7 @@ class _Loader:
         self.templates: dict[_Loc, str] = {}
         self.secrets: set[str] = set()
         self.problems: list[_Problem] = []
+        self.deferred_keys: dict[_Loc, str] = {}
 
     def parse(self, text: str, *, file: str) -> Any:
         import yaml  # here, not at the top: most imports of tiered_router never read YAML
@@ -173,6 +174,10 @@ class _Loader:
         data = self._interpolate(data, (), {})
         if self.problems:
             raise self.error(file)
+        for path, name in self.deferred_keys.items():
+            backend = data["backends"][path[1]]
+            del backend["api_key"]
+            backend.setdefault("api_key_env", name)
         try:
             return Policy.model_validate(data)
         except ValidationError as exc:
@@ -211,6 +216,11 @@ class _Loader:
                 return default
             if value and (_is_secret(path) or _SECRET.search(name)):
                 self.secrets.add(value)
+            if value is None and _is_backend_key(path) and match.group(0) == text:
+                # a key is needed only when the backend is first called: building a router,
+                # `explain` and `validate` work without it (the first call names the variable)
+                self.deferred_keys[path] = name
+                return ""
             if value is None:
                 self._problem(
                     path, f"environment variable {name} is not set (or write ${{{name}:-default}})"
@@ -276,6 +286,10 @@ class _Loader:
         if isinstance(value, (str, int, float, bool)) or value is None:
             return f" (input: {_short(value)})"
         return ""
+
+
+def _is_backend_key(path: _Loc) -> bool:
+    return len(path) == 3 and path[0] == "backends" and path[2] == "api_key"
 
 
 def _is_secret(path: _Loc) -> bool:

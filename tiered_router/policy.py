@@ -150,6 +150,9 @@ class BackendConfig(_Model):
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
     """API key; write ``${ENV_VAR}`` rather than the key itself. Never logged."""
+    api_key_env: str | None = None
+    """Environment variable read for the key when the backend is first called (default: the
+    preset's). ``api_key: ${VAR}`` with ``VAR`` unset at load time becomes this."""
     model: str | None = None
     """Model name sent to the endpoint."""
     kind: BackendKind | None = None
@@ -475,6 +478,8 @@ class Policy(_Model):
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """The proxy server: bind address, client API keys, request size limit."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 
     @field_validator("backends")
     @classmethod

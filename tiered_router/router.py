@@ -128,8 +128,11 @@ class Router:
         config = self.policy.backends.get(name)
         if config is not None and config.type == "openai":
             from tiered_router.backends.presets import resolve_config
+            from tiered_router.pricing import warn_unpriced
 
-            config = resolve_config(config, backend=name)
+            config = resolve_config(config, backend=name, prices=self.policy.prices)
+            if "price" not in config.model_fields_set:
+                warn_unpriced(name, model=config.model, base_url=config.base_url)
         self._configs[name] = config
         return config
 

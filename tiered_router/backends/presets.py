@@ -182,7 +182,8 @@ class Preset:
         tools: Whether the endpoint supports tools.
         quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
         dialect: Name of the server's dialect profile (what request shape it accepts).
-        price: Token prices.
+        price: Token prices; ``None`` looks the model up in the price table
+            (:mod:`tiered_router.pricing`).
         latency: Expected latency.
         hosts: Base-URL host suffixes for which this preset is inferred.
 
@@ -197,22 +198,49 @@ class Preset:
     tools: bool = True
     quirks: str = "none"
     dialect: str = "openai"
-    price: Price = field(default_factory=Price)
+    price: Price | None = None
     latency: LatencyModel = field(default_factory=LatencyModel)
     hosts: tuple[str, ...] = ()
 
-    def apply(self, config: BackendConfig) -> BackendConfig:
-        """Return ``config`` with the fields the user did not set taken from this preset."""
+    def apply(
+        self, config: BackendConfig, *, prices: Mapping[str, Price] | None = None
+    ) -> BackendConfig:
+        """Return ``config`` with the fields the user did not set taken from this preset.
+
+        Args:
+            config: The backend's policy config.
+            prices: The policy's ``prices:`` overrides by model name; they win over the
+                preset's own price and the built-in table.
+
+        """
         defaults: dict[str, Any] = {
             "base_url": self.base_url,
             "model": self.model,
             "kind": self.kind,
             "tools": self.tools,
-            "price": self.price,
             "latency": self.latency,
         }
         update = {k: v for k, v in defaults.items() if k not in config.model_fields_set}
+        if "price" not in config.model_fields_set:
+            model = config.model or self.model
+            price = _price_of(self, model, prices)
+            if price is not None:
+                update["price"] = price
         return config.model_copy(update=update)
+
+
+def _price_of(
+    preset: Preset | None, model: str | None, prices: Mapping[str, Price] | None
+) -> Price | None:
+    from tiered_router.pricing import listed_price
+
+    if prices and model is not None and model in prices:
+        return prices[model]
+    if preset is None:
+        return None
+    if preset.price is not None:
+        return preset.price
+    return listed_price(preset.name, model)
 
 
 PRESETS: Mapping[str, Preset] = MappingProxyType(
@@ -249,6 +277,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             quirks="local_diffusion",
             dialect="local-diffusion",
             latency=DIALECTS["local-diffusion"].latency,
+            price=Price(),  # self-hosted: no per-token price unless the policy sets one
         ),
         "dlmserve": Preset(
             name="dlmserve",
@@ -260,6 +289,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             quirks="local_diffusion",
             dialect="dlmserve",
             latency=DIALECTS["dlmserve"].latency,
+            price=Price(),
         ),
         "sglang": Preset(
             name="sglang",
@@ -271,6 +301,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             quirks="local_diffusion",
             dialect="sglang",
             latency=DIALECTS["sglang"].latency,
+            price=Price(),
         ),
         "vllm": Preset(
             name="vllm",
@@ -282,6 +313,56 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             quirks="local_diffusion",
             dialect="vllm",
             latency=DIALECTS["vllm"].latency,
+            price=Price(),
+        ),
+        # hosted OpenAI-compatible endpoints (prices: tiered_router.pricing)
+        "anthropic": Preset(
+            name="anthropic",
+            base_url="https://api.anthropic.com/v1/",
+            model=None,
+            kind="autoregressive",
+            api_key_env="ANTHROPIC_API_KEY",
+            hosts=("api.anthropic.com",),
+        ),
+        "gemini": Preset(
+            name="gemini",
+            base_url="https://generativelanguage.googleapis.com/v1beta/openai/",
+            model=None,
+            kind="autoregressive",
+            api_key_env="GEMINI_API_KEY",
+            hosts=("generativelanguage.googleapis.com",),
+        ),
+        "together": Preset(
+            name="together",
+            base_url="https://api.together.xyz/v1",
+            model=None,
+            kind="autoregressive",
+            api_key_env="TOGETHER_API_KEY",
+            hosts=("api.together.xyz",),
+        ),
+        "groq": Preset(
+            name="groq",
+            base_url="https://api.groq.com/openai/v1",
+            model=None,
+            kind="autoregressive",
+            api_key_env="GROQ_API_KEY",
+            hosts=("api.groq.com",),
+        ),
+        "fireworks": Preset(
+            name="fireworks",
+            base_url="https://api.fireworks.ai/inference/v1",
+            model=None,
+            kind="autoregressive",
+            api_key_env="FIREWORKS_API_KEY",
+            hosts=("api.fireworks.ai",),
+        ),
+        "deepinfra": Preset(
+            name="deepinfra",
+            base_url="https://api.deepinfra.com/v1/openai",
+            model=None,
+            kind="autoregressive",
+            api_key_env="DEEPINFRA_API_KEY",
+            hosts=("api.deepinfra.com",),
         ),
     }
 )
@@ -321,14 +402,28 @@ def preset_for(config: BackendConfig, *, backend: str = "?") -> Preset | None:
     return None
 
 
-def resolve_config(config: BackendConfig, *, backend: str = "?") -> BackendConfig:
-    """Return ``config`` with its preset (named or inferred) applied.
+def resolve_config(
+    config: BackendConfig, *, backend: str = "?", prices: Mapping[str, Price] | None = None
+) -> BackendConfig:
+    """Return ``config`` with its preset (named or inferred) and its price applied.
 
     Use this wherever a policy's backend fields are read (prices, ``tools``, latency): the
-    raw config lacks what the preset fills.
+    raw config lacks what the preset and the price table fill.
+
+    Args:
+        config: The backend's policy config.
+        backend: Its name, for error messages.
+        prices: The policy's ``prices:`` overrides by model name.
+
     """
     preset = preset_for(config, backend=backend)
-    return preset.apply(config) if preset is not None else config
+    if preset is not None:
+        return preset.apply(config, prices=prices)
+    if "price" not in config.model_fields_set:
+        price = _price_of(None, config.model, prices)
+        if price is not None:
+            return config.model_copy(update={"price": price})
+    return config
 
 
 def dialect_for(config: BackendConfig, *, backend: str = "?") -> DialectProfile:
@@ -352,18 +447,19 @@ def _api_key(
 ) -> str | None:
     if config.api_key is not None and config.api_key.get_secret_value():
         return config.api_key.get_secret_value()
-    if preset is None:
-        return None  # an unknown endpoint may need no key; the backend sends a placeholder
-    if preset.api_key_env is not None:
-        value = env.get(preset.api_key_env)
+    var_name = config.api_key_env or (preset.api_key_env if preset is not None else None)
+    if var_name is not None:
+        value = env.get(var_name)
         if value:
             return value
-    if not preset.api_key_required:
+    if preset is None and config.api_key_env is None:
+        return None  # an unknown endpoint may need no key; the backend sends a placeholder
+    if preset is not None and not preset.api_key_required:
         return "none"
-    var = preset.api_key_env or "an environment variable"
+    var = var_name or "an environment variable"
     raise PolicyError(
         f"backend {name!r} needs an API key: set {var} or write "
-        f'api_key: "${{{var}}}" in the policy',
+        f'api_key: "${{{var}}}" in the policy (keys are read at the backend\'s first call)',
         field=f"backends.{name}.api_key",
     )
 
