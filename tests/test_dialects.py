@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +293,25 @@ def test_from_preset_builds_any_preset() -> None:
     assert gemma.name == "gemma" and gemma.kind == "diffusion"
     with pytest.raises(PolicyError, match="model"):
         from_preset("sglang")
+
+
+def test_the_dlmserve_example_policy_builds_a_dlmserve_backend() -> None:
+    path = Path(__file__).resolve().parents[1] / "examples" / "dlmserve.yaml"
+    policy = load_policy(path, env={"OPENAI_API_KEY": "sk-test-0123456789"})
+    router = Router(policy)
+    llada = router.backend("llada")
+    assert isinstance(llada, OpenAICompatBackend)
+    assert (llada.dialect.name, llada.base_url, llada.model) == (
+        "dlmserve",
+        "http://127.0.0.1:8000/v1",
+        "gsai-ml/LLaDA-8B-Instruct",
+    )
+    assert llada.supports_tools and llada.kind == "diffusion"
+    config = router.backend_config("llada")
+    assert config is not None and config.diffusion["num_denoising_steps"] == 64
+    assert config.latency == DIALECTS["dlmserve"].latency
+    # prompted tools keep tool turns on the fast tier; an image cannot go there
+    assert router.decide(Turn([USER], tools=[WEATHER])).tier == "fast"
+    image = Turn([{"role": "user", "content": [IMAGE_PART]}])
+    assert router.decide(image).rule == "capability.images"
+    router.close()
