@@ -2,9 +2,9 @@
 
 - SGLang: every request validates with SGLang's own ``ChatCompletionRequest`` (loaded from the
   installed package without GPU dependencies, see ``sglang_kit``).
-- vLLM and Mercury 2: no request model can be loaded here (vLLM's protocol module imports
-  torch; Mercury 2 is a hosted service), so the requests are checked against the documented
-  facts in ../shared/PROVIDERS.md.
+- vLLM and Mercury 2: checked against the documented facts in ../shared/PROVIDERS.md
+  (Mercury 2 is a hosted service with no published request model; vLLM's was not loaded
+  here).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from agent_shapes import CALL, RESULT, TIME, USER, WEATHER
 from routerkit import make_policy
 
@@ -315,3 +317,27 @@ def test_the_dlmserve_example_policy_builds_a_dlmserve_backend() -> None:
     image = Turn([{"role": "user", "content": [IMAGE_PART]}])
     assert router.decide(image).rule == "capability.images"
     router.close()
+
+
+def test_every_backend_in_docs_backends_md_builds() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    built = []
+    for block in blocks:
+        data = yaml.safe_load(block)
+        names = list(data["backends"])
+        policy = load_policy(
+            {"version": 1, **data, "tiers": {"fast": names[0], "frontier": names[0]}},
+            env={"INCEPTION_API_KEY": "sk-test-0123456789", "VLLM_MODEL": "gemma"},
+        )
+        router = Router(policy)
+        for name in names:
+            built.append((name, router.backend(name).dialect.name))  # type: ignore[attr-defined]
+        router.close()
+    assert built == [
+        ("gemma", "vllm*"),
+        ("llada", "dlmserve"),
+        ("llada2", "sglang"),
+        ("gemma", "vllm"),
+        ("mercury", "mercury-2"),
+    ]

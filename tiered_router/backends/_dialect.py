@@ -31,7 +31,7 @@ Example:
       local: {preset: dlmserve, diffusion: {num_denoising_steps: 32, block_length: 64}}
       gemma:
         preset: vllm
-        model: google/diffusion-gemma
+        model: ${VLLM_MODEL}
         options: {dialect: {profile: vllm, tools: native}}   # started with a tool parser
     ```
 
