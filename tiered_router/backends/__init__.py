@@ -1,14 +1,16 @@
 """Backends: the model endpoints behind the tiers.
 
 ``openai_compat`` speaks to any OpenAI-compatible server (Mercury 2, OpenAI, vLLM, SGLang,
-Ollama, ...); ``presets`` fills in known endpoints; the registry maps a policy's ``type`` to a
-factory. Nothing here imports the ``openai`` SDK or the HTTP library until a backend first
-sends a request.
+Ollama, ...); ``presets`` fills in known endpoints and names each one's dialect profile
+(``_dialect``: what request shape its server accepts; ``docs/backends.md``); the registry maps
+a policy's ``type`` to a factory and builds backends from presets. Nothing here imports the
+``openai`` SDK or the HTTP library until a backend first sends a request.
 """
 
 from __future__ import annotations
 
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
+from tiered_router.backends._dialect import DIALECTS, DialectProfile
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.backends.presets import (
     LOCAL_DIFFUSION_QUIRKS,
@@ -32,6 +34,7 @@ from tiered_router.backends.registry import (
 )
 
 __all__ = [
+    "DIALECTS",
     "LOCAL_DIFFUSION_QUIRKS",
     "MERCURY_QUIRKS",
     "NO_QUIRKS",
@@ -40,6 +43,7 @@ __all__ = [
     "BackendFactory",
     "BackendRegistry",
     "CompletionRequest",
+    "DialectProfile",
     "OpenAICompatBackend",
     "Preset",
     "Quirks",
