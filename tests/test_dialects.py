@@ -341,3 +341,28 @@ def test_every_backend_in_docs_backends_md_builds() -> None:
         ("gemma", "vllm"),
         ("mercury", "mercury-2"),
     ]
+
+
+def test_parallel_results_share_one_user_message() -> None:
+    calls = [
+        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+        {"id": "b", "type": "function", "function": {"name": "get_time", "arguments": "{}"}},
+    ]
+    messages = [
+        USER,
+        {"role": "assistant", "content": "Both.", "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "a", "content": "7 C"},
+        {"role": "tool", "tool_call_id": "b", "content": "12:00"},
+        {"role": "user", "content": "thanks"},
+    ]
+    out, plan = shape(DIALECTS["dlmserve"], body(messages=messages))
+    assert [m["role"] for m in out["messages"]] == ["user", "assistant", "user", "user"]
+    assert out["messages"][1]["content"].startswith("Both.\n<tool_call>")
+    assert out["messages"][2]["content"] == (
+        '<tool_result name="get_weather" id="a">7 C</tool_result>\n'
+        '<tool_result name="get_time" id="b">12:00</tool_result>'
+    )
+    assert plan.conversions[:2] == (
+        "history: 2 assistant tool call(s) -> text",
+        "history: 2 tool result(s) -> user text",
+    )
