@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tiered_router._recording import build_record
 from tiered_router._types import Tier
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.exceptions import (
@@ -83,6 +84,7 @@ class TurnRun:
         self.last: tuple[Tier, Completion, Verdict | None] | None = None
         self.returned: tuple[Tier, Completion, Verdict | None] | None = None
         self.tried: set[Tier] = set()
+        self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
 
     # which tier next ------------------------------------------------------------------------
 
@@ -191,6 +193,7 @@ class TurnRun:
             verdict = self.router.gate.evaluate(completion, self.turn)
         config = self.router.backend_config(backend.name)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
+        self.drafts[len(self.attempts)] = completion
         self.attempts.append(
             self._attempt(
                 tier,
@@ -223,6 +226,7 @@ class TurnRun:
             verdict=returned[2] if returned else None,
             latency_s=latency,
             metadata=self.turn.metadata,
+            record=build_record(self.router.record, self.turn, self.drafts, len(self.attempts)),
         )
 
     def finish(self, latency: float) -> RoutedResult:

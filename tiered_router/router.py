@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from tiered_router._context import CURRENT_TASK
 from tiered_router._latency import LatencyTracker
+from tiered_router._recording import RecordOption
 from tiered_router._run import RoutedResult, TurnRun
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
@@ -63,6 +64,9 @@ class Router:
         sleep: Sync sleep used between retries.
         asleep: Async sleep used between retries.
         rng: Source of retry jitter.
+        record: Record each turn's request and each attempt's output in its trace
+            (``True``), through a redaction hook (a callable: record in, what to keep out,
+            ``None`` for nothing), or not at all (``False``, the default).
     """
 
     def __init__(
@@ -77,11 +81,13 @@ class Router:
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        record: RecordOption = False,
     ) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
+        self.record = record
         self._backends: dict[str, Backend] = dict(backends or {})
         self._clock = clock
         self._sleep = sleep

@@ -181,9 +181,9 @@ class Preset:
         api_key_required: ``False`` sends the placeholder ``"none"`` when no key is found.
         tools: Whether the endpoint supports tools.
         quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
-        dialect: Name of the server's dialect profile (what request shape it accepts).
         price: Token prices; ``None`` looks the model up in the price table
             (:mod:`tiered_router.pricing`).
+        dialect: Name of the server's dialect profile (what request shape it accepts).
         latency: Expected latency.
         hosts: Base-URL host suffixes for which this preset is inferred.
 
@@ -275,9 +275,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_required=False,
             tools=False,
             quirks="local_diffusion",
+            price=Price(),  # self-hosted: no per-token price unless the policy sets one
             dialect="local-diffusion",
             latency=DIALECTS["local-diffusion"].latency,
-            price=Price(),  # self-hosted: no per-token price unless the policy sets one
         ),
         "dlmserve": Preset(
             name="dlmserve",
@@ -287,9 +287,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_env=None,
             api_key_required=False,
             quirks="local_diffusion",
+            price=Price(),
             dialect="dlmserve",
             latency=DIALECTS["dlmserve"].latency,
-            price=Price(),
         ),
         "sglang": Preset(
             name="sglang",
@@ -299,9 +299,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_env=None,
             api_key_required=False,
             quirks="local_diffusion",
+            price=Price(),
             dialect="sglang",
             latency=DIALECTS["sglang"].latency,
-            price=Price(),
         ),
         "vllm": Preset(
             name="vllm",
@@ -311,9 +311,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_env=None,
             api_key_required=False,
             quirks="local_diffusion",
+            price=Price(),
             dialect="vllm",
             latency=DIALECTS["vllm"].latency,
-            price=Price(),
         ),
         # hosted OpenAI-compatible endpoints (prices: tiered_router.pricing)
         "anthropic": Preset(
@@ -467,33 +467,37 @@ def _api_key(
 _OPTIONS = frozenset({"quirks", "strict_quirks", "dialect"})
 
 
-def backend_kwargs(
-    name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
-
-    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
-    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
-    provider rejects instead of clamping them; ``dialect`` names the dialect profile (or
-    gives ``{profile: NAME, field: value}``) instead of the preset's. The config's
-    ``diffusion`` fields must be ones the dialect accepts.
+def check_config(name: str, config: BackendConfig) -> None:
+    """Check an ``openai`` backend's config as loading a policy does; the key is not needed.
 
     Raises:
-        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+        PolicyError: Unknown preset, quirks or option, or no model.
 
     """
+    _resolve(name, config)
+
+
+def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig, Quirks]:
+    if config.preset is not None and config.preset not in PRESETS:
+        from tiered_router.policy import _unknown
+
+        raise PolicyError(
+            _unknown("preset", config.preset, sorted(PRESETS)), field=f"backends.{name}.preset"
+        )
     preset = preset_for(config, backend=name)
     resolved = preset.apply(config) if preset is not None else config
-    unknown = set(resolved.options) - _OPTIONS
+    unknown = sorted(set(resolved.options) - _OPTIONS)
     if unknown:
         raise PolicyError(
-            f"unknown options {sorted(unknown)} for an openai backend; known: {sorted(_OPTIONS)}",
-            field=f"backends.{name}.options",
+            f"unknown option {unknown[0]!r} for an openai backend; known: "
+            + ", ".join(sorted(_OPTIONS)),
+            field=f"backends.{name}.options.{unknown[0]}",
         )
     if not resolved.model:
         raise PolicyError(
-            f"backend {name!r} has no model: set model"
-            + (f" (preset {preset.name!r} has no default)" if preset is not None else ""),
+            "an openai backend needs `model` (or a `preset` that names one)"
+            if preset is None or config.preset is None
+            else f"`model` is required: preset {preset.name!r} has no default",
             field=f"backends.{name}.model",
         )
     try:
@@ -513,6 +517,26 @@ def backend_kwargs(
             f"dialect; known: {known}",
             field=f"backends.{name}.diffusion",
         )
+    return preset, resolved, quirks
+
+
+def backend_kwargs(
+    name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
+
+    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
+    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
+    provider rejects instead of clamping them; ``dialect`` names the dialect profile (or
+    gives ``{profile: NAME, field: value}``) instead of the preset's. The config's
+    ``diffusion`` fields must be ones the dialect accepts.
+
+    Raises:
+        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+
+    """
+    preset, resolved, quirks = _resolve(name, config)
+    dialect = dialect_for(resolved, backend=name)
     api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
     return {
         "model": resolved.model,

@@ -1,8 +1,9 @@
 """The backend registry: a policy's ``type:`` names a factory registered here.
 
 Registries are filled by explicit calls; a factory imports its heavy dependencies when it is
-called, not when it is registered. ``openai`` (any OpenAI-compatible endpoint) is registered
-by default.
+called, not when it is registered. ``openai`` (any OpenAI-compatible endpoint) and ``replay``
+are registered by default. A type may also register a ``check``: what loading a policy runs
+on each backend of that type (preset, model, options), without building it or reading keys.
 
 Example:
     ```python
@@ -16,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -29,16 +30,23 @@ if TYPE_CHECKING:
     from tiered_router.backends.openai_compat import OpenAICompatBackend
 
 __all__ = [
+    "BackendCheck",
     "BackendFactory",
     "BackendRegistry",
     "backend_types",
     "build_backend",
+    "check_backend",
     "from_preset",
     "local_diffusion",
     "mercury2",
     "openai_backend",
     "register_backend_type",
 ]
+
+BackendCheck = Callable[[str, "BackendConfig"], None]
+"""Checks a backend's config as loading a policy does: raises ``PolicyError`` naming the field.
+
+It must not build the backend, read secrets or do I/O."""
 
 
 class BackendFactory(Protocol):
@@ -63,6 +71,30 @@ def _openai_factory(
     return OpenAICompatBackend.from_config(name, config, env=env)
 
 
+def _openai_check(name: str, config: BackendConfig, /) -> None:
+    from tiered_router.backends.presets import check_config
+
+    check_config(name, config)
+
+
+_REPLAY_OPTIONS = ("data", "outcome_model", "prefer_recorded_latency")
+
+
+def _replay_check(name: str, config: BackendConfig, /) -> None:
+    unknown = sorted(set(config.options) - set(_REPLAY_OPTIONS))
+    if unknown:
+        raise PolicyError(
+            f"unknown option {unknown[0]!r} for a replay backend; known: "
+            + ", ".join(_REPLAY_OPTIONS),
+            field=f"backends.{name}.options.{unknown[0]}",
+        )
+    if not isinstance(config.options.get("data"), str):
+        raise PolicyError(
+            "a replay backend needs options.data (a dataset file or data name)",
+            field=f"backends.{name}.options.data",
+        )
+
+
 def _replay_factory(
     name: str, config: BackendConfig, /, *, env: Mapping[str, str] | None = None
 ) -> Backend:
@@ -85,9 +117,10 @@ class BackendRegistry:
 
     def __init__(self, *, defaults: bool = True) -> None:
         self._factories: dict[str, BackendFactory] = {}
+        self._checks: dict[str, BackendCheck] = {}
         if defaults:
-            self._factories["openai"] = _openai_factory
-            self._factories["replay"] = _replay_factory
+            self.register("openai", _openai_factory, check=_openai_check)
+            self.register("replay", _replay_factory, check=_replay_check)
 
     def __repr__(self) -> str:
         return f"BackendRegistry(types={self.types})"
@@ -97,8 +130,22 @@ class BackendRegistry:
         """Registered type names, sorted."""
         return tuple(sorted(self._factories))
 
-    def register(self, name: str, factory: BackendFactory, *, replace: bool = False) -> None:
+    def register(
+        self,
+        name: str,
+        factory: BackendFactory,
+        *,
+        check: BackendCheck | None = None,
+        replace: bool = False,
+    ) -> None:
         """Register ``factory`` for backends of type ``name``.
+
+        Args:
+            name: The ``type:`` policies use.
+            factory: Builds a backend of this type.
+            check: Run on each backend of this type when a policy is loaded; raises
+                ``PolicyError`` for a config the factory would reject (keys aside).
+            replace: Allow replacing a type already registered.
 
         Raises:
             ValueError: When ``name`` is empty, or already registered and ``replace`` is
@@ -112,6 +159,33 @@ class BackendRegistry:
                 f"backend type {name!r} is already registered; pass replace=True to override"
             )
         self._factories[name] = factory
+        self._checks.pop(name, None)
+        if check is not None:
+            self._checks[name] = check
+
+    def check(self, name: str, config: BackendConfig) -> None:
+        """Check backend ``name``'s config as loading a policy does, without building it.
+
+        Raises:
+            PolicyError: For an unknown type (the message lists the known ones) or what the
+                type's check rejects.
+
+        """
+        self._factory(name, config)
+        check = self._checks.get(config.type)
+        if check is not None:
+            check(name, config)
+
+    def _factory(self, name: str, config: BackendConfig) -> BackendFactory:
+        factory = self._factories.get(config.type)
+        if factory is None:
+            from tiered_router.policy import _unknown
+
+            raise PolicyError(
+                _unknown("backend type", config.type, self.types),
+                field=f"backends.{name}.type",
+            )
+        return factory
 
     def build(
         self, name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
@@ -123,27 +197,39 @@ class BackendRegistry:
                 the factory rejects (a missing API key names its environment variable).
 
         """
-        factory = self._factories.get(config.type)
-        if factory is None:
-            raise PolicyError(
-                f"unknown backend type {config.type!r} for backend {name!r}; "
-                f"known: {', '.join(self.types)}",
-                field=f"backends.{name}.type",
-            )
-        return factory(name, config, env=env)
+        return self._factory(name, config)(name, config, env=env)
 
 
 _DEFAULT = BackendRegistry()
 
 
-def register_backend_type(name: str, factory: BackendFactory, *, replace: bool = False) -> None:
+def register_backend_type(
+    name: str,
+    factory: BackendFactory,
+    *,
+    check: BackendCheck | None = None,
+    replace: bool = False,
+) -> None:
     """Register ``factory`` for policy backends of ``type: name`` in the default registry.
+
+    ``check`` (optional) runs on each backend of this type when a policy is loaded; see
+    :meth:`BackendRegistry.register`. Register before loading the policies that use the type.
 
     Raises:
         ValueError: When ``name`` is already registered and ``replace`` is ``False``.
 
     """
-    _DEFAULT.register(name, factory, replace=replace)
+    _DEFAULT.register(name, factory, check=check, replace=replace)
+
+
+def check_backend(name: str, config: BackendConfig) -> None:
+    """Check a policy's backend with the default registry, as loading a policy does.
+
+    Raises:
+        PolicyError: Unknown type, or what the type's check rejects (preset, model, options).
+
+    """
+    _DEFAULT.check(name, config)
 
 
 def build_backend(
