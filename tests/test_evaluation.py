@@ -428,3 +428,24 @@ def test_sample_builder_is_reproducible(tmp_path: Path) -> None:
     bundled = Path(__file__).parents[1] / "tiered_router/evaluation/data/sample.jsonl.gz"
     fresh = gzip.decompress((tmp_path / "s.jsonl.gz").read_bytes())
     assert fresh == gzip.decompress(bundled.read_bytes())
+
+
+def test_baselines_at_the_policys_frontier_share() -> None:
+    from tiered_router.evaluation.baselines import baselines
+
+    # rows 1-3 are free (no rule); row 4 was sent to the frontier by a rule
+    # frontier share 2/4: the ruled row plus one free row
+    got = {b.name: b for b in baselines(ROWS, [10, 30, 20, 99], frontier_share=0.5)}
+    length = got["prompt length"]
+    # the longest free prompt (row 2, fast wrong) goes up: rows 1 (fast right), 3 (fast wrong)
+    assert length.frontier_share == 0.5
+    assert length.quality == (1.0 + 1.0 + 0.0 + 1.0) / 4
+    assert length.cost == 1.0 + 10.0 + 1.0 + 10.0
+    rand = got["random"]
+    # a third of the free rows on average: quality (1 + 0 + 0) + 1/3 * 2, plus the ruled 1
+    assert rand.frontier_share == 0.5
+    assert math.isclose(rand.quality, (1.0 + 2 / 3 + 1.0) / 4)
+    assert math.isclose(rand.cost, 3.0 + 9.0 + 10.0)
+    assert baselines([], [], frontier_share=0.5) == ()
+    with pytest.raises(ValueError, match="prompt lengths"):
+        baselines(ROWS, [1], frontier_share=0.5)

@@ -254,3 +254,20 @@ def test_eval_picks_models_by_option() -> None:
     assert s["q_weak"] == s["q_strong"] and s["apgr"] is None
     code, out = _invoke("eval", "--fast-model", "nope")
     assert code == 1 and "no outcomes for model 'nope'" in out
+
+
+def test_eval_suggests_calibrate_or_another_scorer_when_a_baseline_wins(tmp_path: Path) -> None:
+    path = _policy_copy(tmp_path)
+    # a scorer that ranks turns backwards by length loses to the prompt-length router
+    path.write_text(
+        path.read_text().replace(
+            "type: transfer", "type: heuristic\n  weights: {prompt_tokens: -8.0, bias: 2.0}"
+        )
+    )
+    code, out = _invoke("calibrate", str(path), "--target-fast-share", "0.6", "--write")
+    assert code == 0, out
+    code, out = _invoke("eval", str(path))
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "verdict: the policy keeps LESS quality than" in flat
+    assert "tiered-router calibrate" in flat and "another scorer" in flat
