@@ -241,6 +241,7 @@ def tool_fit(turn: Turn) -> float:
     return best / 3
 
 
+@lru_cache(maxsize=4096)
 def several_targets(text: str) -> int:
     """Number of targets a request enumerates (0 or 1 when it names one).
 
@@ -345,7 +346,8 @@ class TransferScorer:
 
         Returns:
             Value in [0, 1]; raw features (``prompt_chars``, the option overlaps, ``block``,
-            and for tool turns ``targets`` and ``tool_fit``); signed contributions that add
+            and for tool turns, when their signal is on, ``targets`` and ``tool_fit``);
+            signed contributions that add
             up to the value minus the block's value with every feature at 0; reasons.
         """
         text = focus_text(turn)
@@ -365,15 +367,17 @@ class TransferScorer:
             "block": float(block),
         }
         lifted: list[str] = []
-        if turn.tools:
-            targets = several_targets(text)
-            fit = tool_fit(turn)
-            features["targets"] = float(targets)
-            features["tool_fit"] = fit
-            if "several_targets" in self._up_front and targets >= 2:
-                lifted.append(f"request names {targets} targets: frontier up front")
-            if "no_tool_fits" in self._up_front and fit == 0.0:
-                lifted.append("no offered tool matches the request: frontier up front")
+        if turn.tools and self._up_front:
+            if "several_targets" in self._up_front:
+                targets = several_targets(text)
+                features["targets"] = float(targets)
+                if targets >= 2:
+                    lifted.append(f"request names {targets} targets: frontier up front")
+            if "no_tool_fits" in self._up_front:
+                fit = tool_fit(turn)
+                features["tool_fit"] = fit
+                if fit == 0.0:
+                    lifted.append("no offered tool matches the request: frontier up front")
         if lifted:
             contributions["up_front"] = 1.0 - value
             value = 1.0
