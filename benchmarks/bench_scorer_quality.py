@@ -25,6 +25,10 @@ Reported per source and pair: APGR (plain score-threshold router, metric code of
 ``transfer - prompt length``. The summary gives each router's mean over the pairs and the
 targets of issue 8.
 
+``--tool-signals`` instead prints, for each BFCL pair of the shared data, how many requests
+fire each up-front signal of the transfer scorer and both models' accuracy on the requests
+that fire it and on the others.
+
 ``--latency`` times one ``score(turn)`` call of each scorer on every 20th row of every
 source (CPU time of this thread, fastest of 5 calls per turn): ``cold`` with the text
 caches cleared before each call, ``warm`` right after; median, p90 and p99 in microseconds.
@@ -219,12 +223,60 @@ def latency(examples: list[Example]) -> list[dict[str, Any]]:
     return out
 
 
+TOOL_PAIRS = (
+    ("gpt-4o-mini-2024-07-18-FC", "gpt-4o-2024-08-06-FC"),
+    ("gpt-3.5-turbo-0125-FC", "gpt-4-turbo-2024-04-09-FC"),
+    ("gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06"),
+)
+"""The BFCL pairs whose both models have recorded answers in the shared data."""
+
+
+def tool_signals(data_dir: Path) -> list[dict[str, Any]]:
+    """Fast and frontier accuracy on BFCL requests that fire each up-front signal, or not."""
+    from tiered_router.evaluation.sources import load_bfcl
+    from tiered_router.scoring.features import focus_text
+    from tiered_router.scoring.transfer import several_targets, tool_fit
+
+    dataset = load_bfcl(data_dir)
+    fired = {
+        row.id: {
+            "several_targets": several_targets(focus_text(row.turn)) >= 2,
+            "no_tool_fits": tool_fit(row.turn) == 0.0,
+        }
+        for row in dataset.rows
+    }
+    out = []
+    for fast, frontier in TOOL_PAIRS:
+        rows = [r for r in dataset.rows if fast in r.outcomes and frontier in r.outcomes]
+        for signal in ("several_targets", "no_tool_fits"):
+            for fires in (True, False):
+                got = [r for r in rows if fired[r.id][signal] == fires]
+                n = len(got)
+                out.append(
+                    {
+                        "pair": f"{fast} -> {frontier}",
+                        "signal": signal,
+                        "fires": fires,
+                        "n": n,
+                        "fast_acc": sum(r.outcomes[fast].quality for r in got) / n if n else None,
+                        "frontier_acc": (
+                            sum(r.outcomes[frontier].quality for r in got) / n if n else None
+                        ),
+                    }
+                )
+    return out
+
+
 def _cell(row: dict[str, Any], name: str) -> str:
     value = row.get(name)
     if value is None or value != value:
         return "n/a"
     lo, hi = row.get(f"{name} ci", (float("nan"), float("nan")))
     return f"{value:.3f} [{lo:.2f}, {hi:.2f}]" if lo == lo else f"{value:.3f}"
+
+
+def _f3(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def print_table(results: list[dict[str, Any]], routers: list[str]) -> None:
@@ -274,10 +326,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-learned", action="store_true", help="skip the learned scorer")
     parser.add_argument("--latency", action="store_true", help="time score() instead")
+    parser.add_argument("--tool-signals", action="store_true", help="up-front signals on BFCL")
     args = parser.parse_args(argv)
     data_dir = args.data_dir or find_data_dir()
     if data_dir is None:
         print("skipped: the shared data folder was not found (set TIERED_ROUTER_DATA_DIR)")
+        return 0
+    if args.tool_signals:
+        signals = tool_signals(data_dir)
+        if args.json:
+            print(json.dumps(signals, indent=2))
+            return 0
+        print("| pair | signal | fires | requests | fast accuracy | frontier accuracy |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in signals:
+            print(
+                f"| {r['pair']} | {r['signal']} | {'yes' if r['fires'] else 'no'} | {r['n']} | "
+                f"{_f3(r['fast_acc'])} | {_f3(r['frontier_acc'])} |"
+            )
         return 0
     started = time.perf_counter()
     examples = load_examples(data_dir, pairs=SOURCE_PAIRS)

@@ -226,6 +226,8 @@ def _print_sweep(console: Console, result: EvalResult) -> None:
     for own, p in _sweep_rows(result):
         retained = p.quality / s.quality_frontier if s.quality_frontier else None
         saved = 1 - p.cost / s.cost_frontier if s.cost_frontier else None
+        if saved is not None and abs(saved) < 5e-4:
+            saved = 0.0  # no "-0.0%" from rounding
         pgr = (p.quality - s.q_weak) / gap if gap > 0 else None
         table.add_row(
             "policy ->" if own else "",
