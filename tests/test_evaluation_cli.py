@@ -271,3 +271,13 @@ def test_eval_suggests_calibrate_or_another_scorer_when_a_baseline_wins(tmp_path
     flat = " ".join(out.split())
     assert "verdict: the policy keeps LESS quality than" in flat
     assert "tiered-router calibrate" in flat and "another scorer" in flat
+
+
+def test_eval_verdict_when_the_threshold_sends_every_turn_to_one_tier(tmp_path: Path) -> None:
+    path = _policy_copy(tmp_path)
+    path.write_text(path.read_text().replace("threshold: 0.5 ", "threshold: 1.0 "))
+    code, out = _invoke("eval", str(path))
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "sends every turn to the fast tier on this data" in flat
+    assert "tiered-router calibrate" in flat

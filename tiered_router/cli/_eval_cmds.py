@@ -252,7 +252,16 @@ def _print_baselines(console: Console, result: EvalResult) -> None:
         highlight=False,
     )
     best = max(result.baselines, key=lambda b: b.quality)
-    if s.quality + 1e-9 < best.quality:
+    margin = s.quality - best.quality
+    if s.routed_fast_share in (0.0, 1.0):
+        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
+        console.print(
+            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
+            "there is nothing to compare. Calibrate it on data like your traffic: "
+            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
+            highlight=False,
+        )
+    elif margin < -1e-9:
         console.print(
             f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
             "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
@@ -261,10 +270,9 @@ def _print_baselines(console: Console, result: EvalResult) -> None:
             highlight=False,
         )
     else:
-        margin = s.quality - best.quality
         console.print(
-            f"verdict: the policy keeps more quality than random and prompt length at the "
-            f"same frontier share (+{margin:.4f} over the better, {best.name}).",
+            f"verdict: the policy keeps at least as much quality as random and prompt length "
+            f"at the same frontier share (+{margin:.4f} over the better, {best.name}).",
             highlight=False,
         )
 
