@@ -223,14 +223,40 @@ def _python_calls(text: str) -> tuple[ToolCall, ...]:
         for kw in node.keywords:
             if kw.arg is None:
                 return ()
-            try:
-                value = ast.literal_eval(kw.value)
-            except (ValueError, SyntaxError, TypeError):
-                value = ast.unparse(kw.value).replace(_KEYWORD_MARK, "")
-            args[kw.arg.replace(_KEYWORD_MARK, "")] = value
+            args[kw.arg.replace(_KEYWORD_MARK, "")] = _literal(kw.value)
         name = name.replace(_KEYWORD_MARK, "")
         calls.append(ToolCall(id=f"call_{i}", name=fc_name(name), arguments=json.dumps(args)))
     return tuple(calls)
+
+
+def _literal(node: ast.expr) -> Any:
+    """Return a keyword argument's value as JSON data.
+
+    Python literals become their JSON counterparts; anything JSON cannot hold (an
+    expression, a placeholder ``...``, a set, bytes, a complex number) is kept as its source
+    text, which is what the model wrote: ``f(x=...)`` gives ``{"x": "..."}``.
+    """
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = _NOT_JSON
+    if value is _NOT_JSON or not _is_json(value):
+        return ast.unparse(node).replace(_KEYWORD_MARK, "")
+    return value
+
+
+_NOT_JSON: Any = object()
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``json.dumps`` can write ``value`` (the literal types it knows, recursively)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int, float, bool)) and _is_json(v) for k, v in value.items())
+    return False  # Ellipsis, set, bytes, complex
 
 
 def _dotted(node: ast.expr) -> str | None:

@@ -28,6 +28,7 @@ relative to the working directory or to the package's repository.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -59,6 +60,8 @@ __all__ = [
     "load_routerbench",
     "load_sample",
 ]
+
+logger = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "TIERED_ROUTER_DATA_DIR"
 """Environment variable naming the shared data folder."""
@@ -306,6 +309,17 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
     for model in names:
         for rec in _jsonl(folder / "results" / f"{model}.jsonl"):
             results[str(rec["id"])][model] = _bfcl_outcome(rec, prices.get(model))
+    asked = {str(q["id"]) for q in questions}
+    orphans = sorted(qid for qid in results if qid not in asked)
+    notes = ["every model is given the tools in function-calling form, whatever its mode"]
+    if orphans:
+        count = sum(len(results[qid]) for qid in orphans)
+        note = (
+            f"{count} recorded answers ({len(orphans)} ids, e.g. {orphans[0]}) were left out: "
+            f"their question is not in {folder / 'questions.jsonl'}"
+        )
+        logger.warning("bfcl: %s", note)
+        notes.append(note)
     rows = []
     for q in questions:
         qid = str(q["id"])
@@ -330,7 +344,7 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
             "ShishirPatil/gorilla@de8307b4 (questions); HuanzhiMao/BFCL-Result@b4adfc9b (outputs)"
         ),
         license="questions Apache-2.0; outputs: no license file, internal evaluation only",
-        notes=("every model is given the tools in function-calling form, whatever its mode",),
+        notes=tuple(notes),
     )
 
 
@@ -485,6 +499,21 @@ def _concat(parts: list[Dataset]) -> Dataset:
     )
 
 
+_ROUTELLM = "lm-sys/RouteLLM's evaluation data"
+_ROUTERBENCH = "RouterBench rows in shuhao02/RouterDC"
+_ORIGINS = {
+    "mmlu": _ROUTELLM,
+    "gsm8k": _ROUTELLM,
+    "mt_bench": _ROUTELLM,
+    "arc_challenge": _ROUTERBENCH,
+    "mbpp": _ROUTERBENCH,
+    "winogrande": _ROUTERBENCH,
+    "routerbench": _ROUTERBENCH,
+    "bfcl": "the Berkeley Function-Calling Leaderboard v1 results (ShishirPatil/gorilla)",
+    "alpacaeval": "tatsu-lab/alpaca_eval's per-prompt judge preferences",
+}
+
+
 def _load_one(base: str, data_dir: str | os.PathLike[str] | None) -> Dataset:
     key = base.strip().lower()
     if key == "sample":
@@ -493,8 +522,11 @@ def _load_one(base: str, data_dir: str | os.PathLike[str] | None) -> Dataset:
         folder = Path(data_dir) if data_dir is not None else find_data_dir()
         if folder is None or not folder.is_dir():
             raise DatasetError(
-                f"--data {base}: the shared data folder was not found; set {DATA_DIR_ENV} "
-                "or pass a dataset file"
+                f"--data {base}: this source is read from a data folder that is not part of "
+                f"the package (converted from {_ORIGINS.get(key, 'public benchmark results')}) "
+                f"and none was found: set {DATA_DIR_ENV} to it, or use --data sample (bundled: "
+                "500 RouteLLM MMLU and GSM8K rows) or a dataset file of your own (tiered-router "
+                "dataset from-traces builds one from your traces; format: docs/evaluation.md)"
             )
         return _load_named(key, folder)
     if Path(base).is_file():
