@@ -340,9 +340,10 @@ def _print_baselines(console: Console, result: EvalResult) -> None:
             highlight=False,
         )
     else:
+        than = "more quality than" if margin > 1e-9 else "as much quality as"
         console.print(
-            f"verdict: the policy keeps at least as much quality as random and prompt length "
-            f"at the same frontier share (+{margin:.4f} over the better, {best.name}).",
+            f"verdict: the policy keeps {than} random and prompt length at the same "
+            f"frontier share (+{margin:.4f} over the better, {best.name}).",
             highlight=False,
         )
 
