@@ -319,6 +319,8 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "TransferModel",
+            "TransferScorer",
         }
     ),
     "tiered_router.state": frozenset(
