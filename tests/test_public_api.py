@@ -78,6 +78,9 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "CompletionRequest",
+            "DialectProfile",
+            "DIALECTS",
+            "from_preset",
             "local_diffusion",
             "LOCAL_DIFFUSION_QUIRKS",
             "mercury2",
@@ -101,6 +104,10 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "check_backend",
+            "from_preset",
+            "local_diffusion",
+            "mercury2",
+            "openai_backend",
             "register_backend_type",
         }
     ),
@@ -108,6 +115,15 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "build_app",
             "main",
+        }
+    ),
+    "tiered_router.engine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
         }
     ),
     "tiered_router.evaluation": frozenset(
@@ -177,11 +193,13 @@ PINNED: dict[str, frozenset[str]] = {
             "EOS_TOKENS",
             "json_path",
             "JsonSchemaCheck",
+            "lift_text_tool_calls",
             "MaxCharsCheck",
             "NonEmptyCheck",
             "NoRefusalCheck",
             "NotTruncatedCheck",
             "parse_json",
+            "parse_text_tool_calls",
             "QualityGate",
             "RegexCheck",
             "register_check",
@@ -254,6 +272,13 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.pricing": frozenset(
         {
             "cost_of",
+            "listed_price",
+            "ListedPrice",
+            "PRICE_TABLE",
+            "PRICES_AS_OF",
+            "PRICES_SOURCE",
+            "table_rows",
+            "warn_unpriced",
         }
     ),
     "tiered_router.resilience": frozenset(
@@ -295,6 +320,8 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "TransferModel",
+            "TransferScorer",
         }
     ),
     "tiered_router.state": frozenset(
@@ -323,6 +350,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.task": frozenset(
         {
             "Task",
+            "TaskHost",
             "TaskSummary",
         }
     ),

@@ -270,7 +270,7 @@ class Turn:
         return cls(
             kwargs["messages"],
             tools=kwargs.get("tools") or None,
-            response_format=kwargs.get("response_format"),
+            response_format=_response_format(kwargs.get("response_format")),
             final=bool(signals.get("final", False)),
             step=signals.get("step"),
             metadata=metadata,
@@ -440,3 +440,19 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         refusal="".join(refusal) or None,
         conversions=conversions,
     )
+
+
+def _response_format(value: Any) -> Any:
+    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema`` response format.
+
+    openai-python's ``parse`` sends a class that way; a class given to ``create`` is taken
+    the same way instead of failing deep inside scoring.
+    """
+    if not isinstance(value, type):
+        return value
+    from openai.lib._parsing._completions import type_to_response_format_param
+
+    try:
+        return type_to_response_format_param(value)
+    except TypeError as exc:
+        raise ValueError(f"response_format: {exc}") from None

@@ -88,9 +88,11 @@ def _replay_check(name: str, config: BackendConfig, /) -> None:
             + ", ".join(_REPLAY_OPTIONS),
             field=f"backends.{name}.options.{unknown[0]}",
         )
-    if not isinstance(config.options.get("data"), str):
+    # no `data` is fine: `tiered-router eval --data` and Replay.bind supply the dataset
+    data = config.options.get("data")
+    if data is not None and not isinstance(data, str):
         raise PolicyError(
-            "a replay backend needs options.data (a dataset file or data name)",
+            f"options.data must be a dataset file or data name, got {type(data).__name__}",
             field=f"backends.{name}.options.data",
         )
 

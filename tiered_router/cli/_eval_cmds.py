@@ -69,6 +69,76 @@ def _load(
     return loaded, dataset
 
 
+def _policy_models(policy: Policy) -> dict[str, tuple[str | None, Any]]:
+    """The model and price each tier of the policy would use, presets and table applied."""
+    from tiered_router.backends.presets import resolve_config
+
+    out: dict[str, tuple[str | None, Any]] = {}
+    for tier in ("fast", "frontier"):
+        name = policy.backend_for(tier)
+        config = policy.backends[name]
+        if config.type == "openai":
+            config = resolve_config(config, backend=name, prices=policy.prices)
+        model = config.model
+        if config.type == "replay":
+            model = str(config.options.get("outcome_model") or config.model or "") or None
+        out[tier] = (model, config.price if "price" in config.model_fields_set else None)
+    return out
+
+
+def _price_text(price: Any) -> str:
+    if price is None:
+        return "no price"
+    return f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per 1M tokens"
+
+
+def _pair_notes(
+    policy: Policy, result: EvalResult, dataset: Dataset, prices: str, *, quiet: bool
+) -> list[str]:
+    """Say which model pair and prices the data replays; warn where the policy differs.
+
+    Lines go to stderr unless ``quiet`` (``--json``: the warnings are in the JSON). Returns
+    the warnings (empty when the data's pair is the policy's).
+    """
+    ours = _policy_models(policy)
+    replayed = {"fast": result.fast_model, "frontier": result.frontier_model}
+    lines = [
+        f"replaying {result.dataset}: fast = {replayed['fast']}, frontier = {replayed['frontier']}"
+    ]
+    for tier in ("fast", "frontier"):
+        model = replayed[tier]
+        listed = dataset.prices.get(model or "")
+        if prices == "policy":
+            source = f"the policy's price ({_price_text(ours[tier][1])})"
+        elif listed is not None:
+            source = f"recorded costs, else the data's list price ({_price_text(listed)})"
+        else:
+            source = f"recorded costs, else the policy's price ({_price_text(ours[tier][1])})"
+        lines.append(f"  {tier} costs: {source}")
+    warnings = []
+    for tier in ("fast", "frontier"):
+        mine = ours[tier][0]
+        if mine is not None and replayed[tier] is not None and mine != replayed[tier]:
+            warnings.append(
+                f"the data replays {replayed[tier]} on the {tier} tier, but the policy's "
+                f"{tier} model is {mine}"
+            )
+    if quiet:
+        return warnings
+    for line in lines:
+        typer.echo(line, err=True)
+    if warnings:
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)
+        typer.echo(
+            "warning: quality, cost and any threshold found here describe the data's pair, not "
+            "your models; pick recorded models with --fast-model/--frontier-model, or build "
+            "data from your own traffic (tiered-router dataset from-traces)",
+            err=True,
+        )
+    return warnings
+
+
 @contextmanager
 def _progress(total: int, *, enabled: bool, label: str) -> Iterator[Callable[[int], None] | None]:
     if not enabled:
@@ -193,8 +263,89 @@ def _print_table(console: Console, result: EvalResult, policy_label: str) -> Non
         console.print(f"escalations: {reasons}; failed checks: {checks}")
     if s.rules:
         console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    _print_sweep(console, result)
+    _print_baselines(console, result)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
+
+
+def _sweep_rows(result: EvalResult, count: int = 8) -> list[tuple[bool, Any]]:
+    """About ``count`` sweep points spread over the frontier share, plus the policy's own."""
+    points = list(result.points)
+    if not points:
+        return []
+    threshold = result.summary.threshold
+    share = result.summary.frontier_call_share
+    own = min(points, key=lambda p: (abs(p.strong_share - share), abs(p.threshold - threshold)))
+    picked = {id(own): own}
+    for k in range(count):
+        near = min(points, key=lambda p: abs(p.strong_share - k / (count - 1)))
+        picked.setdefault(id(near), near)
+    ordered = sorted(picked.values(), key=lambda p: (p.strong_share, -p.threshold))
+    return [(p is own, p) for p in ordered]
+
+
+def _print_sweep(console: Console, result: EvalResult) -> None:
+    from rich.table import Table
+
+    s = result.summary
+    table = Table(title="threshold sweep (the policy's row marked)", show_header=True)
+    for name in ("", "threshold", "frontier calls", "quality retained", "cost saved", "PGR"):
+        table.add_column(name, justify="right")
+    gap = s.q_strong - s.q_weak
+    for own, p in _sweep_rows(result):
+        retained = p.quality / s.quality_frontier if s.quality_frontier else None
+        saved = 1 - p.cost / s.cost_frontier if s.cost_frontier else None
+        if saved is not None and abs(saved) < 5e-4:
+            saved = 0.0  # no "-0.0%" from rounding
+        pgr = (p.quality - s.q_weak) / gap if gap > 0 else None
+        table.add_row(
+            "policy ->" if own else "",
+            f"{p.threshold:g}",
+            _pct(p.strong_share),
+            _pct(retained),
+            _pct(saved),
+            _num(pgr),
+        )
+    console.print(table)
+
+
+def _print_baselines(console: Console, result: EvalResult) -> None:
+    s = result.summary
+    if not result.baselines:
+        return
+    parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
+    for b in result.baselines:
+        parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
+    console.print(
+        f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
+        highlight=False,
+    )
+    best = max(result.baselines, key=lambda b: b.quality)
+    margin = s.quality - best.quality
+    if s.routed_fast_share in (0.0, 1.0):
+        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
+        console.print(
+            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
+            "there is nothing to compare. Calibrate it on data like your traffic: "
+            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
+            highlight=False,
+        )
+    elif margin < -1e-9:
+        console.print(
+            f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
+            "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
+            "your traffic, or another scorer (scoring.type: transfer | learned | heuristic; "
+            "docs/scoring.md).",
+            highlight=False,
+        )
+    else:
+        than = "more quality than" if margin > 1e-9 else "as much quality as"
+        console.print(
+            f"verdict: the policy keeps {than} random and prompt length at the same "
+            f"frontier share (+{margin:.4f} over the better, {best.name}).",
+            highlight=False,
+        )
 
 
 def eval_command(
@@ -239,6 +390,7 @@ def eval_command(
         fast_model=fast_model,
         frontier_model=frontier_model,
     )
+    mismatch = _pair_notes(loaded, result, dataset, prices, quiet=as_json)
     if report is not None:
         from tiered_router.evaluation.report import render_html
 
@@ -246,6 +398,7 @@ def eval_command(
     if as_json:
         out = result.to_dict()
         out["policy"] = str(policy) if policy is not None else "bundled default"
+        out["pair_differs_from_policy"] = mismatch
         if report is not None:
             out["report"] = str(report)
         typer.echo(json.dumps(out, indent=2))
@@ -287,6 +440,10 @@ def calibrate_command(
     write: Annotated[
         bool, typer.Option("--write", help="Update scoring.threshold in the policy file.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write even when the data's model pair is not the policy's."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Pick the threshold that meets a target on recorded outcomes (and write it back)."""
@@ -317,6 +474,12 @@ def calibrate_command(
         fast_model=None,
         frontier_model=None,
     )
+    mismatch = _pair_notes(loaded, result, dataset, "data", quiet=as_json)
+    if write and mismatch and not force:
+        raise _fail(
+            "not writing the threshold: it was calibrated on another model pair than the "
+            "policy's (see the warnings above); pass --force to write it anyway"
+        )
     try:
         point = calibrate_policy(result, target)
     except CalibrationError as exc:
@@ -348,6 +511,7 @@ def calibrate_command(
                     "previous_threshold": s.threshold,
                     "expected": expected,
                     "written": write,
+                    "pair_differs_from_policy": mismatch,
                 },
                 indent=2,
             )
