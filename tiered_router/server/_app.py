@@ -310,9 +310,10 @@ class _Proxy:
         if options.stream:
             return await self._stream(turn, options, tier, started)
         try:
-            result = await self.router.acomplete(
-                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
-            )
+            async with self._task(turn):
+                result = await self.router.acomplete(
+                    turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+                )
         except (AllTiersFailed, GateFailed) as exc:
             return _failure(exc)
         trace = result.trace
@@ -329,10 +330,22 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         return Response(content, headers=headers, media_type="application/json")
 
+    def _task(self, turn: Turn) -> contextlib.AbstractAsyncContextManager[Any]:
+        # a turn naming its task (tiered_router.task_id) runs in it: the task's totals,
+        # lock and budgets live in the router's state store, shared with the other workers
+        # and replicas when that store is Redis
+        task_id = turn.metadata.get("task_id")
+        if task_id is None:
+            return contextlib.nullcontext()
+        return self.router.task(str(task_id))
+
     async def _stream(
         self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float
     ) -> Response:
-        stream = self.router.astream(turn, tier=tier, deadline_s=self._deadline(options.deadline_s))
+        async with self._task(turn):
+            stream = self.router.astream(
+                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+            )
         overhead = time.perf_counter() - started
         try:
             await stream.start()
