@@ -249,6 +249,7 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "BackendConfig",
             "BreakerConfig",
+            "ClientLimits",
             "EscalationConfig",
             "GateConfig",
             "LatencyModel",

@@ -160,3 +160,41 @@ def test_killing_redis_mid_run_loses_no_turn(
     assert after == [200, 200]
     assert fallbacks > 0  # the outage was counted
     assert readyz == {"status": "ready", "state": "ok"}
+
+
+def test_per_key_limits_hold_across_both_processes(
+    server: ScriptedServer, redis_server: RedisServer, tmp_path: Path, http: _http.Client
+) -> None:
+    server.default = Reply.text("hello")
+    limits = {"requests_per_minute": 3}
+    policy = shared_policy(server, redis_server, server={"limits": limits})
+    if time.time() % 60 > 50:  # keep the four requests inside one calendar minute
+        time.sleep(61 - time.time() % 60)
+    with Pair(policy, tmp_path) as pair:
+        statuses = [pair.a.chat(http).status_code, pair.b.chat(http).status_code]
+        statuses += [pair.a.chat(http).status_code]
+        over = pair.b.chat(http)
+    assert statuses == [200, 200, 200]
+    assert over.status_code == 429
+    assert over.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(over.headers["retry-after"]) <= 60
+    assert len(server.requests) == 3  # the refused request never went upstream
+
+
+def test_a_spend_limit_holds_across_both_processes(
+    server: ScriptedServer, redis_server: RedisServer, tmp_path: Path, http: _http.Client
+) -> None:
+    server.default = Reply.text("hello")
+    limits = {"spend_usd_per_day": 1e-9}  # the first turn spends it
+    policy = shared_policy(server, redis_server, server={"limits": limits})
+    with Pair(policy, tmp_path) as pair:
+        first = pair.a.chat(http)
+        deadline = time.monotonic() + 10
+        while True:  # the spend is written in the background, right after the turn
+            later = pair.b.chat(http)
+            if later.status_code == 429 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert first.status_code == 200
+    assert later.status_code == 429
+    assert later.json()["error"]["code"] == "spend_limit_reached"

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BackendConfig",
     "BreakerConfig",
+    "ClientLimits",
     "EscalationConfig",
     "GateConfig",
     "LatencyModel",
@@ -430,6 +431,25 @@ class StateConfig(_Model):
         return self
 
 
+class ClientLimits(_Model):
+    """Limits per client key, counted in the state store (shared by every replica on Redis).
+
+    Example:
+        ```yaml
+        server:
+          limits:
+            requests_per_minute: 600     # per calendar minute; more gets 429 + Retry-After
+            spend_usd_per_day: 20        # per UTC day; once reached, 429 until midnight UTC
+        ```
+
+    """
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    """Requests a key may send per calendar minute (``null``: no limit)."""
+    spend_usd_per_day: float | None = Field(default=None, gt=0)
+    """US dollars a key's turns may cost per UTC day (``null``: no limit)."""
+
+
 class ServerConfig(_Model):
     """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
 
@@ -459,6 +479,8 @@ class ServerConfig(_Model):
     """Most tools a request may carry; more gets 400."""
     max_schema_bytes: int = Field(default=256 * 1024, gt=0)
     """Largest ``response_format`` or tool ``parameters`` schema (serialized); larger gets 400."""
+    limits: ClientLimits = Field(default_factory=lambda: ClientLimits())
+    """Per-client-key request rate and daily spend (kept in the state store)."""
 
 
 class Policy(_Model):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from tiered_router.exceptions import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
+from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._settings import ServerSettings
 from tiered_router.server._validate import (
@@ -194,6 +196,9 @@ class _Proxy:
         self.settings = settings
         self.metrics = metrics
         self.keys = KeyChecker(settings.api_keys)
+        self.limiter = ClientLimiter(
+            self.policy.server.limits, getattr(router.state, "store", router.state)
+        )
         self.ready = False
 
     def _denied(self, request: Request) -> Response | None:
@@ -244,6 +249,11 @@ class _Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        client = client_id(request.headers.get("authorization"))
+        if self.limiter.enabled:
+            allowed, reason, retry_after = await self.limiter.admit(client)
+            if not allowed:
+                return _limited(reason, retry_after)
         if not request.headers.get("content-type", "").lower().startswith("application/json"):
             return _error(415, "send the body as JSON with Content-Type: application/json")
         try:
@@ -308,7 +318,7 @@ class _Proxy:
         except UnknownModel as exc:
             return _error(404, str(exc), param="model", code="model_not_found")
         if options.stream:
-            return await self._stream(turn, options, tier, started)
+            return await self._stream(turn, options, tier, started, client=client)
         try:
             async with self._task(turn):
                 result = await self.router.acomplete(
@@ -317,6 +327,7 @@ class _Proxy:
         except (AllTiersFailed, GateFailed) as exc:
             return _failure(exc)
         trace = result.trace
+        self.limiter.spent(client, trace.cost)
         route = result_route(result)
         body = completion_body(
             result.completion,
@@ -340,7 +351,13 @@ class _Proxy:
         return self.router.task(str(task_id))
 
     async def _stream(
-        self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float
+        self,
+        turn: Turn,
+        options: RequestOptions,
+        tier: Tier | None,
+        started: float,
+        *,
+        client: str = "anonymous",
     ) -> Response:
         async with self._task(turn):
             stream = self.router.astream(
@@ -360,10 +377,15 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         headers["cache-control"] = "no-cache"
         headers["x-accel-buffering"] = "no"
-        return _EventStream(self._events(stream, renderer, turn), headers=headers)
+        return _EventStream(self._events(stream, renderer, turn, client=client), headers=headers)
 
     async def _events(
-        self, stream: AsyncRoutedStream, renderer: ChunkRenderer, turn: Turn
+        self,
+        stream: AsyncRoutedStream,
+        renderer: ChunkRenderer,
+        turn: Turn,
+        *,
+        client: str = "anonymous",
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight += 1
         chunks = stream.__aiter__()
@@ -373,6 +395,7 @@ class _Proxy:
                 if objs:
                     yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
             route = result_route(stream.result)
+            self.limiter.spent(client, stream.result.trace.cost)
             tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
         except Exception as exc:
@@ -450,6 +473,26 @@ def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str
     return headers
 
 
+def _limited(reason: str, retry_after_s: float) -> Response:
+    """The 429 of a client over its per-key limit."""
+    headers = {"retry-after": str(max(1, math.ceil(retry_after_s)))}
+    if reason == "spend":
+        return _error(
+            429,
+            "this API key reached its spend limit for the day (server.limits.spend_usd_per_day)",
+            error_type="rate_limit_error",
+            code="spend_limit_reached",
+            headers=headers,
+        )
+    return _error(
+        429,
+        "this API key sent more requests this minute than server.limits.requests_per_minute",
+        error_type="rate_limit_error",
+        code="rate_limited",
+        headers=headers,
+    )
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     # the traceback goes to the log; the client gets no internals
     logger.error("unexpected error serving %s", request.url.path, exc_info=exc)
@@ -471,10 +514,10 @@ def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backen
     return {name: build_backend(name, policy.backends[name], env=env) for name in names}
 
 
-def _count_state_fallbacks(metrics: Metrics, router: Router) -> None:
+def _count_state_fallbacks(metrics: Metrics, router: Router, limiter: ClientLimiter) -> None:
     """Copy the state store's fallback count into the metrics."""
     state = router.state
-    fallbacks = int(getattr(state, "failures", 0))
+    fallbacks = int(getattr(state, "failures", 0)) + limiter.failures
     inner = getattr(state, "store", None)
     fallbacks += int(getattr(inner, "background_failures", 0))
     metrics.state_fallbacks.values[()] = float(fallbacks)
@@ -493,8 +536,8 @@ def build_app(
     built = _backends(policy, env)
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks])
-    metrics.collectors.append(lambda m: _count_state_fallbacks(m, router))
     proxy = _Proxy(router, settings, metrics)
+    metrics.collectors.append(lambda m: _count_state_fallbacks(m, router, proxy.limiter))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -506,6 +549,7 @@ def build_app(
         yield
         proxy.ready = False
         # uvicorn runs this after the in-flight requests have finished
+        await proxy.limiter.aclose()
         await router.aclose()
         metrics.close()
 

@@ -15,7 +15,14 @@ seconds. The task hash holds the totals of :class:`~tiered_router.state.TaskSnap
 
 from __future__ import annotations
 
-__all__ = ["BREAKER_ALLOW", "BREAKER_RECORD", "BREAKER_SNAPSHOT", "TASK_RECORD"]
+__all__ = [
+    "BREAKER_ALLOW",
+    "BREAKER_RECORD",
+    "BREAKER_SNAPSHOT",
+    "LIMIT_ADMIT",
+    "LIMIT_SPEND",
+    "TASK_RECORD",
+]
 
 _CLOCK = """
 local function clock(arg)
@@ -208,4 +215,39 @@ end
 redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
 redis.call('PEXPIRE', key, ttl)
 return redis.call('HGETALL', key)
+"""
+
+LIMIT_ADMIT = """
+-- KEYS[1] rate key stem, KEYS[2] spend key stem; ARGV: per_minute (0: none),
+-- spend limit ('' : none)
+-- returns {allowed (0/1), reason ('' | 'rate' | 'spend'), retry_after_s}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if ARGV[2] ~= '' then
+  local day = math.floor(now / 86400)
+  local spent = tonumber(redis.call('GET', KEYS[2] .. ':' .. day) or '0')
+  if spent >= tonumber(ARGV[2]) then
+    return {0, 'spend', string.format('%.3f', (day + 1) * 86400 - now)}
+  end
+end
+local limit = tonumber(ARGV[1])
+if limit > 0 then
+  local minute = math.floor(now / 60)
+  local key = KEYS[1] .. ':' .. minute
+  local n = redis.call('INCR', key)
+  if n == 1 then redis.call('PEXPIRE', key, 120000) end
+  if n > limit then
+    return {0, 'rate', string.format('%.3f', (minute + 1) * 60 - now)}
+  end
+end
+return {1, '', '0'}
+"""
+
+LIMIT_SPEND = """
+-- KEYS[1] spend key stem; ARGV: usd
+local t = redis.call('TIME')
+local key = KEYS[1] .. ':' .. math.floor(tonumber(t[1]) / 86400)
+redis.call('INCRBYFLOAT', key, ARGV[1])
+redis.call('PEXPIRE', key, 172800000)
+return 1
 """

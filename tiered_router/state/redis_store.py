@@ -428,6 +428,27 @@ class RedisStateStore:
         """Async twin of :meth:`task_snapshot`."""
         return _task_snapshot(await self._acall("task_read", [self.task_key(task_id)], []))
 
+    # -- per-client limits (the proxy's) ----------------------------------------------------
+
+    async def alimit_admit(
+        self, client: str, *, per_minute: int | None, spend_per_day: float | None
+    ) -> tuple[bool, str, float]:
+        """Count one request of ``client`` and say whether its limits let it through.
+
+        Requests are counted per calendar minute, spend per UTC day (the server's clock).
+
+        Returns:
+            ``(allowed, reason, retry_after_s)``; ``reason`` is ``rate`` or ``spend``.
+        """
+        keys = [f"{self.prefix}:rate:{client}", f"{self.prefix}:spend:{client}"]
+        args = [per_minute or 0, "" if spend_per_day is None else repr(float(spend_per_day))]
+        allowed, reason, retry = await self._acall("limit_admit", keys, args)
+        return bool(int(allowed)), _text(reason), float(_text(retry))
+
+    async def alimit_spend(self, client: str, usd: float) -> None:
+        """Add ``usd`` to ``client``'s spend today."""
+        await self._acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])
+
 
 _TASK_READ = "return redis.call('HGETALL', KEYS[1])"
 
@@ -439,6 +460,8 @@ def _register(client: Any) -> dict[str, Any]:
         "snapshot": client.register_script(_lua.BREAKER_SNAPSHOT),
         "task": client.register_script(_lua.TASK_RECORD),
         "task_read": client.register_script(_TASK_READ),
+        "limit_admit": client.register_script(_lua.LIMIT_ADMIT),
+        "limit_spend": client.register_script(_lua.LIMIT_SPEND),
     }
 
 
