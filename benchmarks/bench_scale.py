@@ -5,15 +5,14 @@ Everything runs on 127.0.0.1, each server in its own process:
 - upstream: :class:`tiered_router.testing.ScriptedServer` (answers at once);
 - redis-server (Debian's ``redis-server``; the Redis rows are skipped without it);
 - ``tiered-router serve --workers N`` with ``state: {type: memory}`` or
-  ``state: {type: redis}`` in the policy. Every request names a task
-  (``tiered_router: {task_id}``, one per client connection), so each turn reads and
-  writes the shared state: the breaker's admission and record for the call and the task's
-  totals.
+  ``state: {type: redis}`` in the policy.
 
 Measured per configuration:
 
-1. concurrency 1: latency p50 / p99, and what the proxy adds over a direct upstream call;
-2. concurrency 32: requests per second (and p50 / p99 under load).
+1. concurrency 1, plain turns (no task: the breaker's admission and record only) and task
+   turns (``tiered_router: {task_id}``: the task's totals are read and written too):
+   latency p50 / p99, and what the proxy adds over a direct upstream call;
+2. concurrency 32, task turns: requests per second (and p50 / p99 under load).
 
 Then, in this process, the state operations of one turn (``breaker_allow`` +
 ``breaker_record`` + ``task_record``) on :class:`MemoryStateStore` and on
@@ -90,8 +89,10 @@ def start_redis(port: int, directory: Path) -> subprocess.Popen[bytes] | None:
     raise RuntimeError("redis-server did not start")
 
 
-def proxy_payload(port: int, task_id: str) -> bytes:
-    body = {"model": "auto", "messages": MESSAGES, "tiered_router": {"task_id": task_id}}
+def proxy_payload(port: int, task_id: str | None) -> bytes:
+    body: dict[str, Any] = {"model": "auto", "messages": MESSAGES}
+    if task_id is not None:
+        body["tiered_router"] = {"task_id": task_id}
     return request_bytes("/v1/chat/completions", body, port, CLIENT_KEY)
 
 
@@ -194,7 +195,7 @@ def main() -> None:
         )
         print(f"\ndirect upstream  C=1  p50 {base.pct(0.5):6.2f} ms  p99 {base.pct(0.99):6.2f} ms")
 
-        results: dict[tuple[str, int], tuple[Run, Run]] = {}
+        results: dict[tuple[str, int], tuple[Run, Run, Run]] = {}
         for state_name, state in states.items():
             for workers in (1, 2):
                 policy = tmp / f"policy-{state_name}.yaml"
@@ -205,7 +206,17 @@ def main() -> None:
                 proxy = serve(policy, port, workers)
                 try:
                     pay = proxy_payload(port, f"bench-{state_name}-{workers}")
+                    plain = proxy_payload(port, None)
                     asyncio.run(drive(port, pay, requests=200, concurrency=4))  # warm up
+                    bare = asyncio.run(
+                        drive(
+                            port,
+                            plain,
+                            requests=args.n1,
+                            concurrency=1,
+                            max_seconds=args.max_seconds,
+                        )
+                    )
                     one = asyncio.run(
                         drive(
                             port,
@@ -227,19 +238,26 @@ def main() -> None:
                     )
                 finally:
                     stop(proxy)
-                results[(state_name, workers)] = (one, many)
-                errors = one.errors + many.errors
+                results[(state_name, workers)] = (bare, one, many)
+                errors = bare.errors + one.errors + many.errors
                 print(
-                    f"{state_name:<6} workers {workers}  C=1 p50 {one.pct(0.5):6.2f} ms "
+                    f"{state_name:<6} workers {workers}  C=1 plain turn p50 {bare.pct(0.5):6.2f} ms"
+                    f" p99 {bare.pct(0.99):6.2f} ms (adds {bare.pct(0.5) - base.pct(0.5):+5.2f} ms"
+                    " p50)"
+                )
+                print(
+                    f"{state_name:<6} workers {workers}  C=1 task turn  p50 {one.pct(0.5):6.2f} ms "
                     f"p99 {one.pct(0.99):6.2f} ms (adds {one.pct(0.5) - base.pct(0.5):+5.2f} ms"
                     f" p50)  |  C=32 {many.rps:6.0f} req/s  p50 {many.pct(0.5):6.2f} ms  "
                     f"p99 {many.pct(0.99):6.2f} ms" + (f"  ({errors} errors)" if errors else "")
                 )
         for workers in (1, 2):
-            if ("redis", workers) in results:
-                mem, red = results[("memory", workers)][0], results[("redis", workers)][0]
+            if ("redis", workers) not in results:
+                continue
+            for i, label in ((0, "plain turn"), (1, "task turn")):
+                mem, red = results[("memory", workers)][i], results[("redis", workers)][i]
                 print(
-                    f"redis vs memory, workers {workers}, C=1: "
+                    f"redis vs memory, workers {workers}, C=1 {label}: "
                     f"{red.pct(0.5) - mem.pct(0.5):+.3f} ms p50, "
                     f"{red.pct(0.99) - mem.pct(0.99):+.3f} ms p99"
                 )

@@ -71,6 +71,10 @@ __all__ = ["RedisStateStore", "StateStoreUnavailable"]
 _T = TypeVar("_T")
 _BUCKETS = 10
 """The breaker's failure window is kept as this many buckets (as in MemoryStateStore)."""
+_MAX_CONNECTIONS = 64
+"""Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
+_MAX_BEHIND = 16
+"""Background writes in flight at most; past it a success is written inline (backpressure)."""
 
 
 class StateStoreUnavailable(TieredRouterError):
@@ -170,13 +174,17 @@ class RedisStateStore:
             "socket_connect_timeout": self.timeout_s,
             "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 0,
+            "max_connections": _MAX_CONNECTIONS,
         }
 
     def _sync_scripts(self) -> dict[str, Any]:
         if self._sync is None:
             with self._lock:
                 if self._sync is None:
-                    client = redis.Redis.from_url(self._url, **self._options())
+                    pool = redis.BlockingConnectionPool.from_url(
+                        self._url, timeout=self.timeout_s, **self._options()
+                    )
+                    client = redis.Redis.from_pool(pool)
                     self._scripts = _register(client)
                     self._sync = client
         return self._scripts
@@ -185,7 +193,10 @@ class RedisStateStore:
         loop = asyncio.get_running_loop()
         if self._async is None or self._loop is not loop:
             # a redis.asyncio client belongs to the loop it first ran on
-            client = aioredis.Redis.from_url(self._url, **self._options())
+            apool = aioredis.BlockingConnectionPool.from_url(
+                self._url, timeout=self.timeout_s, **self._options()
+            )
+            client = aioredis.Redis.from_pool(apool)
             self._ascripts = _register(client)
             self._async, self._loop = client, loop
         return self._ascripts
@@ -400,7 +411,12 @@ class RedisStateStore:
     ) -> BreakerState:
         """Async twin of :meth:`breaker_record`."""
         args = self._record_args(now, outcome, token, config)
-        if token is None and outcome == "success" and self._fresh(name):
+        if (
+            token is None
+            and outcome == "success"
+            and self._fresh(name)
+            and len(self._pending) < _MAX_BEHIND
+        ):
             # the common case: a success on a closed breaker changes nothing anyone waits
             # for, so it goes to Redis in the background, off the turn's path
             self._check_up()
