@@ -167,6 +167,7 @@ PINNED: dict[str, frozenset[str]] = {
             "PolicyError",
             "StreamInterrupted",
             "TieredRouterError",
+            "UnknownModel",
         }
     ),
     "tiered_router.gate": frozenset(
@@ -359,6 +360,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.turn": frozenset(
         {
+            "SIGNAL_KEYS",
             "assemble",
             "Completion",
             "CompletionChunk",

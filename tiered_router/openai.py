@@ -20,7 +20,7 @@ client.last_result.trace                            # the whole RoutedResult, si
 tier, or that backend's configured ``model`` pins the turn to that tier: the router skips
 scoring-based choice but still gates the draft and escalates by the policy (a pinned fast
 draft that fails the gate goes to the frontier tier, and says so). Any other model raises
-:class:`~tiered_router._openai_wire.UnknownModel` (a ``ValueError``), except under
+:class:`~tiered_router.exceptions.UnknownModel` (a ``ValueError``), except under
 :func:`wrap_openai`, which hands such calls to the wrapped client unchanged.
 
 Streams (``stream=True``) yield ``ChatCompletionChunk`` objects; a failure before the first

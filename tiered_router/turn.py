@@ -21,6 +21,7 @@ __all__ = [
     "Completion",
     "CompletionChunk",
     "Message",
+    "SIGNAL_KEYS",
     "ToolCall",
     "ToolCallDelta",
     "ToolSpec",
@@ -32,7 +33,8 @@ __all__ = [
 
 # chat.completions keyword arguments that Turn models itself; every other one rides in params
 _TURN_FIELDS = frozenset({"messages", "tools", "response_format", "extra_body", "model"})
-_AGENT_KEYS = frozenset({"final", "step", "metadata", "task_id", "turn_id"})
+SIGNAL_KEYS = frozenset({"final", "step", "metadata", "task_id", "turn_id"})
+"""The agent signals a call may carry in ``extra_body={"tiered_router": {...}}``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,11 +253,11 @@ class Turn:
         signals = extra.pop("tiered_router", None) or {}
         if not isinstance(signals, Mapping):
             raise ValueError("extra_body.tiered_router: must be an object")
-        unknown = set(signals) - _AGENT_KEYS
+        unknown = set(signals) - SIGNAL_KEYS
         if unknown:
             raise ValueError(
                 f"extra_body.tiered_router: unknown keys {sorted(unknown)}; "
-                f"known: {sorted(_AGENT_KEYS)}"
+                f"known: {sorted(SIGNAL_KEYS)}"
             )
         params = {k: v for k, v in kwargs.items() if k not in _TURN_FIELDS and v is not None}
         if extra:
