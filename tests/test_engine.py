@@ -327,3 +327,22 @@ def test_a_buffered_draft_is_finished_before_its_chunks_are_replayed(
     assert trace.interrupted is None and trace.tier == "fast"
     stream.close()
     assert sink.traces == [trace]
+
+
+def test_the_gate_says_which_turns_need_the_whole_draft() -> None:
+    from tiered_router import Completion, QualityGate, Turn
+
+    plain = Turn([{"role": "user", "content": "hi"}])
+    shaped = Turn([{"role": "user", "content": "hi"}], **JSON_TURN)
+    tooled = Turn([{"role": "user", "content": "hi"}], tools=TOOLS)
+    cheap = QualityGate(["non_empty", "not_truncated", "no_refusal", "max_chars"])
+    assert not cheap.needs_whole_draft(plain)
+    structured = QualityGate(["non_empty", "json_schema", "tool_arguments"])
+    assert not structured.needs_whole_draft(plain)
+    assert structured.needs_whole_draft(shaped) and structured.needs_whole_draft(tooled)
+
+    def custom(completion: Completion, turn: Turn) -> None:
+        return None
+
+    assert QualityGate(["non_empty", custom]).needs_whole_draft(plain)
+    assert QualityGate(["repetition"]).needs_whole_draft(plain)
