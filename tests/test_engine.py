@@ -333,9 +333,9 @@ def test_the_gate_says_which_turns_need_the_whole_draft() -> None:
     from tiered_router import Completion, QualityGate, Turn
 
     plain = Turn([{"role": "user", "content": "hi"}])
-    shaped = Turn([{"role": "user", "content": "hi"}], **JSON_TURN)
+    shaped = Turn([{"role": "user", "content": "hi"}], response_format={"type": "json_object"})
     tooled = Turn([{"role": "user", "content": "hi"}], tools=TOOLS)
-    cheap = QualityGate(["non_empty", "not_truncated", "no_refusal", "max_chars"])
+    cheap = QualityGate(["non_empty", "not_truncated", "no_refusal", {"max_chars": {"limit": 9}}])
     assert not cheap.needs_whole_draft(plain)
     structured = QualityGate(["non_empty", "json_schema", "tool_arguments"])
     assert not structured.needs_whole_draft(plain)
