@@ -647,7 +647,8 @@ def test_unknown_preset_is_reported_at_its_line() -> None:
     assert (line, field) == (7, "backends.big.preset")
     assert message == (
         "unknown preset 'mercury2'; did you mean 'mercury-2'? "
-        "(known: local-diffusion, mercury-2, openai)"
+        "(known: anthropic, deepinfra, dlmserve, fireworks, gemini, groq, local-diffusion, "
+        "mercury-2, openai, sglang, together, vllm)"
     )
 
 

@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tiered_router._recording import build_record
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.exceptions import (
@@ -42,6 +43,7 @@ from tiered_router.trace import Attempt, Trace
 
 if TYPE_CHECKING:
     from tiered_router._context import TaskHooks
+    from tiered_router._recording import RecordOption
     from tiered_router.gate import QualityGate, Verdict
     from tiered_router.policy import BackendConfig, Policy
     from tiered_router.scoring import Score
@@ -75,8 +77,13 @@ class EnginePorts(Protocol):
         """The router's clock, seconds."""
         ...
 
-    def supports_tools(self, backend: str) -> bool:
-        """Whether backend ``backend`` can be sent a turn with tools."""
+    @property
+    def record(self) -> RecordOption:
+        """Whether (and how) to record each turn's request and outputs in its trace."""
+        ...
+
+    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
+        """``(what, why)`` when backend ``backend`` cannot take ``turn``, else ``None``."""
         ...
 
     def backend_config(self, backend: str) -> BackendConfig | None:
@@ -137,17 +144,14 @@ def decide_turn(
             rule="pinned",
             reasons=(f"pinned to the {tier} tier by the caller", *decision.reasons),
         )
-    if decision.tier == "fast" and turn.tools and not ports.supports_tools(decision.backend):
-        frontier = policy.backend_for("frontier")
+    gap = ports.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
+    if gap is not None:
         decision = replace(
             decision,
             tier="frontier",
-            backend=frontier,
-            rule="capability.tools",
-            reasons=(
-                f"fast backend {decision.backend!r} cannot call tools (tools: false)",
-                *decision.reasons,
-            ),
+            backend=policy.backend_for("frontier"),
+            rule=f"capability.{gap[0]}",
+            reasons=(f"fast {gap[1]}", *decision.reasons),
         )
     if task is not None and tier is None:
         decision = task.adjust(turn, decision)
@@ -204,13 +208,14 @@ class TurnRun:
         self.tried: set[Tier] = set()
         self.returned: tuple[Tier, Completion, Verdict | None] | None = None
         self.interrupted: str | None = None
+        self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
         self._trace: Trace | None = None
 
     # which tier next ------------------------------------------------------------------------
 
     def usable(self, tier: Tier) -> bool:
-        """Whether ``tier``'s backend can serve this turn (tools)."""
-        return not self.turn.tools or self.ports.supports_tools(self.policy.backend_for(tier))
+        """Whether ``tier``'s backend can serve this turn (tools, its dialect)."""
+        return self.ports.capability_gap(self.policy.backend_for(tier), self.turn) is None
 
     def first_tier(self) -> Tier:
         """The tier to call first."""
@@ -309,9 +314,17 @@ class TurnRun:
             verdict = self.ports.gate.evaluate(completion, self.turn)
         config = self.ports.backend_config(backend)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
+        self.drafts[len(self.attempts)] = completion
         self.attempts.append(
             self._attempt(
-                tier, backend, model, latency, usage=completion.usage, cost=cost, verdict=verdict
+                tier,
+                backend,
+                model,
+                latency,
+                usage=completion.usage,
+                cost=cost,
+                verdict=verdict,
+                conversions=completion.conversions,
             )
         )
         return verdict
@@ -369,6 +382,7 @@ class TurnRun:
             latency_s=self.ports.now() - self.started,
             metadata=self.turn.metadata,
             interrupted=self.interrupted,
+            record=build_record(self.ports.record, self.turn, self.drafts, len(self.attempts)),
         )
 
     def conclude(self, exc: BaseException | None = None) -> Trace | None:

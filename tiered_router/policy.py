@@ -144,7 +144,8 @@ class BackendConfig(_Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
+    ``dlmserve``, ``sglang``, ``vllm``."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -170,6 +171,9 @@ class BackendConfig(_Model):
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (``reasoning_effort``, diffusion knobs, ...)."""
+    diffusion: dict[str, Any] = Field(default_factory=dict)
+    """Per-request diffusion fields (``num_denoising_steps``, ``block_length``, ...), checked
+    against the backend's dialect profile when it is built (see ``docs/backends.md``)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """Extra HTTP headers sent with every request (left out of ``repr``: they may hold keys)."""
     options: dict[str, Any] = Field(default_factory=dict)
@@ -239,6 +243,7 @@ def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
         "tool_call_in_text",
         "redundant_tool_calls",
         "argument_grounding",
+        "tool_fit",
     ]
 
 
@@ -404,8 +409,13 @@ class ServerConfig(_Model):
     """Keys clients must present (``TIERED_ROUTER_API_KEYS`` adds more, comma-separated)."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     """Largest request body accepted; a larger one gets 413."""
-    transport: Literal["raw", "sdk"] = "raw"
-    """Upstream calls: ``raw`` JSON over a lean HTTP/1.1 client, or ``sdk`` (the openai SDK)."""
+    read_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client may take to send a request's headers, and again its body; a slower
+    (half-sent) connection is closed."""
+    max_tools: int = Field(default=128, gt=0)
+    """Most tools a request may carry; more gets 400."""
+    max_schema_bytes: int = Field(default=256 * 1024, gt=0)
+    """Largest ``response_format`` or tool ``parameters`` schema (serialized); larger gets 400."""
 
 
 class Policy(_Model):

@@ -19,6 +19,8 @@ from typing import Any
 
 from tiered_router._context import CURRENT_TASK
 from tiered_router._dispatch import Dispatcher
+from tiered_router._latency import LatencyTracker
+from tiered_router._recording import RecordOption
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
@@ -61,6 +63,9 @@ class Router:
         sleep: Sync sleep used between retries.
         asleep: Async sleep used between retries.
         rng: Source of retry jitter.
+        record: Record each turn's request and each attempt's output in its trace
+            (``True``), through a redaction hook (a callable: record in, what to keep out,
+            ``None`` for nothing), or not at all (``False``, the default).
         state: Where circuit breakers and task totals live (default: this process,
             :class:`~tiered_router.state.MemoryStateStore`). A failing store never fails a
             turn: the router falls back to in-process state with a warning.
@@ -78,12 +83,14 @@ class Router:
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        record: RecordOption = False,
         state: StateStore | None = None,
     ) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
+        self.record = record
         self._backends: dict[str, Backend] = dict(backends or {})
         self._clock = clock
         self._sleep = sleep
@@ -107,6 +114,8 @@ class Router:
             asleep=asleep,
             emit=self.emit,
         )
+        self.latency = LatencyTracker()
+        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -172,11 +181,42 @@ class Router:
 
     def emit(self, trace: Trace) -> None:
         """Hand a finished trace to every sink; a failing sink is logged, never raised."""
+        self.latency.observe(trace)
         for sink in self.sinks:
             try:
                 sink.emit(trace)
             except Exception:  # a broken sink must not lose the turn it reports
                 logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
+
+    def capability_gap(self, name: str, turn: Turn) -> tuple[str, str] | None:
+        """Return ``(what, why)`` when backend ``name`` cannot take ``turn``, else ``None``.
+
+        ``what`` is ``tools`` for a ``tools: false`` backend, or what its dialect cannot
+        express (``images``, ``tools``, ``response_format``, ``n``). Pure: builds nothing.
+        """
+        from tiered_router.backends._dialect import DialectProfile, capability_gap
+
+        if turn.tools and not self.supports_tools(name):
+            return "tools", f"backend {name!r} cannot call tools (tools: false)"
+        injected = self._backends.get(name)
+        dialect: object = None
+        if injected is not None:
+            dialect = getattr(injected, "dialect", None)
+        else:
+            config = self.backend_config(name)
+            if config is not None and config.type == "openai":
+                from tiered_router.backends.presets import dialect_for
+
+                dialect = dialect_for(config, backend=name)
+        if not isinstance(dialect, DialectProfile):
+            return None
+        return capability_gap(
+            dialect,
+            messages=turn.messages,
+            tools=turn.openai_tools(),
+            response_format=turn.response_format,
+            params=turn.params,
+        )
 
     def close(self) -> None:
         """Close the HTTP clients of the backends built so far."""

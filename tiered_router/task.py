@@ -62,6 +62,7 @@ from tiered_router.trace import Trace
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
+    from tiered_router._latency import LatencyTracker
     from tiered_router.policy import BackendConfig, Policy
 
 __all__ = ["Task", "TaskHost", "TaskSummary"]
@@ -86,8 +87,13 @@ class TaskHost(Protocol):
         """The router's clock, seconds."""
         ...
 
-    def supports_tools(self, backend: str) -> bool:
-        """Whether backend ``backend`` can be sent a turn with tools."""
+    @property
+    def latency(self) -> LatencyTracker:
+        """Measured latency per backend (across tasks)."""
+        ...
+
+    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
+        """``(what, why)`` when backend ``backend`` cannot take ``turn``, else ``None``."""
         ...
 
     def backend_config(self, backend: str) -> BackendConfig | None:
@@ -317,22 +323,26 @@ class Task:
         """Return the expected seconds of one call on ``tier``'s backend.
 
         The mean of its recent measured latencies in this task (``latency_window`` of
-        them) once there are any; before that its latency model: ``ttft_s + output tokens
-        / tokens_per_s`` with ``expected_output_tokens`` (or the turn's ``max_tokens``
-        when smaller).
+        them) once there are any; else the router's moving average of its measured
+        latencies (across tasks); before any call its latency model (the policy's, else
+        its preset's): ``ttft_s + output tokens / tokens_per_s`` with
+        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller).
         """
         name = self.router.policy.backend_for(tier)
         recent = self._snap.recent.get(name)
         if recent:
             return sum(lat for lat, _ in recent) / len(recent)
+        # the policy's latency model, else its preset's (the dialect profile's defaults)
         config = self.router.backend_config(name)
         model = (config.latency if config is not None else None) or _DEFAULT_LATENCY
-        return model.ttft_s + self._output_tokens(name, turn) / model.tokens_per_s
+        return self.router.latency.expected(
+            name, model, output_tokens=self._output_tokens(name, turn)
+        )
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:
         """Return the expected US dollars of one call on ``tier``'s backend (policy prices)."""
         name = self.router.policy.backend_for(tier)
-        config = self.router.backend_config(name)
+        config = self.router.backend_config(name)  # preset prices included
         if config is None:
             return 0.0
         usage = Usage(
@@ -410,7 +420,7 @@ class Task:
         )
 
     def _usable(self, turn: Turn, tier: Tier) -> bool:
-        return not turn.tools or self.router.supports_tools(self.router.policy.backend_for(tier))
+        return self.router.capability_gap(self.router.policy.backend_for(tier), turn) is None
 
     def _budgets(self, turn: Turn, tier: Tier) -> tuple[Tier, str | None, str]:
         other = OTHER_TIER[tier]

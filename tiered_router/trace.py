@@ -47,6 +47,7 @@ class Attempt:
         cost: Cost in US dollars from the policy's prices.
         verdict: The gate's verdict on the draft, ``None`` when there was no draft.
         error: ``{"type", "message", ...}`` of the failure, ``None`` on success.
+        conversions: What the backend changed to fit the request to its server's dialect.
     """
 
     tier: Tier
@@ -58,6 +59,7 @@ class Attempt:
     cost: float = 0.0
     verdict: Verdict | None = None
     error: Mapping[str, Any] | None = None
+    conversions: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ class Attempt:
             "cost": self.cost,
             "verdict": _verdict_dict(self.verdict),
             "error": dict(self.error) if self.error is not None else None,
+            **({"conversions": list(self.conversions)} if self.conversions else {}),
         }
 
 
@@ -100,6 +103,8 @@ class Trace:
             caller stopped reading a stream), ``CancelledError``, or the error's type
             (a stream broken after chunks were sent, an unexpected error). ``None`` for a
             turn that ran to its end.
+        record: The request and each attempt's output, when the router records them
+            (``Router(record=True)`` or a redaction hook); ``None`` otherwise.
     """
 
     turn_id: str
@@ -113,6 +118,7 @@ class Trace:
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
     interrupted: str | None = None
+    record: Mapping[str, Any] | None = None
 
     @property
     def cost(self) -> float:
@@ -133,7 +139,10 @@ class Trace:
         return tuple(a.error for a in self.attempts if a.error is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (what the JSONL sink writes; ``interrupted`` only when set)."""
+        """Return a JSON-ready dict (what the JSONL sink writes).
+
+        ``interrupted`` and ``record`` appear only when set.
+        """
         d = self.decision
         out: dict[str, Any] = {
             "turn_id": self.turn_id,
@@ -163,6 +172,8 @@ class Trace:
         }
         if self.interrupted is not None:
             out["interrupted"] = self.interrupted
+        if self.record is not None:
+            out["record"] = dict(self.record)
         return out
 
     def to_json(self) -> str:

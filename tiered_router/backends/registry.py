@@ -18,13 +18,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import ValidationError
 
 from tiered_router.exceptions import PolicyError
+from tiered_router.policy import BackendConfig
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
-    from tiered_router.policy import BackendConfig
+    from tiered_router.backends.openai_compat import OpenAICompatBackend
 
 __all__ = [
     "BackendCheck",
@@ -33,6 +36,10 @@ __all__ = [
     "backend_types",
     "build_backend",
     "check_backend",
+    "from_preset",
+    "local_diffusion",
+    "mercury2",
+    "openai_backend",
     "register_backend_type",
 ]
 
@@ -81,9 +88,11 @@ def _replay_check(name: str, config: BackendConfig, /) -> None:
             + ", ".join(_REPLAY_OPTIONS),
             field=f"backends.{name}.options.{unknown[0]}",
         )
-    if not isinstance(config.options.get("data"), str):
+    # `data` may be absent: evaluation binds replay backends to a dataset in code
+    # (`Replay.bind`); building one from the policy alone still needs it (the factory says so)
+    if "data" in config.options and not isinstance(config.options["data"], str):
         raise PolicyError(
-            "a replay backend needs options.data (a dataset file or data name)",
+            "options.data must be a dataset file or data name (a string)",
             field=f"backends.{name}.options.data",
         )
 
@@ -245,3 +254,102 @@ def build_backend(
 def backend_types() -> tuple[str, ...]:
     """Type names registered in the default registry."""
     return _DEFAULT.types
+
+
+def _build(
+    preset: str, name: str, api_key: str | None, fields: dict[str, Any]
+) -> OpenAICompatBackend:
+    from tiered_router.backends.openai_compat import OpenAICompatBackend
+    from tiered_router.backends.presets import backend_kwargs
+
+    http = {k: fields.pop(k) for k in ("http_client", "async_http_client") if k in fields}
+    if api_key is not None:
+        fields["api_key"] = api_key
+    try:
+        config = BackendConfig(preset=preset, **fields)
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise PolicyError(problems, field=f"backends.{name}") from None
+    return OpenAICompatBackend(name, **backend_kwargs(name, config), **http)
+
+
+def mercury2(
+    *, name: str = "mercury", api_key: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return a Mercury 2 backend (Inception's diffusion model).
+
+    Args:
+        name: The backend's name.
+        api_key: The key; by default read from ``INCEPTION_API_KEY`` now.
+        **fields: Other :class:`~tiered_router.policy.BackendConfig` fields (``model``,
+            ``timeout_s``, ``params``, ``extra_body``, ``options``...) or ``http_client`` /
+            ``async_http_client``.
+
+    Raises:
+        PolicyError: When no key is given and ``INCEPTION_API_KEY`` is unset.
+
+    """
+    return _build("mercury-2", name, api_key, fields)
+
+
+def openai_backend(
+    *, name: str = "openai", model: str, api_key: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return an OpenAI backend.
+
+    Args:
+        name: The backend's name.
+        model: The model, e.g. ``gpt-5.2``.
+        api_key: The key; by default read from ``OPENAI_API_KEY`` now.
+        **fields: Other backend config fields, or ``http_client`` / ``async_http_client``.
+
+    Raises:
+        PolicyError: When no key is given and ``OPENAI_API_KEY`` is unset.
+
+    """
+    return _build("openai", name, api_key, {"model": model, **fields})
+
+
+def local_diffusion(
+    *, name: str = "local", model: str, base_url: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return a backend for a local diffusion server (SGLang, vLLM, dlmserve, ...).
+
+    Args:
+        name: The backend's name.
+        model: The model the server serves.
+        base_url: The server, by default ``http://127.0.0.1:30000/v1`` (SGLang's port).
+        **fields: Other backend config fields (``extra_body`` for diffusion knobs such as
+            ``num_denoising_steps``; ``tools=True`` if the server supports tools), or
+            ``http_client`` / ``async_http_client``.
+
+    """
+    if base_url is not None:
+        fields["base_url"] = base_url
+    api_key = fields.pop("api_key", None)
+    return _build("local-diffusion", name, api_key, {"model": model, **fields})
+
+
+def from_preset(
+    preset: str, *, name: str | None = None, api_key: str | None = None, **fields: Any
+) -> OpenAICompatBackend:
+    """Return a backend for any preset (``dlmserve``, ``sglang``, ``vllm``, ...).
+
+    Example:
+        ```python
+        llada = from_preset("dlmserve", diffusion={"num_denoising_steps": 32})
+        ```
+
+    Args:
+        preset: The preset's name.
+        name: The backend's name (the preset's name by default).
+        api_key: The key, when the endpoint needs one.
+        **fields: Other backend config fields (``model``, ``base_url``, ``diffusion``,
+            ``options``...) or ``http_client`` / ``async_http_client``.
+
+    Raises:
+        PolicyError: Unknown preset, missing model or key, diffusion fields the dialect
+            does not accept.
+
+    """
+    return _build(preset, name or preset, api_key, fields)

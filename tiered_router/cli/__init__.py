@@ -1,4 +1,4 @@
-"""The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate.
+"""The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate, demo.
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
@@ -9,7 +9,7 @@ command line is the ``cli`` extra (typer, rich, ruamel.yaml): ``pip install
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,10 +37,13 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _eval_cmds, _policy_cmds
+    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _policy_cmds
 
+    app.callback()(_root_callback())
     _policy_cmds.register(app)
     _eval_cmds.register(app)
+    _dataset_cmds.register(app)
+    _demo.register(app)
     return app
 
 
@@ -49,6 +52,32 @@ def _missing_extra(exc: ModuleNotFoundError) -> ImportError:
         f"the tiered-router command line needs {exc.name!r}, from the cli extra: "
         'pip install "tiered-router[cli]"'
     )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import typer
+
+        try:
+            typer.echo(f"tiered-router {version('tiered-router')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("tiered-router (not installed: run from a source checkout)")
+        raise typer.Exit()
+
+
+def _root_callback() -> Callable[..., None]:
+    import typer
+
+    def root(
+        show_version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ) -> None:
+        """Route an agent's model calls between a fast diffusion tier and a frontier tier."""
+
+    return root
 
 
 def main(argv: Sequence[str] | None = None) -> None:

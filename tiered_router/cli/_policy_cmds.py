@@ -383,6 +383,13 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="critical, error, warning, info, debug or trace.")
     ] = "info",
+    otel: Annotated[
+        bool,
+        typer.Option(
+            help="OpenTelemetry spans and metrics over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT "
+            "(needs the otel extra)."
+        ),
+    ] = False,
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra)."""
     with _errors(policy):
@@ -395,6 +402,7 @@ def serve(
             workers=workers,
             max_body_bytes=max_body_bytes,
             log_level=log_level,
+            otel=otel,
         )
 
 

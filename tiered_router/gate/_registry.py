@@ -17,6 +17,8 @@ from typing import Any
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
 from tiered_router.gate._calls import RedundantToolCallsCheck, ToolCallInTextCheck
+from tiered_router.gate._count import EnumeratedTargetsCheck
+from tiered_router.gate._fit import ToolFitCheck
 from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
@@ -198,6 +200,8 @@ _DEFAULT.register("tool_call_in_text", factory=ToolCallInTextCheck)
 _DEFAULT.register("redundant_tool_calls", factory=RedundantToolCallsCheck)
 _DEFAULT.register("argument_grounding", factory=ArgumentGroundingCheck)
 _DEFAULT.register("requested_tools", factory=RequestedToolsCheck)
+_DEFAULT.register("tool_fit", factory=ToolFitCheck)
+_DEFAULT.register("enumerated_targets", factory=EnumeratedTargetsCheck)
 
 
 def default_registry() -> CheckRegistry:
