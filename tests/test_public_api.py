@@ -260,6 +260,7 @@ PINNED: dict[str, frozenset[str]] = {
             "RuleCondition",
             "ScoringConfig",
             "ServerConfig",
+            "ShadowConfig",
             "TaskConfig",
             "Tiers",
         }

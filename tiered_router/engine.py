@@ -193,8 +193,10 @@ class TurnRun:
         *,
         started: float,
         task: TaskHooks | None = None,
+        escalate: bool = True,
     ) -> None:
         self.ports = ports
+        self.escalate = escalate
         self.policy = ports.policy
         self.turn = turn
         self.decision = decision
@@ -224,7 +226,7 @@ class TurnRun:
     def route_around(self, tier: Tier) -> Tier | None:
         """The tier to try when ``tier``'s breaker refuses the call, if the policy allows one."""
         other = OTHER_TIER[tier]
-        if tier == "fast" and not self.policy.escalation.on_backend_error:
+        if not self.escalate or (tier == "fast" and not self.policy.escalation.on_backend_error):
             return None
         if other in self.tried or not self.usable(other):
             return None
@@ -235,7 +237,7 @@ class TurnRun:
         if reason == "circuit_open":
             return self.route_around(tier)
         other = OTHER_TIER[tier]
-        if other in self.tried or not self.usable(other):
+        if not self.escalate or other in self.tried or not self.usable(other):
             return None
         if tier == "fast":
             esc = self.policy.escalation

@@ -21,6 +21,7 @@ from tiered_router._context import CURRENT_TASK
 from tiered_router._dispatch import Dispatcher
 from tiered_router._latency import LatencyTracker
 from tiered_router._recording import RecordOption
+from tiered_router._shadow import ShadowRunner
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
@@ -113,6 +114,9 @@ class Router:
             sleep=sleep,
             asleep=asleep,
             emit=self.emit,
+        )
+        self._shadows = ShadowRunner(
+            drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
         )
         self.latency = LatencyTracker()
         """Measured latency per backend (EWMA), replacing the latency models in estimates."""
@@ -219,7 +223,8 @@ class Router:
         )
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far."""
+        """Close the HTTP clients of the backends built so far (after any shadow runs)."""
+        self._shadows.drain()
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
             if close is not None:
@@ -227,6 +232,8 @@ class Router:
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        await self._shadows.adrain()
+        self._shadows.drain()
         for backend in self._backends.values():
             aclose = getattr(backend, "aclose", None)
             if aclose is not None:
@@ -293,6 +300,30 @@ class Router:
         if task is not None:
             await task.arefresh()
         run = self._start(turn, tier, deadline_s)
+        await self._adrive(run)
+        result = await self._dispatch.afinish(run)
+        self._shadows.astart(run)
+        return result
+
+    def complete(
+        self,
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
+    ) -> RoutedResult:
+        """Sync twin of :meth:`acomplete`."""
+        task = CURRENT_TASK.get()
+        if task is not None:
+            task.refresh()
+        run = self._start(turn, tier, deadline_s)
+        self._drive(run)
+        result = self._dispatch.finish(run)
+        self._shadows.start(run)
+        return result
+
+    async def _adrive(self, run: TurnRun) -> None:
+        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
         try:
             nxt: Tier | None = run.first_tier()
             while nxt is not None:
@@ -310,20 +341,9 @@ class Router:
         except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
             await self._dispatch.aend(run, exc)
             raise
-        return await self._dispatch.afinish(run)
 
-    def complete(
-        self,
-        turn: Turn,
-        *,
-        tier: Tier | None = None,
-        deadline_s: float | None | Unset = UNSET,
-    ) -> RoutedResult:
-        """Sync twin of :meth:`acomplete`."""
-        task = CURRENT_TASK.get()
-        if task is not None:
-            task.refresh()
-        run = self._start(turn, tier, deadline_s)
+    def _drive(self, run: TurnRun) -> None:
+        """Sync twin of :meth:`_adrive`."""
         try:
             nxt: Tier | None = run.first_tier()
             while nxt is not None:
@@ -339,7 +359,14 @@ class Router:
         except BaseException as exc:
             self._dispatch.end(run, exc)
             raise
-        return self._dispatch.finish(run)
+
+    def drain_shadows(self, timeout_s: float | None = None) -> None:
+        """Wait for the shadow runs started by the sync path (``close`` does too)."""
+        self._shadows.drain(timeout_s)
+
+    async def adrain_shadows(self) -> None:
+        """Wait for the shadow runs started by the async path (``aclose`` does too)."""
+        await self._shadows.adrain()
 
     # -- streaming ---------------------------------------------------------------------------
 
