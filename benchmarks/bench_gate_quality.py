@@ -12,7 +12,12 @@ Rows are split in two parts by a hash of their id (``tune``: the rows the checks
 developed on; ``report``: the rows the figures are quoted from), and ``--hold-out FAMILY``
 lists a model family that was not looked at while tuning: its figures are printed apart.
 
-Besides BFCL's own categories, two kinds of probes are built from the same rows:
+Answers BFCL failed only because its decoder could not read them (calls in a Markdown
+fence) but that the gate reads as calls are judged again, as calls, by ``_bfcl_judge.py``
+(a re-implementation of BFCL's AST checker that agrees with BFCL's labels on every answer
+BFCL judged in the Python categories); Java and JavaScript ones stay unjudged, apart.
+
+Besides BFCL's own categories, three kinds of probes are built from the same rows:
 
 - ``no_tool_fits``: the question of row A offered only the tools of another row B (the one
   half the sorted rows away, skipping any B that shares a tool name with A), and as the
@@ -41,6 +46,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _bfcl_judge import load_questions, rejudge_text_calls
 
 from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.sources import load_bfcl
@@ -107,7 +114,7 @@ def render(calls: Sequence[ToolCall], fmt: str) -> str:
 
 def cases(data_dir: Path, which: str) -> Iterator[Case]:
     """Yield every draft of the chosen part: recorded answers, then the probes."""
-    ds = load_bfcl(data_dir)
+    ds, _ = rejudge_text_calls(load_bfcl(data_dir), load_questions(data_dir))
     rows = [r for r in sorted(ds.rows, key=lambda r: r.id) if which == "all" or part(r.id) == which]
     for row in rows:
         category = str(row.turn.metadata.get("category"))
@@ -116,7 +123,7 @@ def cases(data_dir: Path, which: str) -> Iterator[Case]:
             lifted = lift_text_tool_calls(draft, row.turn)
             if lifted is not draft and not outcome.correct:
                 # BFCL's decoder failed on the text (a Markdown fence, say) and never judged
-                # the call inside: no label, shown apart
+                # the call inside, and _bfcl_judge cannot (Java, JavaScript): shown apart
                 yield Case("unjudged text calls", model, row.turn, draft, False, row.id)
                 continue
             yield Case(category, model, row.turn, draft, outcome.correct, row.id)

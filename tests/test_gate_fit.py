@@ -313,3 +313,22 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
         ("boiling_point", {"substance": "MSFT", "sea_level": 1}),
     )
     assert gate.evaluate(codes, stocks).passed
+
+
+def test_alternative_tools_with_the_same_arguments_fail_unless_both_are_asked() -> None:
+    data = {"type": "array", "items": {"type": "number"}}
+    tools = [
+        _tool(n, {"data": data}, "Fit.")
+        for n in ("linear_regression", "random_forest_regression", "statistics_median")
+    ]
+    gate = QualityGate(["redundant_tool_calls"])
+    both = _calls(
+        ("linear_regression", {"data": [1, 2]}), ("random_forest_regression", {"data": [1, 2]})
+    )
+    verdict = gate.evaluate(both, _turn("Predict house prices from 1, 2", *tools))
+    assert verdict.failed_checks == ("redundant_tool_calls",)
+    assert "a hedge between alternative tools" in verdict.reasons[0]
+    asked = _turn("Fit a linear and a random forest regression on 1, 2", *tools)
+    assert gate.evaluate(both, asked).passed
+    off = QualityGate([{"redundant_tool_calls": {"alternatives": False}}])
+    assert off.evaluate(both, _turn("Predict house prices from 1, 2", *tools)).passed

@@ -83,6 +83,25 @@ def _short(value: Any) -> str:
     return text if len(text) <= _SNIPPET else text[: _SNIPPET - 3] + "..."
 
 
+# words of tool names and requests (``requested_tools``, ``alternatives``)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_words(name: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in _WORD.findall(_CAMEL.sub(" ", name).lower()))
+
+
+@functools.lru_cache(maxsize=64)  # an agent loop sends the same request step after step
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in _WORD.findall(text.lower()))
+
+
 # ---------------------------------------------------------------- tool_call_in_text
 
 
@@ -197,6 +216,12 @@ class RedundantToolCallsCheck:
     - with ``swapped``: the same call again with the same values moved between
       parameters (``gcd(a=40, b=50)`` and ``gcd(a=50, b=40)``): the model hedged over
       which value goes where;
+    - with ``alternatives``: two different tools called with the same arguments where none
+      of the words that tell one of them apart is in the conversation
+      (``linear_regression`` and ``random_forest_regression`` on the same data for
+      "predict house prices"): the model hedged between alternatives. "The median and the
+      variance of these points" names both ``statistics_median`` and
+      ``statistics_variance`` and passes;
     - with ``hedged``: the same call again with one argument changed to a value the
       conversation never states while the first call's value is stated
       (``sea_level=5000`` for "5000m", then ``sea_level=0``): a second guess, not a
@@ -209,6 +234,8 @@ class RedundantToolCallsCheck:
         padded: Also fail a repeated call padded with unrequested arguments.
         swapped: Also fail a repeated call with its values swapped between parameters.
         hedged: Also fail a repeated call with one value changed to an unstated one.
+        alternatives: Also fail calls to two tools with the same arguments where the
+            request names only one.
     """
 
     name: ClassVar[str] = "redundant_tool_calls"
@@ -216,22 +243,26 @@ class RedundantToolCallsCheck:
     padded: bool = True
     swapped: bool = True
     hedged: bool = True
+    alternatives: bool = True
 
     def __post_init__(self) -> None:
         _flag(self.split_lists, f"{self.name}.split_lists")
         _flag(self.padded, f"{self.name}.padded")
         _flag(self.swapped, f"{self.name}.swapped")
         _flag(self.hedged, f"{self.name}.hedged")
+        _flag(self.alternatives, f"{self.name}.alternatives")
 
     def __call__(self, completion: Completion, turn: Turn, /) -> list[str] | None:
         """Return the reasons the draft's calls are redundant, or ``None``."""
         calls = completion.tool_calls
-        if len(calls) < 2 or len({c.name for c in calls}) == len(calls):
-            return None  # every call is to a different tool: nothing can repeat
+        if len(calls) < 2:
+            return None
         by_tool: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for i, name, args in _arguments(completion):
             by_tool.setdefault(name, []).append((i, args))
         reasons: list[str] = []
+        if self.alternatives and len(by_tool) > 1:
+            reasons.extend(_alternatives(by_tool, turn))
         props = _properties(turn) if self.split_lists else {}
         grounding: list[_Grounding] = []  # built on first use: most drafts never need it
         for name, group in by_tool.items():
@@ -249,6 +280,40 @@ class RedundantToolCallsCheck:
             if self.hedged:
                 reasons.extend(_hedged(name, group, turn, grounding))
         return reasons or None
+
+
+def _alternatives(
+    by_tool: Mapping[str, Sequence[tuple[int, dict[str, Any]]]], turn: Turn
+) -> list[str]:
+    seen: dict[str, tuple[str, int]] = {}
+    said: frozenset[str] | None = None
+    reasons = []
+    for name, group in by_tool.items():
+        for i, args in group:
+            if not args:
+                continue
+            key = _canonical(args)
+            if key not in seen:
+                seen[key] = (name, i)
+                continue
+            other, j = seen[key]
+            if other == name:
+                continue
+            mine, theirs = _name_words(name), _name_words(other)
+            if said is None:
+                said = _words(_conversation(turn))
+            unsaid = [
+                n
+                for n, own in ((other, theirs - mine), (name, mine - theirs))
+                if own and own.isdisjoint(said)
+            ]
+            if unsaid:
+                reasons.append(
+                    f"tool_calls[{i}] ({name}) and tool_calls[{j}] ({other}) take the same "
+                    f"arguments, and the request does not ask for {' or '.join(unsaid)}: "
+                    "a hedge between alternative tools"
+                )
+    return reasons
 
 
 def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
