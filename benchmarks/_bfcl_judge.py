@@ -176,3 +176,18 @@ def rejudge_text_calls(
             )
         rows.append(dataclasses.replace(row, outcomes=outcomes))
     return dataclasses.replace(dataset, rows=tuple(rows)), counts
+
+
+def agreement(dataset: Dataset, questions: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
+    """``(agreeing, judged)``: :func:`judge` against BFCL's labels on the calls BFCL judged."""
+    agree = judged = 0
+    for row in dataset.rows:
+        for outcome in row.outcomes.values():
+            if not outcome.tool_calls:
+                continue
+            label = judge(outcome.tool_calls, questions.get(row.id, {}))
+            if label is None:
+                continue
+            judged += 1
+            agree += label == outcome.correct
+    return agree, judged

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bfcl_judge import load_questions, rejudge_text_calls
+from _bfcl_judge import agreement, load_questions, rejudge_text_calls
 
 from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.sources import load_bfcl
@@ -114,7 +114,14 @@ def render(calls: Sequence[ToolCall], fmt: str) -> str:
 
 def cases(data_dir: Path, which: str) -> Iterator[Case]:
     """Yield every draft of the chosen part: recorded answers, then the probes."""
-    ds, _ = rejudge_text_calls(load_bfcl(data_dir), load_questions(data_dir))
+    raw, questions = load_bfcl(data_dir), load_questions(data_dir)
+    agree, judged = agreement(raw, questions)
+    ds, counts = rejudge_text_calls(raw, questions)
+    print(
+        f"_bfcl_judge agrees with BFCL on {agree} of {judged} judged answers; text answers "
+        f"read as calls and judged again: {dict(sorted(counts.items()))}",
+        file=sys.stderr,
+    )
     rows = [r for r in sorted(ds.rows, key=lambda r: r.id) if which == "all" or part(r.id) == which]
     for row in rows:
         category = str(row.turn.metadata.get("category"))
