@@ -303,7 +303,7 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
     )
     verdict = gate.evaluate(guess, turn)
     assert verdict.failed_checks == ("redundant_tool_calls",)
-    assert "sea_level=0, a value the conversation never states" in verdict.reasons[0]
+    assert "only sea_level changed, to 0 from 5000" in verdict.reasons[0]
     assert QualityGate([{"redundant_tool_calls": {"hedged": False}}]).evaluate(guess, turn)
     both = _turn("Boiling point of water at 5000m and at 0m?", BOIL)
     assert gate.evaluate(guess, both).passed
@@ -332,3 +332,24 @@ def test_alternative_tools_with_the_same_arguments_fail_unless_both_are_asked() 
     assert gate.evaluate(both, asked).passed
     off = QualityGate([{"redundant_tool_calls": {"alternatives": False}}])
     assert off.evaluate(both, _turn("Predict house prices from 1, 2", *tools)).passed
+
+
+def test_two_unsaid_words_are_a_guess_and_two_derived_dates_are_not() -> None:
+    gate = QualityGate(["redundant_tool_calls"])
+    phase = _tool("energy", {"mass": {"type": "number"}, "phase": {"type": "string"}}, "E.")
+    turn = _turn("Energy to turn 100g of water from liquid to steam?", phase)
+    guesses = _calls(
+        ("energy", {"mass": 100, "phase": "vaporization"}),
+        ("energy", {"mass": 100, "phase": "melting"}),
+    )
+    assert gate.evaluate(guesses, turn).failed_checks == ("redundant_tool_calls",)
+    days = _turn("Air quality today and yesterday? Today is May 5, 2023", phase)
+    dates = _calls(
+        ("energy", {"mass": 1, "phase": "2023-05-05"}),
+        ("energy", {"mass": 1, "phase": "2023-05-04"}),
+    )
+    assert gate.evaluate(dates, days).passed
+    flags = _calls(
+        ("energy", {"mass": 100, "phase": True}), ("energy", {"mass": 100, "phase": False})
+    )
+    assert gate.evaluate(flags, turn).passed

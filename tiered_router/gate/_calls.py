@@ -224,7 +224,8 @@ class RedundantToolCallsCheck:
       ``statistics_variance`` and passes;
     - with ``hedged``: the same call again with one argument changed to a value the
       conversation never states while the first call's value is stated
-      (``sea_level=5000`` for "5000m", then ``sea_level=0``): a second guess, not a
+      (``sea_level=5000`` for "5000m", then ``sea_level=0``), or changed between two words
+      neither of which is said ("vaporization", then "melting"): a second guess, not a
       second target.
 
     Calls whose arguments do not parse are left to ``tool_arguments``.
@@ -336,6 +337,10 @@ def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str
     return reasons
 
 
+def _word_value(value: Any) -> bool:
+    return isinstance(value, str) and value.replace(" ", "").isalpha()
+
+
 def _code_like(value: Any) -> bool:
     if isinstance(value, bool):
         return True
@@ -357,16 +362,23 @@ def _hedged(
             if len(changed) != 1:
                 continue
             key = changed[0]
-            if _code_like(earlier[key]) or _code_like(later[key]):
-                continue  # flags, and codes a request names another way (GOOGL, MSFT)
+            a, b = earlier[key], later[key]
+            if _code_like(a) or _code_like(b):
+                continue  # flags ("formatted, and as an array"), codes (GOOGL, MSFT)
             if not grounding:
                 grounding.append(_Grounding(_conversation(turn)))
             said = grounding[0]
-            if said.stated(earlier[key]) and not said.stated(later[key]):
+            unstated = [v for v in (a, b) if not said.stated(v)]
+            # a stated value, then an unstated one; or two words neither of which is said
+            # ("vaporization", then "melting", for "from liquid to steam"). Two unstated
+            # numbers or dates are often both derived ("yesterday", "the day before").
+            if (len(unstated) == 1 and unstated[0] is b) or (
+                len(unstated) == 2 and _word_value(a) and _word_value(b)
+            ):
                 reasons.append(
-                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with {key}="
-                    f"{_short(later[key])}, a value the conversation never states (the "
-                    f"first call's {_short(earlier[key])} is): a second guess"
+                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with only {key} "
+                    f"changed, to {_short(b)} from {_short(a)}, and the conversation never "
+                    f"states {_short(unstated[0])}: a second guess, not a second target"
                 )
                 break
     return reasons
