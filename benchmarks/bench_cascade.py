@@ -121,7 +121,7 @@ def _why(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--part", default="report", choices=["report", "tune", "all"])
+    parser.add_argument("--part", default="report", choices=["report", "tune", "tune2", "all"])
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args(argv)
     data_dir = opts.data_dir or find_data_dir()

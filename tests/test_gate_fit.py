@@ -353,3 +353,14 @@ def test_two_unsaid_words_are_a_guess_and_two_derived_dates_are_not() -> None:
         ("energy", {"mass": 100, "phase": True}), ("energy", {"mass": 100, "phase": False})
     )
     assert gate.evaluate(flags, turn).passed
+
+
+def test_a_tool_whose_name_starts_with_functions_is_read() -> None:
+    tools = [_tool("functions_intersect", {"f": {"type": "string"}}), WEATHER]
+    for text in (
+        "functions_intersect(f='x')",
+        "functions.functions_intersect(f='x')",
+        '{"name": "functions_intersect", "arguments": {"f": "x"}}',
+    ):
+        calls = parse_text_tool_calls(text, tools)
+        assert calls is not None and calls[0].name == "functions_intersect", text

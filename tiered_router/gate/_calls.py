@@ -306,7 +306,7 @@ def _alternatives(
             unsaid = [
                 n
                 for n, own in ((other, theirs - mine), (name, mine - theirs))
-                if own and own.isdisjoint(said)
+                if own and own.isdisjoint(said) and not _in_squeezed(own, turn)
             ]
             if unsaid:
                 reasons.append(
@@ -315,6 +315,20 @@ def _alternatives(
                     "a hedge between alternative tools"
                 )
     return reasons
+
+
+def _in_squeezed(words: frozenset[str], turn: Turn) -> bool:
+    """Whether a word of 4+ letters is in the conversation written without spaces.
+
+    ``openlibrary`` for "Open Library", ``youtube`` for "You Tube".
+    """
+    text = _squeezed(_conversation(turn))
+    return any(len(w) >= 4 and w in text for w in words)
+
+
+@functools.lru_cache(maxsize=64)
+def _squeezed(text: str) -> str:
+    return "".join(c for c in text.lower() if c.isalnum())
 
 
 def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
