@@ -232,6 +232,7 @@ def test_a_call_with_no_stated_value_fails() -> None:
         ("Weather in Washington?", {"city": "Washington state"}),  # a word of the value
         ("Plot 4x+7 please", {"city": "4*x+7"}),  # punctuation aside
         ("Weather for a deck of cards?", {"city": "GBP"}),  # an upper-case code
+        ("Weather, any unit?", {"city": "GBP", "unit": "celsius"}),  # an enum is a choice
         ("Weather?", {}),
         ("Data points 3,4,5 and the weather", {"city": ["3", "4", "5"]}),
     ],

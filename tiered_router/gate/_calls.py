@@ -328,7 +328,7 @@ def _in_squeezed(words: frozenset[str], turn: Turn) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _squeezed(text: str) -> str:
-    return "".join(c for c in text.lower() if c.isalnum())
+    return _NOT_ALNUM.sub("", text.lower())
 
 
 def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
@@ -380,7 +380,7 @@ def _hedged(
             if _code_like(a) or _code_like(b):
                 continue  # flags ("formatted, and as an array"), codes (GOOGL, MSFT)
             if not grounding:
-                grounding.append(_Grounding(_conversation(turn)))
+                grounding.append(grounding_for(_conversation(turn)))
             said = grounding[0]
             unstated = [v for v in (a, b) if not said.stated(v)]
             # a stated value, then an unstated one; or two words neither of which is said
@@ -452,7 +452,7 @@ def _padded(
             if any(isinstance(v, bool) for v in extra.values()):
                 continue
             if not grounding:
-                grounding.append(_Grounding(_conversation(turn)))
+                grounding.append(grounding_for(_conversation(turn)))
             if not any(grounding[0].stated(v) for v in extra.values()):
                 listed = ", ".join(f"{k}={_short(v)}" for k, v in extra.items())
                 reasons.append(
@@ -467,6 +467,15 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
 _SCIENTIFIC = re.compile(
     r"(\d+(?:\.\d+)?)\s*(?:(?:x|\u00d7|\*)\s*10\s*(?:\^|\*\*)\s*|[eE])([-+\u2212]?\d+)"
 )
+
+
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+@functools.lru_cache(maxsize=64)  # an agent loop sends the same conversation step after step
+def grounding_for(conversation: str) -> _Grounding:
+    """The (cached) grounding of a conversation's text."""
+    return _Grounding(conversation)
 
 
 class _Grounding:
@@ -501,11 +510,11 @@ class _Grounding:
             text = value.strip().lower()
             if text in self._text:
                 return True
-            squeezed = "".join(c for c in text if c.isalnum())
+            squeezed = _NOT_ALNUM.sub("", text)
             if len(squeezed) < 2:
                 return False
             if not self._alnum:
-                self._alnum = "".join(c for c in self._text if c.isalnum())
+                self._alnum = _NOT_ALNUM.sub("", self._text)
             return squeezed in self._alnum  # "4*x+7" for "4x+7", "[3,1]" for "3 1"
         if isinstance(value, list):
             return all(self.stated(v) for v in value)

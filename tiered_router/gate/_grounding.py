@@ -26,6 +26,7 @@ from tiered_router.gate._calls import (
     _short,
     _types,
     _words,
+    grounding_for,
 )
 from tiered_router.gate._fit import call_grounded
 from tiered_router.turn import Completion, Turn, message_text
@@ -93,8 +94,9 @@ class ArgumentGroundingCheck:
         for i, name, args in _arguments(completion):
             if self.unstated_calls and args:
                 if grounding is None:
-                    grounding = _Grounding(_conversation(turn))
-                if call_grounded(args, grounding) is False:
+                    grounding = grounding_for(_conversation(turn))
+                tools = _properties(turn) if tools is None else tools
+                if call_grounded(args, grounding, tools.get(name)) is False:
                     unstated.append(
                         f"tool_calls[{i}] ({name}): none of its argument values is stated in "
                         "the conversation: the call answers some other request"
