@@ -207,9 +207,7 @@ def _cases() -> list[tuple[str, Completion, Turn]]:
     )
     text_call = (
         "tool call written as text",
-        Completion(
-            text='[get_weather(city="New York", unit="celsius")]', finish_reason="stop"
-        ),
+        Completion(text='[get_weather(city="New York", unit="celsius")]', finish_reason="stop"),
         Turn([{"role": "user", "content": "Weather in New York, in celsius?"}], tools=TOOLS),
     )
     draft = _json_draft()

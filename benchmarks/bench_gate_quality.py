@@ -185,6 +185,9 @@ def _total(category: str) -> str:
 def _checks(spec: str) -> list[Any]:
     if spec == "default":
         return list(GateConfig().checks)
+    if spec.lstrip().startswith("["):
+        checks: list[Any] = json.loads(spec)  # the policy's form: names and {name: options}
+        return checks
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
@@ -193,7 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--part", default="report", choices=["report", "tune", "tune2", "all"])
     parser.add_argument("--hold-out", default="gpt-4o", help="family not looked at while tuning")
-    parser.add_argument("--checks", default="default", help="'default' or NAME,NAME,...")
+    parser.add_argument(
+        "--checks", default="default", help="'default', NAME,NAME,... or a JSON list of checks"
+    )
+    parser.add_argument(
+        "--no-text-calls", action="store_true", help="judge calls written as text as text"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--show", default="", help="print failures of this check (or 'miss')")
     parser.add_argument("--limit", type=int, default=20)
@@ -204,8 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         print("shared data folder not found: nothing to measure", file=sys.stderr)
         return 0
     specs = _checks(opts.checks)
-    gate = QualityGate(specs)
-    singles = [(name, QualityGate([spec])) for name, spec in zip(gate.names, specs, strict=True)]
+    text_calls = not opts.no_text_calls
+    gate = QualityGate(specs, text_tool_calls=text_calls)
+    singles = [
+        (name, QualityGate([spec], text_tool_calls=text_calls))
+        for name, spec in zip(gate.names, specs, strict=True)
+    ]
 
     # counts[(group, category, check)] = [wrong, caught, right, false alarms]
     counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
