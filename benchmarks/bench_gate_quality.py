@@ -191,6 +191,41 @@ def _checks(spec: str) -> list[Any]:
     return [s.strip() for s in spec.split(",") if s.strip()]
 
 
+def _cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    w, rt = r["wrong"], r["right"]
+    catch = f"{100 * r['caught'] / w:.1f}" if w else "-"
+    alarm = f"{100 * r['false_alarms'] / rt:.1f}" if rt else "-"
+    return f"{catch} / {alarm}"
+
+
+def _markdown(table: list[dict[str, Any]], checks: list[str]) -> None:
+    """Print, per group, categories as rows and checks as columns: caught % / false alarms %."""
+    for group in ("all", "held-out"):
+        rows = [r for r in table if r["group"] == group]
+        cats = sorted({r["category"] for r in rows}, key=lambda c: (c.startswith("ALL"), c))
+        got = {(r["category"], r["check"]): r for r in rows}
+        shown = [
+            c
+            for c in checks
+            if any(r["caught"] or r["false_alarms"] for r in rows if r["check"] == c)
+        ]
+        print(f"\n{group} models: % of wrong answers caught / % of right answers failed\n")
+        print("| category | wrong | right | gate | " + " | ".join(shown) + " |")
+        print("| --- " * (4 + len(shown)) + "|")
+        for cat in cats:
+            gate = got.get((cat, "gate"))
+            if gate is None:
+                continue
+            cells = [_cell(got.get((cat, c))) for c in shown]
+            print(
+                f"| {cat} | {gate['wrong']} | {gate['right']} | **{_cell(gate)}** | "
+                + " | ".join(cells)
+                + " |"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None)
@@ -203,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-text-calls", action="store_true", help="judge calls written as text as text"
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="one table per group")
     parser.add_argument("--show", default="", help="print failures of this check (or 'miss')")
     parser.add_argument("--limit", type=int, default=20)
     opts = parser.parse_args(argv)
@@ -272,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if opts.json:
         print(json.dumps(table, indent=1))
+        return 0
+    if opts.markdown:
+        _markdown(table, [name for name, _ in singles])
         return 0
     print(f"part: {opts.part}; held-out family: {opts.hold_out}; gate: {', '.join(gate.names)}")
     for g in ("all", "held-out"):
