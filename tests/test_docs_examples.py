@@ -258,3 +258,63 @@ def test_the_jsonl_line_shown_has_the_shape_the_sink_writes() -> None:
     free = frozenset({"features", "contributions", "metadata", "error"})
     assert _shape(shown, free=free) == _shape(written, free=free)
     assert shown["escalations"] == written["escalations"] == ["gate_failed"]
+
+
+# -- every page: each python block runs, or is marked a fragment and compiles ----------------
+
+ROOT = DOCS.parent
+_FRAGMENT = "<!-- fragment"
+
+
+def _every_block() -> list[Any]:
+    """``(page, line, code, fragment)`` of every python block in docs/*.md and README.md."""
+    cases = []
+    for path in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        current: list[str] | None = None
+        start, fragment = 0, False
+        for number, line in enumerate(lines, start=1):
+            if current is None:
+                if line.rstrip() == "```python":
+                    current, start = [], number + 1
+                    fragment = number >= 2 and lines[number - 2].startswith(_FRAGMENT)
+            elif line.rstrip() == "```":
+                name = path.relative_to(ROOT).as_posix()
+                cases.append(
+                    pytest.param(
+                        name, start, "\n".join(current) + "\n", fragment, id=f"{name}:{start}"
+                    )
+                )
+                current = None
+            else:
+                current.append(line)
+    return cases
+
+
+def test_the_fragment_marker_is_used_sparingly() -> None:
+    cases = _every_block()
+    fragments = [c for c in cases if c.values[3]]
+    assert len(cases) >= 30 and len(fragments) * 2 < len(cases)
+
+
+@pytest.mark.parametrize(("page", "line", "code", "fragment"), _every_block())
+def test_every_python_block_runs_or_is_a_compiled_fragment(
+    page: str,
+    line: int,
+    code: str,
+    fragment: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ast
+
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    compiled = compile(code, f"{page}:{line}", "exec", flags=flags, dont_inherit=True)
+    if fragment or page.removeprefix("docs/") in PAGES:
+        return  # a fragment only compiles; gate.md and routing.md blocks run above
+    for var in ("OPENAI_API_KEY", "INCEPTION_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(ROOT if page == "README.md" else tmp_path)
+    module = types.ModuleType(f"docs_block_{line}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compiled, module.__dict__)  # noqa: S102 - our own docs

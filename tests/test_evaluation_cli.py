@@ -196,7 +196,7 @@ def test_offline_loading_fills_unset_keys(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.delenv("TR_TEST_KEY", raising=False)
     path = tmp_path / "p.yaml"
     path.write_text(
-        "version: 1\nbackends:\n  a: {model: m, api_key: '${TR_TEST_KEY}'}\n"
+        "version: 1\nbackends:\n  a: {model: m, base_url: '${TR_TEST_KEY}'}\n"
         "tiers: {fast: a, frontier: a}\nscoring: {threshold: '${TR_T:-0.3}'}\n"
     )
     with pytest.raises(PolicyError):

@@ -489,10 +489,19 @@ def test_extra_models_are_listed() -> None:
 
 
 def test_unknown_path_is_404_in_openai_shape(server: ScriptedServer) -> None:
-    response = httpx2.post(f"{server.base_url}/embeddings", json={"model": "m"})
+    response = httpx2.post(f"{server.base_url}/images/generations", json={"model": "m"})
     assert response.status_code == 404
-    assert response.json()["error"]["message"] == "unknown path /v1/embeddings"
+    assert response.json()["error"]["message"] == "unknown path /v1/images/generations"
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_embeddings_are_deterministic_vectors(server: ScriptedServer) -> None:
+    body = {"model": "e", "input": ["a", "b", "a"]}
+    data = httpx2.post(f"{server.base_url}/embeddings", json=body).json()
+    vectors = [d["embedding"] for d in data["data"]]
+    assert len(vectors) == 3 and len(vectors[0]) == 8
+    assert vectors[0] == vectors[2] != vectors[1]
+    assert data["usage"]["prompt_tokens"] == 3
 
 
 def test_wrong_method_is_405(server: ScriptedServer) -> None:

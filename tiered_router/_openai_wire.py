@@ -70,13 +70,26 @@ class UnknownModel(ValueError):
         super().__init__(f"unknown model {model!r}; this router serves: {', '.join(known)}")
 
 
+def _served_model(policy: Policy, backend: str) -> str | None:
+    """The model a tier's backend sends, with its preset applied (``preset: mercury-2``)."""
+    config = policy.backends.get(backend)
+    if config is None:
+        return None
+    if config.model is None and config.type == "openai":
+        from tiered_router.backends.presets import resolve_config
+
+        return resolve_config(config, backend=backend).model
+    return config.model
+
+
 def model_ids(policy: Policy) -> list[str]:
-    """Return the model names a client may ask for: ``auto``, the tiers, their backends."""
+    """Return the names a client may ask for: ``auto``, the tiers, their backends, models."""
     names = [AUTO, "fast", "frontier"]
     for tier in ("fast", "frontier"):
         backend = policy.backend_for(tier)
-        if backend not in names:
-            names.append(backend)
+        for name in (backend, _served_model(policy, backend)):
+            if name is not None and name not in names:
+                names.append(name)
     return names
 
 
@@ -98,8 +111,7 @@ def resolve_model(policy: Policy, model: str | None) -> Tier | None:
             return tier
     for tier in tiers:
         name = policy.backend_for(tier)
-        config = policy.backends.get(name)
-        if model == name or (config is not None and config.model == model):
+        if model == name or model == _served_model(policy, name):
             return tier
     raise UnknownModel(model, model_ids(policy))
 

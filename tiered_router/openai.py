@@ -40,19 +40,21 @@ from tiered_router._openai_wire import (
     RequestOptions,
     UnknownModel,
     completion_body,
+    model_ids,
     parse_request,
     pinned,
     resolve_model,
     result_route,
     stream_route,
 )
+from tiered_router.exceptions import TieredRouterError
 from tiered_router.router import RoutedResult, Router
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
     from tiered_router._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router._types import PolicySource
+    from tiered_router._types import PolicySource, Tier
     from tiered_router.backends._base import Backend
     from tiered_router.policy import Policy
     from tiered_router.trace import TraceSink
@@ -107,11 +109,51 @@ class _Base:
         """The last finished :class:`RoutedResult` (with a concurrent client, read
         ``response.tiered_router`` instead: this holds whichever call finished last)."""
 
+        self._options: dict[str, Any] = {}
+        self._pt: Any = None
+        self._asynchronous = False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.router!r})"
 
     def _prepare(self, kwargs: Mapping[str, Any]) -> tuple[Turn, RequestOptions]:
         return parse_request(kwargs)
+
+    def _passthrough(self) -> Any:
+        """The frontier backend's own openai client, for what the router does not route."""
+        if self._pt is None:
+            from tiered_router._dropin import passthrough_client
+
+            try:
+                client = passthrough_client(self.router, asynchronous=self._asynchronous)
+            except TieredRouterError as exc:
+                raise _translated(exc) from exc
+            self._pt = client.with_options(**self._options) if self._options else client
+        return self._pt
+
+    def __getattr__(self, name: str) -> Any:
+        # embeddings, responses, files, audio, images, ...: the frontier backend's client
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._passthrough(), name)
+
+    def with_options(self, **options: Any) -> Any:
+        """Return a copy with openai client options (``timeout``, ``max_retries``...).
+
+        ``timeout`` becomes the deadline of routed turns (the router owns retries, so
+        ``max_retries`` applies only to resources passed through); every option applies
+        to resources passed through to the frontier backend.
+        """
+        import copy
+
+        clone = copy.copy(self)
+        clone._options = {**self._options, **options}
+        clone._pt = None
+        clone._rebind()
+        return clone
+
+    def _rebind(self) -> None:
+        """Point the resource objects of a copy at the copy."""
 
 
 class TieredStream:
@@ -153,7 +195,10 @@ class TieredStream:
         return self
 
     def __next__(self) -> ChatCompletionChunk:
-        return next(self._gen)
+        try:
+            return next(self._gen)
+        except TieredRouterError as exc:
+            raise _translated(exc) from exc
 
     def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
@@ -211,7 +256,10 @@ class AsyncTieredStream:
         return self
 
     async def __anext__(self) -> ChatCompletionChunk:
-        return await self._gen.__anext__()
+        try:
+            return await self._gen.__anext__()
+        except TieredRouterError as exc:
+            raise _translated(exc) from exc
 
     async def close(self) -> None:
         """Stop reading; the upstream stream is closed."""
@@ -233,98 +281,241 @@ class AsyncTieredStream:
         await self.close()
 
 
-class _Completions:
-    """``client.chat.completions`` of the sync client."""
+def _translated(exc: BaseException) -> BaseException:
+    from tiered_router._dropin import translate_error
+
+    return translate_error(exc)
+
+
+class _CompletionsBase:
+    """What the sync and async ``chat.completions`` share: pass-through and arguments."""
 
     def __init__(self, owner: _Base, inner: Any = None) -> None:
         self._owner = owner
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        if self._inner is None:
+        if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        if self._inner is not None:
+            return getattr(self._inner, name)
+        return getattr(self._owner._passthrough().chat.completions, name)
+
+    def _args(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        timeout = self._owner._options.get("timeout")
+        if timeout is not None and "timeout" not in kwargs:
+            return {**kwargs, "timeout": timeout}
+        return kwargs
+
+    def _resolve(self, kwargs: Mapping[str, Any]) -> tuple[Turn, RequestOptions, Tier | None]:
+        """Parse and resolve the model; raises UnknownModel for the wrapped client to take."""
+        turn, options = self._owner._prepare(kwargs)
+        return turn, options, resolve_model(self._owner.router.policy, options.model)
+
+
+class _Completions(_CompletionsBase):
+    """``client.chat.completions`` of the sync client."""
+
+    @property
+    def with_raw_response(self) -> _RawCompletions:
+        """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
+        return _RawCompletions(self)
 
     def create(self, **kwargs: Any) -> ChatCompletion | TieredStream:
         """Route one chat completion; same arguments as ``openai``'s ``create``.
 
         Raises:
-            ValueError: Malformed arguments or an unknown model (without a wrapped client).
-            AllTiersFailed: No tier produced a completion.
-            GateFailed: The last draft failed the gate and the policy says ``raise``.
+            openai.NotFoundError: An unknown model (without a wrapped client).
+            openai.BadRequestError: Malformed arguments.
+            openai.APIError: No tier produced a completion (``AllTiersFailed``, as the
+                subclass matching the last failure: ``RateLimitError``,
+                ``APITimeoutError``...), or the last draft failed the gate and the policy
+                says ``raise`` (``GateFailed``). Each is also our own class, with the trace.
 
         """
+        kwargs = self._args(kwargs)
+        try:
+            turn, options, tier = self._resolve(kwargs)
+        except UnknownModel as exc:
+            if self._inner is None:
+                raise _translated(exc) from exc
+            return self._inner.create(**kwargs)  # type: ignore[no-any-return]
+        except (TieredRouterError, ValueError) as exc:
+            raise _translated(exc) from exc
         owner = self._owner
         router = owner.router
-        turn, options = owner._prepare(kwargs)
         try:
-            tier = resolve_model(router.policy, options.model)
-        except UnknownModel:
-            if self._inner is None:
-                raise
-            return self._inner.create(**kwargs)  # type: ignore[no-any-return]
-        with pinned(router.policy, tier, options.model):
+            with pinned(router.policy, tier, options.model):
+                if options.stream:
+                    stream = router.stream(turn, deadline_s=options.deadline_s)
+                else:
+                    result = router.complete(turn, deadline_s=options.deadline_s)
             if options.stream:
-                stream = router.stream(turn, deadline_s=options.deadline_s)
-            else:
-                result = router.complete(turn, deadline_s=options.deadline_s)
-        if options.stream:
-            stream.start()
-            return TieredStream(stream, turn, options, owner)
+                stream.start()
+                return TieredStream(stream, turn, options, owner)
+        except TieredRouterError as exc:
+            raise _translated(exc) from exc
         owner.last_result = result
         return _chat_completion(result, turn)
 
+    def parse(self, **kwargs: Any) -> Any:
+        """Route one chat completion and parse it; same arguments as ``openai``'s ``parse``.
 
-class _AsyncCompletions:
+        ``response_format`` may be a pydantic class (sent as its strict JSON schema, against
+        which the gate checks fast drafts); ``message.parsed`` holds the parsed object, and
+        tools made with ``openai.pydantic_function_tool`` get ``parsed_arguments``.
+        """
+        from tiered_router._dropin import parse_arguments, parsed_completion
+
+        create_kwargs, response_format, tools = parse_arguments(kwargs)
+        if self._inner is not None:
+            try:
+                self._resolve(self._args(create_kwargs))
+            except UnknownModel:
+                return self._inner.parse(**kwargs)
+            except (TieredRouterError, ValueError):
+                pass  # create() raises it translated
+        completion = self.create(**create_kwargs)
+        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
+
+
+class _RawCompletions:
+    """``chat.completions.with_raw_response`` of the sync client."""
+
+    def __init__(self, completions: _Completions) -> None:
+        self._completions = completions
+
+    def create(self, **kwargs: Any) -> Any:
+        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
+        from tiered_router._dropin import RawResponse
+
+        out = self._completions.create(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+    def parse(self, **kwargs: Any) -> Any:
+        """Like ``parse``, returning a raw response."""
+        from tiered_router._dropin import RawResponse
+
+        out = self._completions.parse(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+
+class _AsyncCompletions(_CompletionsBase):
     """``client.chat.completions`` of the async client."""
 
-    def __init__(self, owner: _Base, inner: Any = None) -> None:
-        self._owner = owner
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        if self._inner is None:
-            raise AttributeError(name)
-        return getattr(self._inner, name)
+    @property
+    def with_raw_response(self) -> _AsyncRawCompletions:
+        """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
+        return _AsyncRawCompletions(self)
 
     async def create(self, **kwargs: Any) -> ChatCompletion | AsyncTieredStream:
-        """Route one chat completion; same arguments as ``openai``'s ``create``.
-
-        Raises:
-            ValueError: Malformed arguments or an unknown model (without a wrapped client).
-            AllTiersFailed: No tier produced a completion.
-            GateFailed: The last draft failed the gate and the policy says ``raise``.
-
-        """
+        """Route one chat completion; same arguments and errors as the sync ``create``."""
+        kwargs = self._args(kwargs)
+        try:
+            turn, options, tier = self._resolve(kwargs)
+        except UnknownModel as exc:
+            if self._inner is None:
+                raise _translated(exc) from exc
+            return await self._inner.create(**kwargs)  # type: ignore[no-any-return]
+        except (TieredRouterError, ValueError) as exc:
+            raise _translated(exc) from exc
         owner = self._owner
         router = owner.router
-        turn, options = owner._prepare(kwargs)
         try:
-            tier = resolve_model(router.policy, options.model)
-        except UnknownModel:
-            if self._inner is None:
-                raise
-            return await self._inner.create(**kwargs)  # type: ignore[no-any-return]
-        if options.stream:
+            if options.stream:
+                with pinned(router.policy, tier, options.model):
+                    stream = router.astream(turn, deadline_s=options.deadline_s)
+                await stream.start()
+                return AsyncTieredStream(stream, turn, options, owner)
             with pinned(router.policy, tier, options.model):
-                stream = router.astream(turn, deadline_s=options.deadline_s)
-            await stream.start()
-            return AsyncTieredStream(stream, turn, options, owner)
-        with pinned(router.policy, tier, options.model):
-            result = await router.acomplete(turn, deadline_s=options.deadline_s)
+                result = await router.acomplete(turn, deadline_s=options.deadline_s)
+        except TieredRouterError as exc:
+            raise _translated(exc) from exc
         owner.last_result = result
         return _chat_completion(result, turn)
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """Route and parse one chat completion; see the sync ``parse``."""
+        from tiered_router._dropin import parse_arguments, parsed_completion
+
+        create_kwargs, response_format, tools = parse_arguments(kwargs)
+        if self._inner is not None:
+            try:
+                self._resolve(self._args(create_kwargs))
+            except UnknownModel:
+                return await self._inner.parse(**kwargs)
+            except (TieredRouterError, ValueError):
+                pass
+        completion = await self.create(**create_kwargs)
+        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
+
+
+class _AsyncRawCompletions:
+    """``chat.completions.with_raw_response`` of the async client."""
+
+    def __init__(self, completions: _AsyncCompletions) -> None:
+        self._completions = completions
+
+    async def create(self, **kwargs: Any) -> Any:
+        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
+        from tiered_router._dropin import RawResponse
+
+        out = await self._completions.create(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """Like ``parse``, returning a raw response."""
+        from tiered_router._dropin import RawResponse
+
+        out = await self._completions.parse(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
 
 
 class _Chat:
-    def __init__(self, completions: Any, inner: Any = None) -> None:
+    def __init__(self, owner: _Base, completions: Any, inner: Any = None) -> None:
+        self._owner = owner
         self.completions = completions
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
-        if self._inner is None:
+        if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._inner, name)
+        if self._inner is not None:
+            return getattr(self._inner, name)
+        return getattr(self._owner._passthrough().chat, name)
+
+
+class _Beta:
+    """``client.beta``: ``beta.chat.completions.parse`` routes, the rest passes through."""
+
+    def __init__(self, owner: _Base) -> None:
+        self._owner = owner
+        self.chat = owner.chat
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._owner._passthrough().beta, name)
+
+
+class _Models:
+    """``client.models``: ``list()`` names what the router serves; the rest passes through."""
+
+    def __init__(self, owner: _Base, *, asynchronous: bool) -> None:
+        self._owner = owner
+        self._async = asynchronous
+
+    def list(self, **kwargs: Any) -> Any:
+        """Return ``auto``, the tiers, their backends and their models, as openai's page."""
+        from tiered_router._dropin import AsyncModelList, model_page
+
+        ids = model_ids(self._owner.router.policy)
+        return AsyncModelList(ids) if self._async else model_page(ids)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._owner._passthrough().models, name)
 
 
 class TieredOpenAI(_Base):
@@ -358,11 +549,19 @@ class TieredOpenAI(_Base):
         backends: Mapping[str, Backend] | None = None,
     ) -> None:
         super().__init__(_router(policy, sinks, backends))
-        self.chat = _Chat(_Completions(self))
+        self._rebind()
+
+    def _rebind(self) -> None:
+        self.chat = _Chat(self, _Completions(self))
+        self.models = _Models(self, asynchronous=False)
+        self.beta = _Beta(self)
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends the router built."""
+        """Close the HTTP clients of the backends the router built (and of pass-through)."""
         self.router.close()
+        if self._pt is not None:
+            self._pt.close()
+            self._pt = None
 
     def __enter__(self) -> TieredOpenAI:
         return self
@@ -395,11 +594,20 @@ class AsyncTieredOpenAI(_Base):
         backends: Mapping[str, Backend] | None = None,
     ) -> None:
         super().__init__(_router(policy, sinks, backends))
-        self.chat = _Chat(_AsyncCompletions(self))
+        self._asynchronous = True
+        self._rebind()
+
+    def _rebind(self) -> None:
+        self.chat = _Chat(self, _AsyncCompletions(self))
+        self.models = _Models(self, asynchronous=True)
+        self.beta = _Beta(self)
 
     async def close(self) -> None:
-        """Close the HTTP clients of the backends the router built."""
+        """Close the HTTP clients of the backends the router built (and of pass-through)."""
         await self.router.aclose()
+        if self._pt is not None:
+            await self._pt.close()
+            self._pt = None
 
     async def __aenter__(self) -> AsyncTieredOpenAI:
         return self
@@ -419,10 +627,24 @@ class _Wrapped(_Base):
     def __init__(self, client: Any, router: Router, completions: type[Any]) -> None:
         super().__init__(router)
         self._client = client
-        self.chat = _Chat(completions(self, client.chat.completions), client.chat)
+        self._completions_cls = completions
+        self._rebind()
+
+    def _rebind(self) -> None:
+        client = self._client
+        self.chat = _Chat(self, self._completions_cls(self, client.chat.completions), client.chat)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self._client, name)
+
+    def with_options(self, **options: Any) -> Any:
+        """Return a copy whose wrapped client has these options (``timeout`` is the deadline)."""
+        clone: _Wrapped = super().with_options(**options)
+        clone._client = self._client.with_options(**options)
+        clone._rebind()
+        return clone
 
     def __repr__(self) -> str:
         return f"wrap_openai({type(self._client).__name__}, {self.router!r})"

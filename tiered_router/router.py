@@ -16,18 +16,19 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tiered_router._context import CURRENT_TASK
+from tiered_router._latency import LatencyTracker
+from tiered_router._recording import RecordOption
 from tiered_router._run import RoutedResult, TurnRun
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
-from tiered_router.exceptions import (
-    BackendError,
-)
+from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
 from tiered_router.gate import QualityGate
 from tiered_router.policy import BackendConfig, Policy, load_policy
 from tiered_router.resilience import CircuitBreaker, Deadline, RetrySchedule
 from tiered_router.routing import Decision, decide
 from tiered_router.scoring import Scorer, build_scorer
+from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
@@ -62,6 +63,12 @@ class Router:
         sleep: Sync sleep used between retries.
         asleep: Async sleep used between retries.
         rng: Source of retry jitter.
+        record: Record each turn's request and each attempt's output in its trace
+            (``True``), through a redaction hook (a callable: record in, what to keep out,
+            ``None`` for nothing), or not at all (``False``, the default).
+        state: Where circuit breakers and task totals live (default: this process,
+            :class:`~tiered_router.state.MemoryStateStore`). A failing store never fails a
+            turn: the router falls back to in-process state with a warning.
     """
 
     def __init__(
@@ -76,18 +83,30 @@ class Router:
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        record: RecordOption = False,
+        state: StateStore | None = None,
     ) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
+        self.record = record
         self._backends: dict[str, Backend] = dict(backends or {})
         self._clock = clock
         self._sleep = sleep
         self._asleep = asleep
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
+        self.state: StateStore = (
+            MemoryStateStore()
+            if state is None
+            else state
+            if isinstance(state, (MemoryStateStore, SafeStateStore))
+            else SafeStateStore(state)
+        )
         self._breakers: dict[str, CircuitBreaker] = {}
         self._configs: dict[str, BackendConfig | None] = {}
+        self.latency = LatencyTracker()
+        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -114,7 +133,7 @@ class Router:
         found = self._breakers.get(name)
         if found is None:
             found = self._breakers[name] = CircuitBreaker(
-                self.policy.resilience.breaker, clock=self._clock
+                name, self.state, self.policy.resilience.breaker, clock=self._clock
             )
         return found
 
@@ -125,8 +144,11 @@ class Router:
         config = self.policy.backends.get(name)
         if config is not None and config.type == "openai":
             from tiered_router.backends.presets import resolve_config
+            from tiered_router.pricing import warn_unpriced
 
-            config = resolve_config(config, backend=name)
+            config = resolve_config(config, backend=name, prices=self.policy.prices)
+            if "price" not in config.model_fields_set:
+                warn_unpriced(name, model=config.model, base_url=config.base_url)
         self._configs[name] = config
         return config
 
@@ -136,6 +158,36 @@ class Router:
             return injected.supports_tools
         config = self.backend_config(name)
         return config.tools if config is not None else True
+
+    def capability_gap(self, name: str, turn: Turn) -> tuple[str, str] | None:
+        """Return ``(what, why)`` when backend ``name`` cannot take ``turn``, else ``None``.
+
+        ``what`` is ``tools`` for a ``tools: false`` backend, or what its dialect cannot
+        express (``images``, ``tools``, ``response_format``, ``n``). Pure: builds nothing.
+        """
+        from tiered_router.backends._dialect import DialectProfile, capability_gap
+
+        if turn.tools and not self._supports_tools(name):
+            return "tools", f"backend {name!r} cannot call tools (tools: false)"
+        injected = self._backends.get(name)
+        dialect: object = None
+        if injected is not None:
+            dialect = getattr(injected, "dialect", None)
+        else:
+            config = self.backend_config(name)
+            if config is not None and config.type == "openai":
+                from tiered_router.backends.presets import dialect_for
+
+                dialect = dialect_for(config, backend=name)
+        if not isinstance(dialect, DialectProfile):
+            return None
+        return capability_gap(
+            dialect,
+            messages=turn.messages,
+            tools=turn.openai_tools(),
+            response_format=turn.response_format,
+            params=turn.params,
+        )
 
     def close(self) -> None:
         """Close the HTTP clients of the backends built so far."""
@@ -183,17 +235,15 @@ class Router:
 
     def _decide(self, turn: Turn) -> Decision:
         decision = decide(turn, self.scorer.score(turn), self.policy)
-        if decision.tier == "fast" and turn.tools and not self._supports_tools(decision.backend):
+        gap = self.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
+        if gap is not None:
             frontier = self.policy.backend_for("frontier")
             decision = replace(
                 decision,
                 tier="frontier",
                 backend=frontier,
-                rule="capability.tools",
-                reasons=(
-                    f"fast backend {decision.backend!r} cannot call tools (tools: false)",
-                    *decision.reasons,
-                ),
+                rule=f"capability.{gap[0]}",
+                reasons=(f"fast {gap[1]}", *decision.reasons),
             )
         return decision
 
@@ -268,12 +318,21 @@ class Router:
         loop = self._retries.aretrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
         )
+        breaker = self.breaker(name)
         async for attempt in loop:
             with attempt:
                 started = self._clock()
                 try:
                     request = run.request(name)
-                    return await once(backend, request, started)
+                    async with breaker.aguard() as call:
+                        if not call.allowed and await self._around(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return await once(backend, request, started)
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise _unexpected(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
@@ -288,16 +347,40 @@ class Router:
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
         )
+        breaker = self.breaker(name)
         for attempt in loop:
             with attempt:
                 started = self._clock()
                 try:
                     request = run.request(name)
-                    return once(backend, request, started)
+                    with breaker.guard() as call:
+                        if not call.allowed and self._around_sync(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return once(backend, request, started)
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise _unexpected(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    async def _around(self, run: TurnRun, tier: Tier) -> bool:
+        """Whether a turn refused by ``tier``'s breaker may go to the other tier instead."""
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        snapshot = await self.breaker(self.policy.backend_for(other)).asnapshot()
+        return snapshot.state != "open"
+
+    def _around_sync(self, run: TurnRun, tier: Tier) -> bool:
+        """Sync twin of :meth:`_around`."""
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -376,8 +459,16 @@ class Router:
         return trace
 
     def _emit(self, trace: Trace) -> None:
+        self.latency.observe(trace)
         task = CURRENT_TASK.get()
         if task is not None:
             task.observe(trace)
         for sink in self.sinks:
             sink.emit(trace)
+
+
+def _unexpected(exc: Exception, backend: str) -> BackendError:
+    """A non-BackendError from a backend call (a malformed answer it did not catch)."""
+    return BackendResponseError(
+        f"unexpected {type(exc).__name__} while reading the answer", backend=backend
+    )

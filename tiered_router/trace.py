@@ -47,6 +47,7 @@ class Attempt:
         cost: Cost in US dollars from the policy's prices.
         verdict: The gate's verdict on the draft, ``None`` when there was no draft.
         error: ``{"type", "message", ...}`` of the failure, ``None`` on success.
+        conversions: What the backend changed to fit the request to its server's dialect.
     """
 
     tier: Tier
@@ -58,6 +59,7 @@ class Attempt:
     cost: float = 0.0
     verdict: Verdict | None = None
     error: Mapping[str, Any] | None = None
+    conversions: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ class Attempt:
             "cost": self.cost,
             "verdict": _verdict_dict(self.verdict),
             "error": dict(self.error) if self.error is not None else None,
+            **({"conversions": list(self.conversions)} if self.conversions else {}),
         }
 
 
@@ -96,6 +99,8 @@ class Trace:
         verdict: The verdict on the returned completion.
         latency_s: Wall time of the whole turn.
         metadata: The turn's metadata (labels, task id).
+        record: The request and each attempt's output, when the router records them
+            (``Router(record=True)`` or a redaction hook); ``None`` otherwise.
     """
 
     turn_id: str
@@ -108,6 +113,7 @@ class Trace:
     verdict: Verdict | None = None
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    record: Mapping[str, Any] | None = None
 
     @property
     def cost(self) -> float:
@@ -128,9 +134,9 @@ class Trace:
         return tuple(a.error for a in self.attempts if a.error is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (what the JSONL sink writes)."""
+        """Return a JSON-ready dict (what the JSONL sink writes; ``record`` only if any)."""
         d = self.decision
-        return {
+        out: dict[str, Any] = {
             "turn_id": self.turn_id,
             "decision": {
                 "tier": d.tier,
@@ -156,6 +162,9 @@ class Trace:
             },
             "metadata": _jsonable(self.metadata),
         }
+        if self.record is not None:
+            out["record"] = dict(self.record)
+        return out
 
     def to_json(self) -> str:
         """Return the trace as one line of JSON."""

@@ -1,14 +1,15 @@
 """A backend for any OpenAI-compatible chat-completions endpoint.
 
 Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
-``POST /v1/chat/completions``; :class:`OpenAICompatBackend` talks to them through the
-``openai`` SDK over pooled httpx2 clients from :mod:`tiered_router._http`. The SDK and the
-HTTP library are imported lazily, when a backend first builds its client, so importing
-tiered_router stays cheap.
+``POST /v1/chat/completions``; :class:`OpenAICompatBackend` sends them JSON over its own
+pooled httpx2 clients from :mod:`tiered_router._http` (one pool per backend), through
+:mod:`tiered_router.backends._wire`, the one request path: the whole exchange is bounded by
+the call's deadline, the answer's size and nesting are capped, and every HTTP or decoding
+failure is translated there, at the seam, to the most specific
+:class:`~tiered_router.BackendError`. The HTTP library is imported lazily, when a backend
+first builds its client, so importing tiered_router stays cheap.
 
-One call is one try: the SDK's own retries are off (``max_retries=0``) because the router
-owns the only retry loop. Every SDK or HTTP exception is translated here, at the seam, to the
-most specific :class:`~tiered_router.BackendError`.
+One call is one try: the router owns the only retry loop.
 
 Provider differences that would otherwise fail a request are handled by :class:`Quirks`:
 Mercury 2 rejects the ``developer`` role, temperatures outside 0.5..1.0 and more than four
@@ -18,15 +19,18 @@ stop sequences; local diffusion servers take extra per-request fields and may la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind, Message
+from tiered_router.backends import _dialect, _wire
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
@@ -39,14 +43,15 @@ from tiered_router.exceptions import (
 from tiered_router.turn import Completion, CompletionChunk
 
 if TYPE_CHECKING:
-    import openai
-
     from tiered_router import _http
     from tiered_router.policy import BackendConfig
 
 __all__ = ["OpenAICompatBackend"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 # request fields the backend sets itself; a request's params cannot override them
 _OWNED = frozenset({"model", "messages", "stream", "tools", "response_format", "timeout"})
@@ -78,6 +83,12 @@ class OpenAICompatBackend:
         extra_body: Default provider-specific fields, merged under the request's.
         headers: Extra HTTP headers sent with every request.
         quirks: A :class:`Quirks` or its name (``none``, ``mercury``, ``local_diffusion``).
+        dialect: The server's :class:`~tiered_router.backends._dialect.DialectProfile`, its
+            name (``openai``, ``mercury-2``, ``dlmserve``, ``sglang``, ``vllm``,
+            ``local-diffusion``) or ``{profile: NAME, field: value}``; each request is
+            converted to it and the conversions are recorded on the completion.
+        diffusion: Per-request diffusion fields (``num_denoising_steps``, ...) sent with
+            every request; each must be one the dialect accepts.
         http_client: A sync httpx2 client to share (from :func:`tiered_router._http.build_client`);
             it is not closed by :meth:`close`.
         async_http_client: An async httpx2 client to share; not closed by :meth:`aclose`.
@@ -89,6 +100,7 @@ class OpenAICompatBackend:
         model: The model it sends.
         supports_tools: Whether tool turns may go to it.
         quirks: The provider differences it handles.
+        dialect: The request shape its server accepts.
         config: The resolved :class:`~tiered_router.policy.BackendConfig`, or ``None``.
 
     """
@@ -107,6 +119,8 @@ class OpenAICompatBackend:
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         quirks: Quirks | str = NO_QUIRKS,
+        dialect: _dialect.DialectProfile | str | Mapping[str, Any] = "openai",
+        diffusion: Mapping[str, Any] | None = None,
         http_client: _http.Client | None = None,
         async_http_client: _http.AsyncClient | None = None,
         config: BackendConfig | None = None,
@@ -120,7 +134,16 @@ class OpenAICompatBackend:
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.quirks = resolve_quirks(quirks)
+        self.dialect = _dialect.resolve_dialect(dialect)
         self.config = config
+        self._diffusion = dict(diffusion or {})
+        unknown = sorted(k for k in self._diffusion if not self.dialect.accepts_diffusion(k))
+        if unknown:
+            known = ", ".join(sorted(self.dialect.diffusion_params)) or "none"
+            raise ValueError(
+                f"backend {name!r}: diffusion fields {unknown} are not accepted by the "
+                f"{self.dialect.name} dialect; known: {known}"
+            )
         self._params = dict(params or {})
         self._extra_body = dict(extra_body or {})
         self._headers = dict(headers or {})
@@ -130,8 +153,9 @@ class OpenAICompatBackend:
         self._async_http_client = async_http_client
         self._owns_http = http_client is None
         self._owns_async_http = async_http_client is None
-        self._sdk: openai.OpenAI | None = None
-        self._async_sdk: openai.AsyncOpenAI | None = None
+        self._url = (base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._parsed_url: Any = None
+        self._async_pool: _http.AsyncClient | _http.AsyncBaseTransport | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
         self._warned: set[str] = set()
@@ -159,88 +183,85 @@ class OpenAICompatBackend:
         host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
         return (
             f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, host={host!r}, "
-            f"kind={self.kind!r}, quirks={self.quirks.name!r})"
+            f"kind={self.kind!r}, quirks={self.quirks.name!r}, dialect={self.dialect.name!r})"
         )
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         """Make one call and return the whole completion.
 
+        The whole exchange, body read included, is bounded by ``request.timeout_s``.
+
         Raises:
             BackendError: The most specific subclass for what went wrong.
 
         """
-        kwargs = self._build_kwargs(request, stream=False)
-        client = await self._get_async_sdk()
-        try:
-            raw = await client.chat.completions.create(**kwargs)
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
-        return _convert.completion(raw, backend=self.name)
+        call, plan = self._call(request, stream=False)
+        raw = await _wire.acall(await self._get_async_client(), call)
+        return plan.finish(self._convert(_convert.completion, raw))
 
     def complete(self, request: CompletionRequest) -> Completion:
         """Sync twin of :meth:`acomplete`."""
-        kwargs = self._build_kwargs(request, stream=False)
-        client = self._get_sdk()
-        try:
-            raw = client.chat.completions.create(**kwargs)
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
-        return _convert.completion(raw, backend=self.name)
+        call, plan = self._call(request, stream=False)
+        raw = _wire.call(self._get_client(), call)
+        return plan.finish(self._convert(_convert.completion, raw))
 
     async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
         """Make one streaming call; yield chunks as they arrive.
 
-        Errors (including a dropped connection or an unreadable chunk) are raised from the
-        iterator as :class:`~tiered_router.BackendError` subclasses.
+        Errors (an error status, a dropped connection, an unreadable chunk or an in-band
+        error event, the deadline passing mid-stream) are raised from the iterator as
+        :class:`~tiered_router.BackendError` subclasses.
         """
-        kwargs = self._build_kwargs(request, stream=True)
-        client = await self._get_async_sdk()
+        call, plan = self._call(request, stream=True)
+        client = await self._get_async_client()
         seen, finished = 0, False
-        try:
-            stream = await client.chat.completions.create(**kwargs)
-            async with stream:
-                async for raw in stream:
-                    chunk = _convert.chunk(raw, backend=self.name)
-                    seen += 1
-                    finished = finished or chunk.finish_reason is not None
-                    yield chunk
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
+        held: list[CompletionChunk] = []
+        async with contextlib.aclosing(_wire.aevents(client, call)) as events:
+            async for raw in events:
+                chunk = self._convert(_convert.chunk, raw)
+                finished = finished or chunk.finish_reason is not None
+                if plan.buffers:
+                    held.append(chunk)
+                else:
+                    yield plan.mark(chunk) if seen == 0 else chunk
+                seen += 1
         self._check_finished(seen, finished)
+        if plan.buffers:
+            yield plan.finish_chunks(held, backend=self.name)
 
     def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
         """Sync twin of :meth:`astream`."""
-        kwargs = self._build_kwargs(request, stream=True)
-        client = self._get_sdk()
+        call, plan = self._call(request, stream=True)
+        client = self._get_client()
         seen, finished = 0, False
-        try:
-            with client.chat.completions.create(**kwargs) as stream:
-                for raw in stream:
-                    chunk = _convert.chunk(raw, backend=self.name)
-                    seen += 1
-                    finished = finished or chunk.finish_reason is not None
-                    yield chunk
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
+        held: list[CompletionChunk] = []
+        with contextlib.closing(_wire.events(client, call)) as events:
+            for raw in events:
+                chunk = self._convert(_convert.chunk, raw)
+                finished = finished or chunk.finish_reason is not None
+                if plan.buffers:
+                    held.append(chunk)
+                else:
+                    yield plan.mark(chunk) if seen == 0 else chunk
+                seen += 1
         self._check_finished(seen, finished)
+        if plan.buffers:
+            yield plan.finish_chunks(held, backend=self.name)
 
     def close(self) -> None:
         """Close the sync HTTP client this backend built (a shared one stays open).
 
         The backend stays usable: the next call opens a new connection pool.
         """
-        sdk, self._sdk = self._sdk, None
-        if self._owns_http:
-            if sdk is not None:
-                sdk.close()
-            self._http_client = None
+        if self._owns_http and self._http_client is not None:
+            client, self._http_client = self._http_client, None
+            client.close()
 
     async def aclose(self) -> None:
         """Close the HTTP clients this backend built (shared ones stay open)."""
-        self._async_sdk = None
         closer, self._closer = self._closer, None
         if self._owns_async_http:
-            self._async_http_client = None
+            self._async_pool = None
             # a pool opened under an event loop that has ended was closed when it ended
             if closer is not None and self._loop is _running_loop():
                 await closer.aclose()
@@ -258,68 +279,130 @@ class OpenAICompatBackend:
                 backend=self.name,
             )
 
-    def _translate(self, exc: BaseException) -> BackendError:
-        return _convert.translate(exc, backend=self.name, secret=self.__key)
+    def _convert(self, convert: Callable[..., _T], raw: Any) -> _T:
+        """Run a converter; a body too odd for it is a response error, never a crash."""
+        try:
+            return convert(raw, backend=self.name)
+        except BackendError:
+            raise
+        except (TypeError, AttributeError, ValueError, RecursionError) as exc:
+            error = BackendResponseError(
+                f"unusable response: {type(exc).__name__}: {exc}", backend=self.name
+            )
+            _wire.scrub(error, self.__key)
+            raise error from exc
 
-    def _sdk_kwargs(self) -> dict[str, Any]:
+    def _api_key(self) -> str:
         key = self.__key
-        if key is None and self.base_url is not None:
-            # never let the SDK fall back to OPENAI_API_KEY for another provider's host
-            key = "none"
-        return {
-            "api_key": key,
-            "base_url": self.base_url,
-            "max_retries": 0,
-            "timeout": self.timeout_s,
-            "default_headers": self._headers or None,
-        }
+        if key is None:
+            if self.base_url is not None:
+                # never send OPENAI_API_KEY to another provider's host
+                return "none"
+            key = os.environ.get("OPENAI_API_KEY")
+            if not key:
+                raise BackendConnectionError(
+                    "no API key: set api_key in the policy or OPENAI_API_KEY", backend=self.name
+                )
+        return key
 
-    def _get_sdk(self) -> openai.OpenAI:
-        if self._sdk is None:
-            import openai
-
+    def _call(
+        self, request: CompletionRequest, *, stream: bool
+    ) -> tuple[_wire.Call, _dialect.Plan]:
+        """Build the HTTP call for ``request`` in the server's dialect, and the reply's plan."""
+        kwargs, plan = self._prepare(request, stream=stream)
+        timeout = kwargs.get("timeout")
+        body, extra_headers = _wire.body_of(kwargs)
+        key = self._api_key()
+        headers = (
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream" if stream else "application/json"),
+            ("user-agent", "tiered-router"),
+            ("authorization", f"Bearer {key}"),
+            *self._headers.items(),
+            *extra_headers.items(),
+        )
+        if self._parsed_url is None:
             from tiered_router import _http
 
-            if self._http_client is None:
-                self._http_client = _http.build_client(timeout_s=self.timeout_s)
-                # close pooled sockets when a never-closed backend is collected
-                weakref.finalize(self, self._http_client.close)
-            try:
-                self._sdk = openai.OpenAI(http_client=self._http_client, **self._sdk_kwargs())
-            except openai.OpenAIError as exc:
-                raise self._translate(exc) from exc
-        return self._sdk
+            self._parsed_url = _http.URL(self._url)
+        return _wire.Call(
+            backend=self.name,
+            url=self._parsed_url,
+            headers=headers,
+            body=body,
+            timeout_s=timeout,
+            secret=None if key == "none" else key,
+        ), plan
 
-    async def _get_async_sdk(self) -> openai.AsyncOpenAI:
+    def _get_client(self) -> _http.Client:
+        if self._http_client is None:
+            from tiered_router import _http
+
+            self._http_client = client = _http.build_client(timeout_s=self.timeout_s)
+            # close pooled sockets when a never-closed backend is collected
+            weakref.finalize(self, client.close)
+        return self._http_client
+
+    async def _get_async_client(self) -> _http.AsyncClient | _http.AsyncBaseTransport:
+        """Return what async calls are sent on: the shared client, or this backend's own pool.
+
+        Its own pool is httpx2's transport, sent on directly (no client work per call);
+        with a proxy in the environment it is an httpx2 client that routes through it.
+        """
+        if not self._owns_async_http:
+            assert self._async_http_client is not None
+            return self._async_http_client
         loop = _running_loop()
-        if self._async_sdk is not None and self._owns_async_http and loop is not self._loop:
+        if self._async_pool is not None and loop is not self._loop:
             # pooled connections belong to the loop that opened them: a backend reused across
             # asyncio.run() calls would fail with "Event loop is closed", so start a new pool
-            logger.debug("backend %s: new event loop, new async HTTP client", self.name)
-            self._async_sdk = self._async_http_client = self._closer = None
-        if self._async_sdk is None:
-            import openai
-
+            logger.debug("backend %s: new event loop, new connection pool", self.name)
+            self._async_pool = self._closer = None
+        if self._async_pool is None:
             from tiered_router import _http
 
             self._loop = loop
-            if self._async_http_client is None:
-                client = _http.build_async_client(timeout_s=self.timeout_s)
-                self._async_http_client = client
-                self._closer = _close_when_loop_ends(client)
-                await self._closer.asend(None)
-            try:
-                self._async_sdk = openai.AsyncOpenAI(
-                    http_client=self._async_http_client, **self._sdk_kwargs()
-                )
-            except openai.OpenAIError as exc:
-                raise self._translate(exc) from exc
-        return self._async_sdk
+            pool: _http.AsyncClient | _http.AsyncBaseTransport | None
+            pool = _http.build_async_transport()
+            if pool is None:
+                pool = _http.build_async_client(timeout_s=self.timeout_s)
+            self._async_pool = pool
+            self._closer = _close_when_loop_ends(pool)
+            await self._closer.asend(None)
+        return self._async_pool
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning("backend %s: " + message, self.name, *args)
+
+    def _prepare(
+        self, request: CompletionRequest, *, stream: bool
+    ) -> tuple[dict[str, Any], _dialect.Plan]:
+        """Return the SDK keyword arguments in the server's dialect, and the reply's plan.
+
+        Raises:
+            CapabilityError: The request needs what the dialect cannot express; no call
+                is made.
+
+        """
+        kwargs = self._build_kwargs(request, stream=stream)
+        extra_body = kwargs.pop("extra_body", None) or {}
+        frame: dict[str, Any] = {
+            k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
+        }
+        body, plan = _dialect.shape(self.dialect, {**kwargs, **extra_body}, backend=self.name)
+        sdk_params = _convert.sdk_param_names()
+        out: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in body.items():
+            (out if key in sdk_params else extra)[key] = value
+        if extra:
+            out["extra_body"] = extra
+        out.update(frame)
+        if plan.conversions:
+            logger.debug("backend %s: %s", self.name, "; ".join(plan.conversions))
+        return out, plan
 
     def _build_kwargs(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
         """Map a request to ``chat.completions.create`` keyword arguments."""
@@ -328,7 +411,7 @@ class OpenAICompatBackend:
                 "the request has tools but this backend has tools: false", backend=self.name
             )
         params = {**self._params, **request.params}
-        extra_body = dict(self._extra_body)
+        extra_body = {**self._diffusion, **self._extra_body}
         extra_body.update(self._params.get("extra_body") or {})
         extra_body.update(request.params.get("extra_body") or {})
         extra_headers = dict(params.pop("extra_headers", None) or {})
@@ -351,7 +434,11 @@ class OpenAICompatBackend:
                 extra_body[key] = value
         if stream:
             kwargs["stream"] = True
-            if self.quirks.stream_usage and "stream_options" not in kwargs:
+            if (
+                self.quirks.stream_usage
+                and self.dialect.stream_options
+                and "stream_options" not in kwargs
+            ):
                 kwargs["stream_options"] = {"include_usage": True}
         if extra_body:
             kwargs["extra_body"] = extra_body
@@ -450,7 +537,9 @@ def _running_loop() -> object:
         return None
 
 
-async def _close_when_loop_ends(client: _http.AsyncClient) -> AsyncGenerator[None, None]:
+async def _close_when_loop_ends(
+    client: _http.AsyncClient | _http.AsyncBaseTransport,
+) -> AsyncGenerator[None, None]:
     """Close ``client`` when this generator is closed.
 
     The event loop closes live async generators when it shuts down (``asyncio.run`` does), and

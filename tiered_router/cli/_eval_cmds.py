@@ -69,6 +69,76 @@ def _load(
     return loaded, dataset
 
 
+def _policy_models(policy: Policy) -> dict[str, tuple[str | None, Any]]:
+    """The model and price each tier of the policy would use, presets and table applied."""
+    from tiered_router.backends.presets import resolve_config
+
+    out: dict[str, tuple[str | None, Any]] = {}
+    for tier in ("fast", "frontier"):
+        name = policy.backend_for(tier)
+        config = policy.backends[name]
+        if config.type == "openai":
+            config = resolve_config(config, backend=name, prices=policy.prices)
+        model = config.model
+        if config.type == "replay":
+            model = str(config.options.get("outcome_model") or config.model or "") or None
+        out[tier] = (model, config.price if "price" in config.model_fields_set else None)
+    return out
+
+
+def _price_text(price: Any) -> str:
+    if price is None:
+        return "no price"
+    return f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per 1M tokens"
+
+
+def _pair_notes(
+    policy: Policy, result: EvalResult, dataset: Dataset, prices: str, *, quiet: bool
+) -> list[str]:
+    """Say which model pair and prices the data replays; warn where the policy differs.
+
+    Lines go to stderr unless ``quiet`` (``--json``: the warnings are in the JSON). Returns
+    the warnings (empty when the data's pair is the policy's).
+    """
+    ours = _policy_models(policy)
+    replayed = {"fast": result.fast_model, "frontier": result.frontier_model}
+    lines = [
+        f"replaying {result.dataset}: fast = {replayed['fast']}, frontier = {replayed['frontier']}"
+    ]
+    for tier in ("fast", "frontier"):
+        model = replayed[tier]
+        listed = dataset.prices.get(model or "")
+        if prices == "policy":
+            source = f"the policy's price ({_price_text(ours[tier][1])})"
+        elif listed is not None:
+            source = f"recorded costs, else the data's list price ({_price_text(listed)})"
+        else:
+            source = f"recorded costs, else the policy's price ({_price_text(ours[tier][1])})"
+        lines.append(f"  {tier} costs: {source}")
+    warnings = []
+    for tier in ("fast", "frontier"):
+        mine = ours[tier][0]
+        if mine is not None and replayed[tier] is not None and mine != replayed[tier]:
+            warnings.append(
+                f"the data replays {replayed[tier]} on the {tier} tier, but the policy's "
+                f"{tier} model is {mine}"
+            )
+    if quiet:
+        return warnings
+    for line in lines:
+        typer.echo(line, err=True)
+    if warnings:
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)
+        typer.echo(
+            "warning: quality, cost and any threshold found here describe the data's pair, not "
+            "your models; pick recorded models with --fast-model/--frontier-model, or build "
+            "data from your own traffic (tiered-router dataset from-traces)",
+            err=True,
+        )
+    return warnings
+
+
 @contextmanager
 def _progress(total: int, *, enabled: bool, label: str) -> Iterator[Callable[[int], None] | None]:
     if not enabled:
@@ -239,6 +309,7 @@ def eval_command(
         fast_model=fast_model,
         frontier_model=frontier_model,
     )
+    mismatch = _pair_notes(loaded, result, dataset, prices, quiet=as_json)
     if report is not None:
         from tiered_router.evaluation.report import render_html
 
@@ -246,6 +317,7 @@ def eval_command(
     if as_json:
         out = result.to_dict()
         out["policy"] = str(policy) if policy is not None else "bundled default"
+        out["pair_differs_from_policy"] = mismatch
         if report is not None:
             out["report"] = str(report)
         typer.echo(json.dumps(out, indent=2))
@@ -287,6 +359,10 @@ def calibrate_command(
     write: Annotated[
         bool, typer.Option("--write", help="Update scoring.threshold in the policy file.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Write even when the data's model pair is not the policy's."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Pick the threshold that meets a target on recorded outcomes (and write it back)."""
@@ -317,6 +393,12 @@ def calibrate_command(
         fast_model=None,
         frontier_model=None,
     )
+    mismatch = _pair_notes(loaded, result, dataset, "data", quiet=as_json)
+    if write and mismatch and not force:
+        raise _fail(
+            "not writing the threshold: it was calibrated on another model pair than the "
+            "policy's (see the warnings above); pass --force to write it anyway"
+        )
     try:
         point = calibrate_policy(result, target)
     except CalibrationError as exc:
@@ -348,6 +430,7 @@ def calibrate_command(
                     "previous_threshold": s.threshold,
                     "expected": expected,
                     "written": write,
+                    "pair_differs_from_policy": mismatch,
                 },
                 indent=2,
             )

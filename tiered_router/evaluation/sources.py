@@ -499,6 +499,21 @@ def _concat(parts: list[Dataset]) -> Dataset:
     )
 
 
+_ROUTELLM = "lm-sys/RouteLLM's evaluation data"
+_ROUTERBENCH = "RouterBench rows in shuhao02/RouterDC"
+_ORIGINS = {
+    "mmlu": _ROUTELLM,
+    "gsm8k": _ROUTELLM,
+    "mt_bench": _ROUTELLM,
+    "arc_challenge": _ROUTERBENCH,
+    "mbpp": _ROUTERBENCH,
+    "winogrande": _ROUTERBENCH,
+    "routerbench": _ROUTERBENCH,
+    "bfcl": "the Berkeley Function-Calling Leaderboard v1 results (ShishirPatil/gorilla)",
+    "alpacaeval": "tatsu-lab/alpaca_eval's per-prompt judge preferences",
+}
+
+
 def _load_one(base: str, data_dir: str | os.PathLike[str] | None) -> Dataset:
     key = base.strip().lower()
     if key == "sample":
@@ -507,8 +522,11 @@ def _load_one(base: str, data_dir: str | os.PathLike[str] | None) -> Dataset:
         folder = Path(data_dir) if data_dir is not None else find_data_dir()
         if folder is None or not folder.is_dir():
             raise DatasetError(
-                f"--data {base}: the shared data folder was not found; set {DATA_DIR_ENV} "
-                "or pass a dataset file"
+                f"--data {base}: this source is read from a data folder that is not part of "
+                f"the package (converted from {_ORIGINS.get(key, 'public benchmark results')}) "
+                f"and none was found: set {DATA_DIR_ENV} to it, or use --data sample (bundled: "
+                "500 RouteLLM MMLU and GSM8K rows) or a dataset file of your own (tiered-router "
+                "dataset from-traces builds one from your traces; format: docs/evaluation.md)"
             )
         return _load_named(key, folder)
     if Path(base).is_file():

@@ -38,6 +38,7 @@ from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._settings import ServerSettings
+from tiered_router.server._workers import worker_metrics
 
 if TYPE_CHECKING:
     from tiered_router._openai_wire import RequestOptions
@@ -170,6 +171,7 @@ class _Proxy:
         self.settings = settings
         self.metrics = metrics
         self.keys = KeyChecker(settings.api_keys)
+        self.ready = False
 
     def _denied(self, request: Request) -> Response | None:
         if self.keys.allows(request.headers.get("authorization")):
@@ -329,6 +331,13 @@ class _Proxy:
     async def healthz(self, request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
+    async def readyz(self, request: Request) -> Response:
+        # ready between the end of startup and the start of shutdown; a load balancer
+        # stops sending new requests when this turns 503
+        if not self.ready:
+            return Response(b'{"status":"not ready"}', 503, media_type="application/json")
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
     async def metrics_text(self, request: Request) -> Response:
         denied = self._denied(request)
         if denied is not None:
@@ -373,22 +382,12 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return _error(404, f"unknown path {request.url.path}", code="unknown_path")
 
 
-def _backends(
-    policy: Policy, settings: ServerSettings, env: Mapping[str, str] | None
-) -> tuple[dict[str, Backend], Any]:
-    """Build raw-HTTP backends for the policy's ``openai`` tiers, with a shared transport."""
-    if settings.transport != "raw":
-        return {}, None
-    from tiered_router._lean_http import LeanAsyncTransport
-    from tiered_router.backends.raw_http import RawHTTPBackend
+def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backend]:
+    """Build the tiers' backends now (keys looked up in ``env``), each with its own pool."""
+    from tiered_router.backends.registry import build_backend
 
-    transport = LeanAsyncTransport()
-    built: dict[str, Backend] = {}
-    for name in dict.fromkeys((policy.tiers.fast, policy.tiers.frontier)):
-        config = policy.backends[name]
-        if config.type == "openai":
-            built[name] = RawHTTPBackend.from_config(name, config, env=env, transport=transport)
-    return built, transport
+    names = dict.fromkeys((policy.tiers.fast, policy.tiers.frontier))
+    return {name: build_backend(name, policy.backends[name], env=env) for name in names}
 
 
 def build_app(
@@ -400,23 +399,24 @@ def build_app(
     env: Mapping[str, str] | None = None,
 ) -> Starlette:
     """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
-    metrics = Metrics()
-    built, transport = _backends(policy, settings, env)
+    metrics = worker_metrics()
+    built = _backends(policy, env)
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks])
     proxy = _Proxy(router, settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if built:
-            from tiered_router.backends import _openai_convert
+        from tiered_router import _http  # noqa: F401  (imported now, not on the first request)
+        from tiered_router.backends import _openai_convert
 
-            _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
+        _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
+        proxy.ready = True
         yield
+        proxy.ready = False
         # uvicorn runs this after the in-flight requests have finished
         await router.aclose()
-        if transport is not None:
-            await transport.aclose()
+        metrics.close()
 
     app = Starlette(
         routes=[
@@ -424,6 +424,7 @@ def build_app(
             Route("/chat/completions", proxy.chat, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.metrics_text, methods=["GET"]),
         ],
         exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error},
@@ -431,5 +432,6 @@ def build_app(
     )
     app.state.router = router
     app.state.metrics = metrics
+    app.state.proxy = proxy
     app.state.settings = settings
     return app

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router.testing import _http11 as http
 from tiered_router.testing._render import (
@@ -28,11 +28,17 @@ from tiered_router.testing._render import (
 )
 from tiered_router.testing._reply import Reply, ReplyLike
 
+if TYPE_CHECKING:
+    from tiered_router._types import PolicySource
+    from tiered_router.policy import Policy
+
 __all__ = ["RecordedRequest", "ScriptedServer"]
 
 _HOST = "127.0.0.1"
 _COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MODELS = frozenset({"/v1/models", "/models"})
+_EMBEDDINGS = frozenset({"/v1/embeddings", "/embeddings"})
+_EMBEDDING_DIM = 8
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
 _DEFAULT = Reply.text("ok")
@@ -82,8 +88,10 @@ class ScriptedServer:
     ``POST /v1/chat/completions`` takes the next entry of the queue for the request body's
     ``model``; when that queue is empty, the next entry of the any-model queue
     (``model=None``); when that is empty too, :attr:`default`. ``GET /v1/models`` lists the
-    scripted model names plus ``"scripted"``. Unknown paths get a 404 and bodies that are
-    not JSON objects a 400, both in OpenAI's error shape.
+    scripted model names plus ``"scripted"``. ``POST /v1/embeddings`` answers every input
+    with a small deterministic vector (from a hash of the text), for code that embeds as well
+    as chats. Unknown paths get a 404 and bodies that are not JSON objects a 400, both in
+    OpenAI's error shape.
 
     Example:
         ```python
@@ -158,6 +166,24 @@ class ScriptedServer:
     def running(self) -> bool:
         """Whether the server is listening."""
         return self._port is not None
+
+    def stand_in(self, policy: Policy | PolicySource) -> Policy:
+        """Return ``policy`` with its OpenAI-compatible backends pointed at this server.
+
+        Models, presets (prices, quirks), rules and the gate are kept; keys become a test
+        key, so a policy that names ``${OPENAI_API_KEY}`` runs with no key set.
+
+        Example:
+            ```python
+            with ScriptedServer() as upstream:
+                upstream.script([Reply.bad_json()], model="mercury-2")
+                router = Router(upstream.stand_in("policy.yaml"))
+            ```
+
+        """
+        from tiered_router.testing._offline import stand_in
+
+        return stand_in(policy, self.base_url)
 
     def script(self, replies: ReplyLike | Iterable[ReplyLike], *, model: str | None = None) -> None:
         """Append replies to the queue of ``model`` (``None``: the any-model queue).
@@ -381,6 +407,9 @@ class ScriptedServer:
             if request.path in _MODELS:
                 self._require_method(request, "GET")
                 return await self._send_json(writer, 200, self._model_list(), request.keep_alive)
+            if request.path in _EMBEDDINGS:
+                self._require_method(request, "POST")
+                return await self._send_json(writer, 200, _embeddings(body), request.keep_alive)
             raise _Fail(404, f"unknown path {request.path}", "invalid_request_error", None)
         except _Fail as fail:
             data = error_body(fail.message, fail.error_type, fail.code)
@@ -524,3 +553,23 @@ class ScriptedServer:
         if finish:
             writer.write(http.last_chunk())
             await writer.drain()
+
+
+def _embeddings(body: Mapping[str, Any]) -> dict[str, Any]:
+    """OpenAI's embeddings answer: one deterministic unit-ish vector per input text."""
+    import hashlib
+
+    inputs = body.get("input")
+    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    data = []
+    for index, text in enumerate(texts):
+        digest = hashlib.sha256(str(text).encode()).digest()
+        vector = [round(b / 255 - 0.5, 6) for b in digest[:_EMBEDDING_DIM]]
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = sum(max(1, len(str(t)) // 4) for t in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": body.get("model") or "scripted",
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }

@@ -1,0 +1,79 @@
+"""``tiered-router demo``, ``--version`` and ScriptedServer.stand_in: trying it with no keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tiered_router import Router, Turn
+from tiered_router.cli import build_app
+from tiered_router.cli._demo import run_demo
+from tiered_router.testing import Reply, ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENAI_API_KEY", "INCEPTION_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_demo_shows_decisions_a_failed_draft_the_escalation_and_the_trace(tmp_path: Path) -> None:
+    lines: list[str] = []
+    results = run_demo(lines.append, trace_file=tmp_path / "traces.jsonl")
+    assert [r.tier for r in results] == ["fast", "frontier", "frontier"]
+    assert [r.escalated for r in results] == [False, True, False]
+    text = "\n".join(lines)
+    assert "turn 2: decided fast" in text
+    assert 'gate FAILED: tool_arguments: tool_calls[0] (get_weather): $.days: "two"' in text
+    assert "escalated: gate_failed -> answered by frontier" in text
+    assert "turn 3: decided frontier (score" in text and "final-answer" in text
+    trace = json.loads(
+        text[text.index("trace of the escalated turn:") :]
+        .split("\n", 1)[1]
+        .split("\ntraces written")[0]
+    )
+    assert trace["escalations"] == ["gate_failed"]
+    assert [a["tier"] for a in trace["attempts"]] == ["fast", "frontier"]
+    assert all(a["cost"] > 0 for a in trace["attempts"])  # the table prices both models
+    written = (tmp_path / "traces.jsonl").read_text().splitlines()
+    assert len(written) == 3
+
+
+def test_demo_command_and_version() -> None:
+    runner = CliRunner()
+    result = runner.invoke(build_app(), ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "escalated: gate_failed" in result.output
+    version = runner.invoke(build_app(), ["--version"])
+    assert version.exit_code == 0 and version.output.startswith("tiered-router ")
+
+
+def test_stand_in_runs_the_example_policy_without_keys() -> None:
+    with ScriptedServer() as upstream:
+        upstream.script([Reply.json({"a": 1})], model="mercury-2")
+        policy = upstream.stand_in(ROOT / "examples" / "policy.yaml")
+        assert {b.base_url for b in policy.backends.values()} == {upstream.base_url}
+        assert policy.backends["mercury"].preset == "mercury-2"
+        with Router(policy) as router:
+            result = router.complete(Turn([{"role": "user", "content": "hi"}]))
+        assert result.completion.text == '{"a": 1}'
+        assert result.trace.attempts[0].cost > 0
+
+
+def test_readme_offline_quick_start_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"### Offline, with no keys\n.*?```python\n(.*?)```", readme, re.S)
+    assert match is not None
+    monkeypatch.chdir(ROOT)
+    exec(compile(match.group(1), "README.md", "exec"), {})  # noqa: S102 - our own README
+    out = capsys.readouterr().out
+    assert "frontier True ('gate_failed',)" in out and '{"city": "Lyon"}' in out

@@ -1,0 +1,42 @@
+"""Point a policy's backends at a :class:`ScriptedServer`: any policy, offline, no keys."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import SecretStr
+
+from tiered_router.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from tiered_router._types import PolicySource
+
+__all__ = ["stand_in"]
+
+_KEY = "scripted-test-key"
+
+
+def stand_in(policy: Policy | PolicySource, base_url: str) -> Policy:
+    """Return ``policy`` with every OpenAI-compatible backend sent to ``base_url``.
+
+    Each backend keeps its model, preset (named or inferred from its old URL, so prices and
+    provider quirks still apply), gate and rules; its key becomes a test key. Other backend
+    types (``replay``) are left alone. No environment variable needs to be set.
+    """
+    from tiered_router.backends.presets import preset_for
+
+    loaded = load_policy(policy)
+    backends = {}
+    for name, config in loaded.backends.items():
+        if config.type == "openai":
+            preset = preset_for(config, backend=name)
+            config = config.model_copy(
+                update={
+                    "base_url": base_url,
+                    "api_key": SecretStr(_KEY),
+                    "api_key_env": None,
+                    "preset": preset.name if preset is not None else None,
+                }
+            )
+        backends[name] = config
+    return loaded.model_copy(update={"backends": backends})
