@@ -47,13 +47,19 @@ def _arguments(completion: Completion) -> Iterator[tuple[int, str, dict[str, Any
     Calls whose arguments do not parse are left to ``tool_arguments``, which reports them.
     """
     for i, call in enumerate(completion.tool_calls):
-        text = call.arguments
-        try:
-            args = parse_json(text) if text.strip() else {}
-        except ValueError:
-            continue
-        if isinstance(args, dict):
+        args = _parsed(call.arguments)
+        if args is not None:
             yield i, call.name, args
+
+
+@functools.lru_cache(maxsize=256)  # several checks read the same calls: parse them once
+def _parsed(text: str) -> dict[str, Any] | None:
+    """The arguments as an object, or ``None`` (not JSON, or not an object). Not to mutate."""
+    try:
+        args = parse_json(text) if text.strip() else {}
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def _properties(turn: Turn) -> dict[str, Mapping[str, Any]]:
@@ -286,12 +292,20 @@ class RedundantToolCallsCheck:
 def _alternatives(
     by_tool: Mapping[str, Sequence[tuple[int, dict[str, Any]]]], turn: Turn
 ) -> list[str]:
+    # only calls with the same parameter names can have the same arguments
+    shapes: dict[frozenset[str], int] = {}
+    for group in by_tool.values():
+        for _, args in group:
+            shape = frozenset(args)
+            shapes[shape] = shapes.get(shape, 0) + 1
+    if all(n < 2 for n in shapes.values()):
+        return []
     seen: dict[str, tuple[str, int]] = {}
     said: frozenset[str] | None = None
     reasons = []
     for name, group in by_tool.items():
         for i, args in group:
-            if not args:
+            if not args or shapes[frozenset(args)] < 2:
                 continue
             key = _canonical(args)
             if key not in seen:

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tiered_router.gate._calls import _conversation, _Grounding, grounding_for
-from tiered_router.gate._schema import parse_json
+from tiered_router.gate._calls import _conversation, _Grounding, _parsed, grounding_for
 from tiered_router.turn import Completion, ToolSpec, Turn
 
 __all__ = ["ToolFitCheck", "call_grounded"]
@@ -119,8 +118,9 @@ def _checkable(value: Any) -> bool:
     "twice"); nor are short upper-case codes (``GBP`` for "British Pounds").
     """
     if isinstance(value, str):
-        letters = sum(c.isalpha() for c in value)
-        return letters >= 4 and not (value.isupper() and len(value) <= 5)
+        if len(value) <= 5 and value.isupper():
+            return False
+        return sum(map(str.isalpha, value)) >= 4
     if isinstance(value, list):
         return any(_checkable(v) for v in value)
     if isinstance(value, dict):
@@ -200,11 +200,8 @@ class ToolFitCheck:
 
 
 def _any_value_stated(arguments: str, grounding: _Grounding) -> bool:
-    try:
-        args = parse_json(arguments) if arguments.strip() else {}
-    except ValueError:
-        return False
-    if not isinstance(args, dict):
+    args = _parsed(arguments)
+    if args is None:
         return False
     for value in args.values():
         if value is None or isinstance(value, bool) or value in (0, 1, ""):
