@@ -65,6 +65,7 @@ def create_app(
     sinks: Sequence[TraceSink] = (),
     backends: Mapping[str, Backend] | None = None,
     env: Mapping[str, str] | None = None,
+    record: bool = False,
 ) -> Starlette:
     """Build the proxy's ASGI app (serve it with uvicorn or any ASGI server).
 
@@ -81,6 +82,8 @@ def create_app(
         sinks: Extra trace sinks (the metrics sink is always there).
         backends: Backends by name, overriding the ones built from the policy.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        record: Record each request's messages and outputs in its trace (for
+            ``tiered-router dataset from-traces``).
 
     Raises:
         ImportError: When the ``server`` extra is not installed.
@@ -93,7 +96,7 @@ def create_app(
     loaded = load_policy(policy, env=env)
     if settings is None:
         settings = ServerSettings.from_policy(loaded, env=env, policy_file=_file_name(policy))
-    return build_app(loaded, settings, sinks=sinks, backends=backends, env=env)
+    return build_app(loaded, settings, sinks=sinks, backends=backends, env=env, record=record)
 
 
 def _app_from_environment() -> Any:
@@ -105,7 +108,36 @@ def _app_from_environment() -> Any:
     settings = ServerSettings.from_policy(
         loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
     )
-    return create_app(loaded, settings=settings)
+    _configure_logging(spec.get("log_level", "info"))
+    return create_app(
+        loaded,
+        settings=settings,
+        sinks=_trace_sinks(spec.get("trace_file")),
+        record=bool(spec.get("record")),
+    )
+
+
+def _trace_sinks(trace_file: str | os.PathLike[str] | None) -> list[TraceSink]:
+    if trace_file is None:
+        return []
+    from tiered_router.trace import JSONLSink
+
+    return [JSONLSink(trace_file)]
+
+
+def _configure_logging(log_level: str) -> None:
+    """Send tiered_router's log lines (one per request at INFO) to stderr, as uvicorn's are."""
+    import logging
+
+    level = logging.getLevelName(log_level.upper())
+    package = logging.getLogger("tiered_router")
+    if not isinstance(level, int):
+        level = logging.INFO  # uvicorn's own "trace" level
+    package.setLevel(level)
+    if not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        package.addHandler(handler)
 
 
 def serve(
@@ -117,8 +149,13 @@ def serve(
     max_body_bytes: int | None = None,
     log_level: str = "info",
     env: Mapping[str, str] | None = None,
+    trace_file: str | os.PathLike[str] | None = None,
+    record: bool = False,
 ) -> None:
     """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
+
+    Each chat request logs one line at INFO (status, tier, score, rule, escalated, latency,
+    cost) on the ``tiered_router.server`` logger, which replaces uvicorn's access log.
 
     Args:
         policy: The policy (a path when ``workers`` > 1).
@@ -126,8 +163,10 @@ def serve(
         port: Overrides ``server.port`` (8000 by default).
         workers: Worker processes (each has its own connection pools and metrics).
         max_body_bytes: Overrides ``server.max_body_bytes``.
-        log_level: uvicorn's log level.
+        log_level: uvicorn's and tiered_router's log level.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        trace_file: Append every trace to this JSONL file (each worker appends its own lines).
+        record: Record each request's messages and outputs in its trace.
 
     Raises:
         ImportError: When the ``server`` extra is not installed.
@@ -162,17 +201,30 @@ def serve(
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "server_header": False,
         "proxy_headers": False,
+        "access_log": False,  # the proxy logs one richer line per chat request itself
     }
+    _configure_logging(log_level)
     if workers > 1:
         if not isinstance(policy, (str, os.PathLike)) or _file_name(policy) == "<policy>":
             raise ValueError("--workers > 1 needs the policy as a file path")
         import json
 
-        spec = {"policy": os.path.abspath(os.fspath(policy)), "max_body_bytes": max_body_bytes}
+        spec = {
+            "policy": os.path.abspath(os.fspath(policy)),
+            "max_body_bytes": max_body_bytes,
+            "trace_file": os.path.abspath(os.fspath(trace_file)) if trace_file else None,
+            "record": record,
+            "log_level": log_level,
+        }
         os.environ[_POLICY_ENV] = json.dumps(spec)
         uvicorn.run(
             "tiered_router.server:_app_from_environment", factory=True, workers=workers, **options
         )
         return
-    app = create_app(loaded, settings=settings, env=env)
-    uvicorn.run(app, **options)
+    sinks = _trace_sinks(trace_file)
+    app = create_app(loaded, settings=settings, env=env, sinks=sinks, record=record)
+    try:
+        uvicorn.run(app, **options)
+    finally:
+        for sink in sinks:
+            sink.close()  # type: ignore[attr-defined]
