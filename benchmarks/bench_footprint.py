@@ -1,13 +1,19 @@
-"""Import time of ``tiered_router`` and the memory a warmed Router adds.
+"""Install size, import time of ``tiered_router`` and the memory a warmed Router adds.
 
-    python benchmarks/bench_footprint.py [--runs 15]
+    python benchmarks/bench_footprint.py [--runs 15] [--install-size [--extras cli]] [--keep]
 
 1. ``python -c "import tiered_router"`` in fresh interpreters: median and best wall time
-   (target < 0.3 s), and what the import pulls in (openai and httpx2 must not be loaded).
+   (target < 0.3 s), and what the import pulls in (openai and httpx2 must not be loaded);
+   then ``from tiered_router import Router`` (target: median <= 150 ms).
 2. In one fresh interpreter: RSS after ``import tiered_router``, then after building a Router
    with two OpenAI-compatible backends, making one call through each tier against the local
    scripted server and warming the gate on a JSON-schema turn and a tool turn (target: adds
    < 30 MB). The server runs in a child process so its memory is not counted.
+3. With ``--install-size``: makes two venvs under /tmp (a bare one, and one with this tree
+   installed by ``pip install .``, with ``--extras`` if given; needs the package index), and
+   prints the size the install adds over the bare venv (target <= 40 MB; apparent size of the
+   files, and disk usage in blocks), the largest packages, and the median time of
+   ``from tiered_router import Router`` in that clean install (no PYTHONPATH, no dev tree).
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,11 +123,92 @@ def memory() -> dict[str, float]:
         server.wait(timeout=10)
 
 
+def _tree_size(path: Path) -> tuple[int, int]:
+    """Apparent size (bytes of the files) and disk usage (allocated blocks) under ``path``."""
+    apparent = disk = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            st = os.lstat(os.path.join(folder, name))
+            apparent += st.st_size
+            disk += st.st_blocks * 512
+    return apparent, disk
+
+
+def _site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def router_import_times(python: Path, runs: int, env: dict[str, str]) -> list[float]:
+    """Wall times of ``from tiered_router import Router`` in fresh interpreters."""
+    code = (
+        "import time; t = time.perf_counter(); from tiered_router import Router; "
+        "print(time.perf_counter() - t)"
+    )
+    return [
+        float(
+            subprocess.run(
+                [str(python), "-c", code], env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(runs)
+    ]
+
+
+def install_size(extras: str, runs: int, keep: bool) -> None:
+    """Install this tree into a fresh venv and compare it with a bare one."""
+    work = Path(tempfile.mkdtemp(prefix="tiered-router-footprint-"))
+    try:
+        bare, full = work / "bare", work / "full"
+        for venv in (bare, full):
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        target = f"{ROOT}[{extras}]" if extras else str(ROOT)
+        subprocess.run(
+            [str(full / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", target],
+            check=True,
+        )
+        (bare_apparent, bare_disk), (full_apparent, full_disk) = map(_tree_size, (bare, full))
+        added = (full_apparent - bare_apparent) / 1e6
+        what = f".[{extras}]" if extras else "."
+        print(f"install size of 'pip install {what}' over a bare venv")
+        print(
+            f"  {added:.1f} MB apparent size   (target <= 40 MB); "
+            f"{(full_disk - bare_disk) / 1e6:.1f} MB on disk"
+        )
+        site, bare_site = _site_packages(full), _site_packages(bare)
+        sizes = []
+        for entry in site.iterdir():
+            if (bare_site / entry.name).exists() or entry.name.endswith(".dist-info"):
+                continue
+            size = _tree_size(entry)[0] if entry.is_dir() else entry.stat().st_size
+            sizes.append((size, entry.name))
+        sizes.sort(reverse=True)
+        print("  largest: " + ", ".join(f"{n} {b / 1e6:.1f}" for b, n in sizes[:10]) + " (MB)")
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        times = router_import_times(full / "bin" / "python", runs, env)
+        print(
+            f"  'from tiered_router import Router' in the clean install ({runs} runs): median "
+            f"{statistics.median(times) * 1000:.0f} ms, best {min(times) * 1000:.0f} ms   "
+            "(target <= 150 ms)"
+        )
+    finally:
+        if keep:
+            print(f"  venvs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument(
+        "--install-size", action="store_true", help="measure pip install . in a /tmp venv"
+    )
+    parser.add_argument("--extras", default="", help="extras to install, e.g. cli,server")
+    parser.add_argument("--keep", action="store_true", help="keep the /tmp venvs")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.install_size:
+        install_size(args.extras, args.runs, args.keep)
     times, router_times, loaded = import_times(args.runs)
     print(f"import tiered_router ({args.runs} fresh interpreters, Python {sys.version.split()[0]})")
     print(
@@ -130,6 +219,7 @@ def main() -> None:
     print(
         f"  then 'from tiered_router import Router, Turn': median "
         f"{statistics.median(router_times) * 1000:.0f} ms, best {min(router_times) * 1000:.0f} ms"
+        "   (target <= 150 ms)"
     )
     m = memory()
     added = m["warmed"] - m["after_import"]

@@ -797,12 +797,12 @@ def test_missing_model_unknown_preset_and_options() -> None:
     # the policy schema rejects these at load time; the factory checks again for configs
     # built without validation
     no_model = BackendConfig.model_construct(type="openai")
-    with pytest.raises(PolicyError, match="no model"):
+    with pytest.raises(PolicyError, match="needs `model`"):
         build_backend("big", no_model, env={"OPENAI_API_KEY": KEY})
     bad_preset = BackendConfig.model_construct(type="openai", preset="mercury-3")
     with pytest.raises(PolicyError, match="known: .*local-diffusion, mercury-2, openai"):
         build_backend("x", bad_preset, env={})
-    with pytest.raises(PolicyError, match="unknown options"):
+    with pytest.raises(PolicyError, match="unknown option 'speed'"):
         build_backend(
             "x", BackendConfig(model="m", options={"speed": 1}), env={"OPENAI_API_KEY": KEY}
         )

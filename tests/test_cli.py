@@ -92,8 +92,15 @@ def test_validate_missing_file_and_missing_key(tmp_path: Path) -> None:
         "version: 1\nbackends:\n  fast: {preset: mercury-2}\ntiers: {fast: fast, frontier: fast}\n",
         encoding="utf-8",
     )
-    code, _, err = invoke("validate", keyless)
+    # keys are checked at a backend's first call: validate notes a missing one...
+    code, out, err = invoke("validate", keyless)
+    assert code == 0 and "note backends.fast.api_key" in out and "INCEPTION_API_KEY" in out
+    code, out, _ = invoke("validate", keyless, "--json")
+    assert code == 0 and "INCEPTION_API_KEY" in json.loads(out)["notes"][0]
+    # ...and fails on it when asked to
+    code, _, err = invoke("validate", keyless, "--check-keys")
     assert code == 1 and "INCEPTION_API_KEY" in err and "Traceback" not in err
+    assert err.startswith(f"{keyless}: backends.fast.api_key: ")
 
 
 def test_explain_table_and_json(policy: Path) -> None:

@@ -459,22 +459,45 @@ def test_regex_must_not_match_with_named_flags() -> None:
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "message", "option"),
     [
-        ({"pattern": "("}, "invalid regular expression"),
-        ({"pattern": "a", "flags": "q"}, "unknown flag 'q'"),
-        ({"pattern": "a", "must_match": "yes"}, "must be true or false"),
-        ({}, "missing option 'pattern'"),
+        ({"pattern": "("}, "invalid regular expression", "pattern"),
+        ({"pattern": r"(a)\1"}, "no backreferences", "pattern"),
+        ({"pattern": "x(?=y)"}, "no lookaround", "pattern"),
+        ({"pattern": "a", "flags": "q"}, "unknown flag 'q'", "flags"),
+        ({"pattern": "a", "flags": "x"}, "unknown flag 'x'", "flags"),
+        ({"pattern": "a", "must_match": "yes"}, "must be true or false", "must_match"),
+        ({}, "missing option 'pattern'", None),
         (
             {"pattern": "a", "colour": "red"},
             "unknown option 'colour'; known: flags, must_match, pattern",
+            "colour",
         ),
     ],
 )
-def test_regex_bad_options(options: dict[str, Any], message: str) -> None:
+def test_regex_bad_options(options: dict[str, Any], message: str, option: str | None) -> None:
     with pytest.raises(PolicyError, match=message) as info:
         QualityGate(["non_empty", ("regex", options)])
-    assert info.value.field == "gate.checks[1]"
+    assert info.value.field == ("gate.checks[1]" + (f".regex.{option}" if option else ""))
+
+
+def test_regex_runs_in_linear_time_on_a_catastrophic_pattern() -> None:
+    # with a backtracking engine this pattern takes exponential time in the draft's length;
+    # on RE2 it is a plain scan, so even 100,000 characters are checked
+    gate = QualityGate([("regex", {"pattern": "^(a+)+$"})])
+    verdict = gate.evaluate(Completion(text="a" * 100_000 + "b"), turn())
+    assert verdict.reasons == ("regex: text does not match /^(a+)+$/",)
+    assert gate.evaluate(Completion(text="a" * 100_000), turn()).passed
+
+
+def test_regex_flags_and_unicode_text() -> None:
+    gate = QualityGate([("regex", {"pattern": "^café: \\pL+$", "flags": ["i", "MULTILINE", "a"]})])
+    assert gate.evaluate(Completion(text="intro\nCAFÉ: Crème"), turn()).passed
+    verdict = gate.evaluate(Completion(text="café: 42"), turn())
+    assert not verdict.passed
+    dotall = QualityGate([("regex", {"pattern": "a.b", "flags": "s", "must_match": False})])
+    verdict = dotall.evaluate(Completion(text="xx é a\nb"), turn())
+    assert verdict.reasons == ("regex: text matches forbidden /a.b/ at char 5: 'a\\nb'",)
 
 
 def test_max_chars() -> None:

@@ -346,7 +346,7 @@ def test_openai_backend_needs_a_model_or_a_preset() -> None:
     )
     with_preset = BASE.replace("    model: large\n", "    preset: mercury-2\n")
     assert load_policy(with_preset).backends["big"].model is None
-    replay = BASE.replace("    model: large\n", "    type: replay\n    options: {path: x.jsonl}\n")
+    replay = BASE.replace("    model: large\n", "    type: replay\n    options: {data: x.jsonl}\n")
     assert load_policy(replay).backends["big"].type == "replay"
 
 
@@ -441,11 +441,16 @@ def test_aliases_point_at_the_alias_and_are_interpolated_once() -> None:
         "tiers: {fast: a, frontier: c}\n"
         "rules: &loop [*loop]\n"
     )
-    problems = problems_of(text, env={"MODEL": "m"})
+    # a recursive alias is refused before anything else is checked: nothing may recurse over it
+    assert only_problem(text, env={"MODEL": "m"}) == (
+        8,
+        "rules[0]",
+        "a value contains itself (a recursive YAML alias)",
+    )
+    problems = problems_of(text.replace(" &loop [*loop]", " []"), env={"MODEL": "m"})
     assert [(p[0], p[1]) for p in problems] == [
         (5, "backends.a.timeout_s"),
         (6, "backends.c.timeout_s"),
-        (8, "rules[0]"),
     ]
     ok = load_policy(
         text.replace("timeout_s: 0", "timeout_s: 1").replace(" &loop [*loop]", " []"),
@@ -640,7 +645,10 @@ def test_unknown_preset_is_reported_at_its_line() -> None:
     text = BASE.replace("    model: large\n", "    preset: mercury2\n    model: m\n")
     line, field, message = only_problem(text)
     assert (line, field) == (7, "backends.big.preset")
-    assert message == "unknown preset 'mercury2'; did you mean 'mercury-2'?"
+    assert message == (
+        "unknown preset 'mercury2'; did you mean 'mercury-2'? "
+        "(known: local-diffusion, mercury-2, openai)"
+    )
 
 
 def test_preset_without_a_default_model_needs_one() -> None:
@@ -742,7 +750,14 @@ def test_doc_fragments_are_found() -> None:
 
 
 @pytest.mark.parametrize("data", [d for _, d in _FRAGMENTS], ids=[n for n, _ in _FRAGMENTS])
-def test_doc_fragment_validates_inside_a_policy(data: dict[str, Any]) -> None:
+def test_doc_fragment_validates_inside_a_policy(
+    data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    weights = data.get("scoring", {}).get("options", {}).get("path")
+    if weights is not None:  # loading reads the learned scorer's weights file: provide it
+        shipped = ROOT / "tiered_router" / "scoring" / "data" / "learned_default.json"
+        (tmp_path / weights).write_text(shipped.read_text(encoding="utf-8"), encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
     merged: dict[str, Any] = {
         "backends": {"a": {"model": "m"}},
         "tiers": {"fast": "a", "frontier": "a"},

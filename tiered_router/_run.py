@@ -89,8 +89,7 @@ class TurnRun:
     # which tier next ------------------------------------------------------------------------
 
     def usable(self, tier: Tier) -> bool:
-        name = self.policy.backend_for(tier)
-        return not self.turn.tools or self.router._supports_tools(name)
+        return self.router.capability_gap(self.policy.backend_for(tier), self.turn) is None
 
     def first_tier(self) -> Tier:
         tier = self.decision.tier
@@ -197,7 +196,13 @@ class TurnRun:
         self.drafts[len(self.attempts)] = completion
         self.attempts.append(
             self._attempt(
-                tier, backend, latency, usage=completion.usage, cost=cost, verdict=verdict
+                tier,
+                backend,
+                latency,
+                usage=completion.usage,
+                cost=cost,
+                verdict=verdict,
+                conversions=completion.conversions,
             )
         )
         self.last = (tier, completion, verdict)

@@ -1,11 +1,14 @@
-"""Routing policy: the schema of policy YAML (version 1) and :func:`load_policy`.
+"""Routing policy: the schema of policy YAML (version 1).
 
 A policy names the backends, maps the two tiers onto them, configures the scorer and its
 threshold, lists the rules checked before the threshold, the gate's checks and what to do
-when a draft fails. It is validated once, at load time; every problem is a
-:class:`~tiered_router.PolicyError` naming the file, the line and the field. String values
-may use ``${VAR}`` and ``${VAR:-default}``, read from the environment when the policy is
-loaded; ``$${`` is a literal ``${``. The full reference is ``docs/policy.md``.
+when a draft fails. This module is the schema alone: it imports nothing above it.
+:func:`tiered_router.load_policy` (in ``_policy_loader``) reads YAML, interpolates
+``${VAR}`` / ``${VAR:-default}`` (``$${`` is a literal ``${``) and validates the policy once,
+against this schema and then against what :class:`~tiered_router.Router` would build (gate
+checks and their options, the scorer, backend types and presets); every problem is a
+:class:`~tiered_router.PolicyError` naming the file, the line and the field. The full
+reference is ``docs/policy.md``.
 
 Example:
     ```yaml
@@ -24,8 +27,6 @@ Example:
 from __future__ import annotations
 
 import difflib
-import importlib
-import types
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,7 +42,7 @@ from pydantic import (
 from tiered_router._types import BackendKind, PolicySource, Tier
 
 if TYPE_CHECKING:
-    pass
+    from tiered_router._policy_loader import load_policy
 
 __all__ = [
     "BackendConfig",
@@ -84,23 +85,22 @@ def _dotted(path: _Loc) -> str:
     return out
 
 
-def _optional_module(name: str) -> types.ModuleType | None:
-    """Import ``name`` when a validator first needs it, or return ``None`` if it does not exist."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not f"{name}.".startswith(f"{exc.name}."):
-            raise  # the module exists but is broken: say so
-        return None
-
-
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(word, known, n=1)
     return f"; did you mean {close[0]!r}?" if close else f"; expected one of: {', '.join(known)}"
 
 
+def _unknown(what: str, word: str, known: Sequence[str]) -> str:
+    """``unknown <what> 'wrod'; did you mean 'word'? (known: a, word)``: names every known one."""
+    close = difflib.get_close_matches(word, known, n=1)
+    hint = f"; did you mean {close[0]!r}? (known: " if close else "; known: "
+    return f"unknown {what} {word!r}{hint}{', '.join(known)}{')' if close else ''}"
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    # defer_build: the validators are built when a policy is first validated, not when this
+    # module is imported (``from tiered_router import Router`` stays fast)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, defer_build=True)
 
 
 class Price(_Model):
@@ -144,7 +144,8 @@ class BackendConfig(_Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
+    ``dlmserve``, ``sglang``, ``vllm``."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -170,33 +171,13 @@ class BackendConfig(_Model):
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields (``reasoning_effort``, diffusion knobs, ...)."""
+    diffusion: dict[str, Any] = Field(default_factory=dict)
+    """Per-request diffusion fields (``num_denoising_steps``, ``block_length``, ...), checked
+    against the backend's dialect profile when it is built (see ``docs/backends.md``)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     """Extra HTTP headers sent with every request (left out of ``repr``: they may hold keys)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Options for non-HTTP backend types (for example ``replay``)."""
-
-    @model_validator(mode="after")
-    def _names_a_model(self) -> BackendConfig:
-        if self.type != "openai":
-            return self
-        presets = _optional_module("tiered_router.backends.presets")
-        known = getattr(presets, "PRESETS", None)
-        needs_model = "an openai backend needs `model` (or a `preset` that names one)"
-        if presets is None or known is None:
-            if self.preset is None and self.model is None:
-                raise _FieldErrors([(("model",), needs_model)])
-            return self
-        if self.preset is not None and self.preset not in known:
-            message = f"unknown preset {self.preset!r}{_did_you_mean(self.preset, sorted(known))}"
-            raise _FieldErrors([(("preset",), message)])
-        if self.model is None:
-            # the preset named, or the one inferred from base_url, may supply the model
-            preset = presets.preset_for(self)
-            if preset is None or preset.model is None:
-                if self.preset is not None:
-                    needs_model = f"`model` is required: preset {self.preset!r} has no default"
-                raise _FieldErrors([(("model",), needs_model)])
-        return self
 
 
 class Tiers(_Model):
@@ -219,24 +200,6 @@ class ScoringConfig(_Model):
     """Overrides of the heuristic feature weights, by feature name."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Scorer options (``learned``: ``path`` of a weights file; without it the shipped weights)."""
-
-    @field_validator("weights")
-    @classmethod
-    def _known_features(cls, weights: dict[str, float]) -> dict[str, float]:
-        if not weights:
-            return weights
-        features = getattr(
-            _optional_module("tiered_router.scoring.heuristic"), "FEATURE_NAMES", None
-        )
-        if features is None:
-            return weights
-        known = sorted({*features, "bias"})
-        unknown = [name for name in weights if name not in known]
-        if unknown:
-            raise _FieldErrors(
-                [((n,), f"unknown feature {n!r}{_did_you_mean(n, known)}") for n in unknown]
-            )
-        return weights
 
 
 class RuleCondition(_Model):
@@ -280,6 +243,7 @@ def _default_checks() -> list[str | dict[str, dict[str, Any]]]:
         "tool_call_in_text",
         "redundant_tool_calls",
         "argument_grounding",
+        "tool_fit",
     ]
 
 
@@ -515,7 +479,9 @@ class Policy(_Model):
     def from_yaml(
         cls, source: PolicySource | Policy, *, env: Mapping[str, str] | None = None
     ) -> Policy:
-        """Load a policy; the same as :func:`load_policy`."""
+        """Load a policy; the same as :func:`tiered_router.load_policy`."""
+        from tiered_router._policy_loader import load_policy
+
         return load_policy(source, env=env)
 
     def backend_for(self, tier: Tier) -> str:
@@ -523,35 +489,11 @@ class Policy(_Model):
         return self.tiers.fast if tier == "fast" else self.tiers.frontier
 
 
-def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None = None) -> Policy:
-    """Load, interpolate and validate a policy.
+def __getattr__(name: str) -> Any:
+    # `load_policy` lives with the loader, which sits above this schema; the name stays
+    # importable from here for code written against earlier releases
+    if name == "load_policy":
+        from tiered_router._policy_loader import load_policy
 
-    Args:
-        source: A path to a policy file (``str`` or ``os.PathLike``; a ``str`` ending in
-            ``.yaml`` / ``.yml`` is always a path), YAML text (a ``str`` with a newline or a
-            ``:`` that is not an existing file), a mapping of the same shape, or a
-            :class:`Policy` (returned as is).
-        env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
-            when ``None``.
-
-    Returns:
-        The validated policy.
-
-    Raises:
-        PolicyError: The file is missing or unreadable, the YAML is malformed, a variable is
-            unset, or the policy does not validate. ``exc.problems`` lists every problem found,
-            each with its line and dotted field path; no secret value is ever shown.
-        TypeError: ``source`` is none of the accepted types.
-
-    Example:
-        ```python
-        policy = load_policy("policy.yaml")
-        policy = load_policy("policy.yaml", env={"INCEPTION_API_KEY": "sk-..."})
-        ```
-
-    """
-    if isinstance(source, Policy):
-        return source
-    from tiered_router._policy_loader import load
-
-    return load(source, env=env)
+        return load_policy
+    raise AttributeError(f"module 'tiered_router.policy' has no attribute {name!r}")

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from tiered_router._context import CURRENT_TASK
+from tiered_router._latency import LatencyTracker
 from tiered_router._recording import RecordOption
 from tiered_router._run import RoutedResult, TurnRun
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
@@ -94,6 +95,8 @@ class Router:
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
         self._breakers: dict[str, CircuitBreaker] = {}
         self._configs: dict[str, BackendConfig | None] = {}
+        self.latency = LatencyTracker()
+        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -145,6 +148,36 @@ class Router:
             return injected.supports_tools
         config = self.backend_config(name)
         return config.tools if config is not None else True
+
+    def capability_gap(self, name: str, turn: Turn) -> tuple[str, str] | None:
+        """Return ``(what, why)`` when backend ``name`` cannot take ``turn``, else ``None``.
+
+        ``what`` is ``tools`` for a ``tools: false`` backend, or what its dialect cannot
+        express (``images``, ``tools``, ``response_format``, ``n``). Pure: builds nothing.
+        """
+        from tiered_router.backends._dialect import DialectProfile, capability_gap
+
+        if turn.tools and not self._supports_tools(name):
+            return "tools", f"backend {name!r} cannot call tools (tools: false)"
+        injected = self._backends.get(name)
+        dialect: object = None
+        if injected is not None:
+            dialect = getattr(injected, "dialect", None)
+        else:
+            config = self.backend_config(name)
+            if config is not None and config.type == "openai":
+                from tiered_router.backends.presets import dialect_for
+
+                dialect = dialect_for(config, backend=name)
+        if not isinstance(dialect, DialectProfile):
+            return None
+        return capability_gap(
+            dialect,
+            messages=turn.messages,
+            tools=turn.openai_tools(),
+            response_format=turn.response_format,
+            params=turn.params,
+        )
 
     def close(self) -> None:
         """Close the HTTP clients of the backends built so far, and the sinks that close."""
@@ -201,17 +234,15 @@ class Router:
 
     def _decide(self, turn: Turn) -> Decision:
         decision = decide(turn, self.scorer.score(turn), self.policy)
-        if decision.tier == "fast" and turn.tools and not self._supports_tools(decision.backend):
+        gap = self.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
+        if gap is not None:
             frontier = self.policy.backend_for("frontier")
             decision = replace(
                 decision,
                 tier="frontier",
                 backend=frontier,
-                rule="capability.tools",
-                reasons=(
-                    f"fast backend {decision.backend!r} cannot call tools (tools: false)",
-                    *decision.reasons,
-                ),
+                rule=f"capability.{gap[0]}",
+                reasons=(f"fast {gap[1]}", *decision.reasons),
             )
         return decision
 
@@ -394,6 +425,7 @@ class Router:
         return trace
 
     def _emit(self, trace: Trace) -> None:
+        self.latency.observe(trace)
         task = CURRENT_TASK.get()
         if task is not None:
             task.observe(trace)

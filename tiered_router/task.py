@@ -283,22 +283,26 @@ class Task:
         """Return the expected seconds of one call on ``tier``'s backend.
 
         The mean of its recent measured latencies in this task (``latency_window`` of
-        them) once there are any; before that its latency model: ``ttft_s + output tokens
-        / tokens_per_s`` with ``expected_output_tokens`` (or the turn's ``max_tokens``
-        when smaller).
+        them) once there are any; else the router's moving average of its measured
+        latencies (across tasks); before any call its latency model (the policy's, else
+        its preset's): ``ttft_s + output tokens / tokens_per_s`` with
+        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller).
         """
         name = self.router.policy.backend_for(tier)
         recent = self._recent.get(name)
         if recent:
             return sum(lat for lat, _ in recent) / len(recent)
+        # the policy's latency model, else its preset's (the dialect profile's defaults)
         config = self.router.backend_config(name)
         model = (config.latency if config is not None else None) or _DEFAULT_LATENCY
-        return model.ttft_s + self._output_tokens(name, turn) / model.tokens_per_s
+        return self.router.latency.expected(
+            name, model, output_tokens=self._output_tokens(name, turn)
+        )
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:
         """Return the expected US dollars of one call on ``tier``'s backend (policy prices)."""
         name = self.router.policy.backend_for(tier)
-        config = self.router.backend_config(name)
+        config = self.router.backend_config(name)  # preset prices included
         if config is None:
             return 0.0
         usage = Usage(
@@ -374,7 +378,7 @@ class Task:
         )
 
     def _usable(self, turn: Turn, tier: Tier) -> bool:
-        return not turn.tools or self.router._supports_tools(self.router.policy.backend_for(tier))
+        return self.router.capability_gap(self.router.policy.backend_for(tier), turn) is None
 
     def _budgets(self, turn: Turn, tier: Tier) -> tuple[Tier, str | None, str]:
         other = _OTHER[tier]

@@ -47,6 +47,7 @@ class Attempt:
         cost: Cost in US dollars from the policy's prices.
         verdict: The gate's verdict on the draft, ``None`` when there was no draft.
         error: ``{"type", "message", ...}`` of the failure, ``None`` on success.
+        conversions: What the backend changed to fit the request to its server's dialect.
     """
 
     tier: Tier
@@ -58,6 +59,7 @@ class Attempt:
     cost: float = 0.0
     verdict: Verdict | None = None
     error: Mapping[str, Any] | None = None
+    conversions: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ class Attempt:
             "cost": self.cost,
             "verdict": _verdict_dict(self.verdict),
             "error": dict(self.error) if self.error is not None else None,
+            **({"conversions": list(self.conversions)} if self.conversions else {}),
         }
 
 

@@ -151,6 +151,9 @@ class Completion:
         backend: The policy name of the backend that produced it.
         refusal: OpenAI's structured ``refusal`` text, when the model refused.
         reasoning: A reasoning summary, when the provider sent one (Mercury 2 does).
+        conversions: What the backend changed to fit the request to its server's dialect
+            (``developer -> system``, tools described in the prompt, ...); the trace records
+            them on the attempt.
     """
 
     text: str = ""
@@ -161,6 +164,7 @@ class Completion:
     backend: str = ""
     refusal: str | None = None
     reasoning: str | None = None
+    conversions: tuple[str, ...] = ()
 
     def to_message(self) -> Message:
         """Return the completion as an assistant message to append to the conversation."""
@@ -384,6 +388,7 @@ class CompletionChunk:
         model: The model that answered.
         reasoning: Reasoning-summary text carried by the chunk, if any.
         refusal: Refusal text carried by the chunk (OpenAI's ``delta.refusal``), if any.
+        conversions: The dialect conversions of the request (on the first chunk).
     """
 
     text: str = ""
@@ -393,6 +398,7 @@ class CompletionChunk:
     model: str = ""
     reasoning: str | None = None
     refusal: str | None = None
+    conversions: tuple[str, ...] = ()
 
 
 def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Completion:
@@ -404,8 +410,10 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
     finish: str | None = None
     usage = Usage()
     model = ""
+    conversions: tuple[str, ...] = ()
     for chunk in chunks:
         text.append(chunk.text)
+        conversions = conversions or chunk.conversions
         if chunk.reasoning:
             reasoning.append(chunk.reasoning)
         if chunk.refusal:
@@ -430,6 +438,7 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         backend=backend,
         reasoning="".join(reasoning) or None,
         refusal="".join(refusal) or None,
+        conversions=conversions,
     )
 
 

@@ -8,27 +8,33 @@ sends a request.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
-from tiered_router.backends.openai_compat import OpenAICompatBackend
-from tiered_router.backends.presets import (
-    LOCAL_DIFFUSION_QUIRKS,
-    MERCURY_QUIRKS,
-    NO_QUIRKS,
-    PRESETS,
-    Preset,
-    Quirks,
-    local_diffusion,
-    mercury2,
-    openai_backend,
-    resolve_config,
-)
-from tiered_router.backends.registry import (
-    BackendFactory,
-    BackendRegistry,
-    backend_types,
-    build_backend,
-    register_backend_type,
-)
+
+if TYPE_CHECKING:
+    from tiered_router.backends.openai_compat import OpenAICompatBackend
+    from tiered_router.backends.presets import (
+        LOCAL_DIFFUSION_QUIRKS,
+        MERCURY_QUIRKS,
+        NO_QUIRKS,
+        PRESETS,
+        Preset,
+        Quirks,
+        resolve_config,
+    )
+    from tiered_router.backends.registry import (
+        BackendFactory,
+        BackendRegistry,
+        backend_types,
+        build_backend,
+        from_preset,
+        local_diffusion,
+        mercury2,
+        openai_backend,
+        register_backend_type,
+    )
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",
@@ -45,9 +51,54 @@ __all__ = [
     "StreamingBackend",
     "backend_types",
     "build_backend",
+    "from_preset",
     "local_diffusion",
     "mercury2",
     "openai_backend",
     "register_backend_type",
     "resolve_config",
 ]
+
+_LAZY = {
+    "OpenAICompatBackend": "openai_compat",
+    **dict.fromkeys(
+        (
+            "LOCAL_DIFFUSION_QUIRKS",
+            "MERCURY_QUIRKS",
+            "NO_QUIRKS",
+            "PRESETS",
+            "Preset",
+            "Quirks",
+            "resolve_config",
+        ),
+        "presets",
+    ),
+    **dict.fromkeys(
+        (
+            "BackendFactory",
+            "BackendRegistry",
+            "backend_types",
+            "build_backend",
+            "from_preset",
+            "local_diffusion",
+            "mercury2",
+            "openai_backend",
+            "register_backend_type",
+        ),
+        "registry",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the backend implementations on first use: the router needs only the protocol."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tiered_router.backends' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tiered_router.backends.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind, Message
+from tiered_router.backends import _dialect
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
@@ -78,6 +79,12 @@ class OpenAICompatBackend:
         extra_body: Default provider-specific fields, merged under the request's.
         headers: Extra HTTP headers sent with every request.
         quirks: A :class:`Quirks` or its name (``none``, ``mercury``, ``local_diffusion``).
+        dialect: The server's :class:`~tiered_router.backends._dialect.DialectProfile`, its
+            name (``openai``, ``mercury-2``, ``dlmserve``, ``sglang``, ``vllm``,
+            ``local-diffusion``) or ``{profile: NAME, field: value}``; each request is
+            converted to it and the conversions are recorded on the completion.
+        diffusion: Per-request diffusion fields (``num_denoising_steps``, ...) sent with
+            every request; each must be one the dialect accepts.
         http_client: A sync httpx2 client to share (from :func:`tiered_router._http.build_client`);
             it is not closed by :meth:`close`.
         async_http_client: An async httpx2 client to share; not closed by :meth:`aclose`.
@@ -89,6 +96,7 @@ class OpenAICompatBackend:
         model: The model it sends.
         supports_tools: Whether tool turns may go to it.
         quirks: The provider differences it handles.
+        dialect: The request shape its server accepts.
         config: The resolved :class:`~tiered_router.policy.BackendConfig`, or ``None``.
 
     """
@@ -107,6 +115,8 @@ class OpenAICompatBackend:
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         quirks: Quirks | str = NO_QUIRKS,
+        dialect: _dialect.DialectProfile | str | Mapping[str, Any] = "openai",
+        diffusion: Mapping[str, Any] | None = None,
         http_client: _http.Client | None = None,
         async_http_client: _http.AsyncClient | None = None,
         config: BackendConfig | None = None,
@@ -120,7 +130,16 @@ class OpenAICompatBackend:
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.quirks = resolve_quirks(quirks)
+        self.dialect = _dialect.resolve_dialect(dialect)
         self.config = config
+        self._diffusion = dict(diffusion or {})
+        unknown = sorted(k for k in self._diffusion if not self.dialect.accepts_diffusion(k))
+        if unknown:
+            known = ", ".join(sorted(self.dialect.diffusion_params)) or "none"
+            raise ValueError(
+                f"backend {name!r}: diffusion fields {unknown} are not accepted by the "
+                f"{self.dialect.name} dialect; known: {known}"
+            )
         self._params = dict(params or {})
         self._extra_body = dict(extra_body or {})
         self._headers = dict(headers or {})
@@ -159,7 +178,7 @@ class OpenAICompatBackend:
         host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
         return (
             f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, host={host!r}, "
-            f"kind={self.kind!r}, quirks={self.quirks.name!r})"
+            f"kind={self.kind!r}, quirks={self.quirks.name!r}, dialect={self.dialect.name!r})"
         )
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
@@ -169,23 +188,23 @@ class OpenAICompatBackend:
             BackendError: The most specific subclass for what went wrong.
 
         """
-        kwargs = self._build_kwargs(request, stream=False)
+        kwargs, plan = self._prepare(request, stream=False)
         client = await self._get_async_sdk()
         try:
             raw = await client.chat.completions.create(**kwargs)
         except _convert.caught_errors() as exc:
             raise self._translate(exc) from exc
-        return _convert.completion(raw, backend=self.name)
+        return plan.finish(_convert.completion(raw, backend=self.name))
 
     def complete(self, request: CompletionRequest) -> Completion:
         """Sync twin of :meth:`acomplete`."""
-        kwargs = self._build_kwargs(request, stream=False)
+        kwargs, plan = self._prepare(request, stream=False)
         client = self._get_sdk()
         try:
             raw = client.chat.completions.create(**kwargs)
         except _convert.caught_errors() as exc:
             raise self._translate(exc) from exc
-        return _convert.completion(raw, backend=self.name)
+        return plan.finish(_convert.completion(raw, backend=self.name))
 
     async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
         """Make one streaming call; yield chunks as they arrive.
@@ -193,36 +212,48 @@ class OpenAICompatBackend:
         Errors (including a dropped connection or an unreadable chunk) are raised from the
         iterator as :class:`~tiered_router.BackendError` subclasses.
         """
-        kwargs = self._build_kwargs(request, stream=True)
+        kwargs, plan = self._prepare(request, stream=True)
         client = await self._get_async_sdk()
         seen, finished = 0, False
+        held: list[CompletionChunk] = []
         try:
             stream = await client.chat.completions.create(**kwargs)
             async with stream:
                 async for raw in stream:
                     chunk = _convert.chunk(raw, backend=self.name)
-                    seen += 1
                     finished = finished or chunk.finish_reason is not None
-                    yield chunk
+                    if plan.buffers:
+                        held.append(chunk)
+                    else:
+                        yield plan.mark(chunk) if seen == 0 else chunk
+                    seen += 1
         except _convert.caught_errors() as exc:
             raise self._translate(exc) from exc
         self._check_finished(seen, finished)
+        if plan.buffers:
+            yield plan.finish_chunks(held, backend=self.name)
 
     def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
         """Sync twin of :meth:`astream`."""
-        kwargs = self._build_kwargs(request, stream=True)
+        kwargs, plan = self._prepare(request, stream=True)
         client = self._get_sdk()
         seen, finished = 0, False
+        held: list[CompletionChunk] = []
         try:
             with client.chat.completions.create(**kwargs) as stream:
                 for raw in stream:
                     chunk = _convert.chunk(raw, backend=self.name)
-                    seen += 1
                     finished = finished or chunk.finish_reason is not None
-                    yield chunk
+                    if plan.buffers:
+                        held.append(chunk)
+                    else:
+                        yield plan.mark(chunk) if seen == 0 else chunk
+                    seen += 1
         except _convert.caught_errors() as exc:
             raise self._translate(exc) from exc
         self._check_finished(seen, finished)
+        if plan.buffers:
+            yield plan.finish_chunks(held, backend=self.name)
 
     def close(self) -> None:
         """Close the sync HTTP client this backend built (a shared one stays open).
@@ -321,6 +352,34 @@ class OpenAICompatBackend:
             self._warned.add(key)
             logger.warning("backend %s: " + message, self.name, *args)
 
+    def _prepare(
+        self, request: CompletionRequest, *, stream: bool
+    ) -> tuple[dict[str, Any], _dialect.Plan]:
+        """Return the SDK keyword arguments in the server's dialect, and the reply's plan.
+
+        Raises:
+            CapabilityError: The request needs what the dialect cannot express; no call
+                is made.
+
+        """
+        kwargs = self._build_kwargs(request, stream=stream)
+        extra_body = kwargs.pop("extra_body", None) or {}
+        frame: dict[str, Any] = {
+            k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
+        }
+        body, plan = _dialect.shape(self.dialect, {**kwargs, **extra_body}, backend=self.name)
+        sdk_params = _convert.sdk_param_names()
+        out: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in body.items():
+            (out if key in sdk_params else extra)[key] = value
+        if extra:
+            out["extra_body"] = extra
+        out.update(frame)
+        if plan.conversions:
+            logger.debug("backend %s: %s", self.name, "; ".join(plan.conversions))
+        return out, plan
+
     def _build_kwargs(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
         """Map a request to ``chat.completions.create`` keyword arguments."""
         if request.tools and not self.supports_tools:
@@ -328,7 +387,7 @@ class OpenAICompatBackend:
                 "the request has tools but this backend has tools: false", backend=self.name
             )
         params = {**self._params, **request.params}
-        extra_body = dict(self._extra_body)
+        extra_body = {**self._diffusion, **self._extra_body}
         extra_body.update(self._params.get("extra_body") or {})
         extra_body.update(request.params.get("extra_body") or {})
         extra_headers = dict(params.pop("extra_headers", None) or {})
@@ -351,7 +410,11 @@ class OpenAICompatBackend:
                 extra_body[key] = value
         if stream:
             kwargs["stream"] = True
-            if self.quirks.stream_usage and "stream_options" not in kwargs:
+            if (
+                self.quirks.stream_usage
+                and self.dialect.stream_options
+                and "stream_options" not in kwargs
+            ):
                 kwargs["stream_options"] = {"include_usage": True}
         if extra_body:
             kwargs["extra_body"] = extra_body

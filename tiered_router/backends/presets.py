@@ -1,8 +1,10 @@
 """Presets and quirks: what tiered_router knows about providers.
 
 A :class:`Quirks` value says how a provider differs from OpenAI (rejected roles, value ranges,
-extra request fields) and what the backend does about it. A :class:`Preset` fills the
-:class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
+extra request fields) and what the backend does about it; a dialect profile
+(:mod:`tiered_router.backends._dialect`) says what request shape its server accepts (roles,
+content, tools native or prompted, ``response_format``, ``stop``, fields). A :class:`Preset`
+fills the :class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
 pydantic's ``model_fields_set``): base URL, model, kind, tool support, prices, latency model,
 quirks, and where the API key comes from.
 
@@ -12,10 +14,11 @@ Example:
       fast: {preset: mercury-2}                       # key from $INCEPTION_API_KEY
       big: {preset: openai, model: gpt-5.2}           # key from $OPENAI_API_KEY
       local: {preset: local-diffusion, model: LLaDA2.0-mini}
+      llada: {preset: dlmserve, diffusion: {num_denoising_steps: 32}}
     ```
 
     ```python
-    from tiered_router.backends.presets import mercury2
+    from tiered_router.backends import mercury2     # built in backends/registry.py
 
     fast = mercury2(api_key=os.environ["INCEPTION_API_KEY"])
     ```
@@ -31,15 +34,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from tiered_router._types import BackendKind
+from tiered_router.backends._dialect import DIALECTS, DialectProfile, resolve_dialect
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy import BackendConfig, LatencyModel, Price
-
-if TYPE_CHECKING:
-    from tiered_router.backends.openai_compat import OpenAICompatBackend
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",
@@ -50,10 +51,8 @@ __all__ = [
     "Preset",
     "Quirks",
     "backend_kwargs",
+    "dialect_for",
     "get_preset",
-    "local_diffusion",
-    "mercury2",
-    "openai_backend",
     "preset_for",
     "resolve_config",
     "resolve_quirks",
@@ -184,6 +183,7 @@ class Preset:
         quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
         price: Token prices; ``None`` looks the model up in the price table
             (:mod:`tiered_router.pricing`).
+        dialect: Name of the server's dialect profile (what request shape it accepts).
         latency: Expected latency.
         hosts: Base-URL host suffixes for which this preset is inferred.
 
@@ -197,6 +197,7 @@ class Preset:
     api_key_required: bool = True
     tools: bool = True
     quirks: str = "none"
+    dialect: str = "openai"
     price: Price | None = None
     latency: LatencyModel = field(default_factory=LatencyModel)
     hosts: tuple[str, ...] = ()
@@ -251,8 +252,9 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="diffusion",
             api_key_env="INCEPTION_API_KEY",
             quirks="mercury",
+            dialect="mercury-2",
             price=Price(input_per_mtok=0.25, cached_input_per_mtok=0.025, output_per_mtok=0.75),
-            latency=LatencyModel(ttft_s=0.35, tokens_per_s=1000.0),
+            latency=DIALECTS["mercury-2"].latency,
             hosts=("inceptionlabs.ai",),
         ),
         "openai": Preset(
@@ -261,7 +263,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             model=None,
             kind="autoregressive",
             api_key_env="OPENAI_API_KEY",
-            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
+            latency=DIALECTS["openai"].latency,
             hosts=("api.openai.com",),
         ),
         "local-diffusion": Preset(
@@ -274,6 +276,44 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             tools=False,
             quirks="local_diffusion",
             price=Price(),  # self-hosted: no per-token price unless the policy sets one
+            dialect="local-diffusion",
+            latency=DIALECTS["local-diffusion"].latency,
+        ),
+        "dlmserve": Preset(
+            name="dlmserve",
+            base_url="http://127.0.0.1:8000/v1",
+            model="gsai-ml/LLaDA-8B-Instruct",
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            price=Price(),
+            dialect="dlmserve",
+            latency=DIALECTS["dlmserve"].latency,
+        ),
+        "sglang": Preset(
+            name="sglang",
+            base_url="http://127.0.0.1:30000/v1",
+            model=None,
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            price=Price(),
+            dialect="sglang",
+            latency=DIALECTS["sglang"].latency,
+        ),
+        "vllm": Preset(
+            name="vllm",
+            base_url="http://127.0.0.1:8000/v1",
+            model=None,
+            kind="diffusion",
+            api_key_env=None,
+            api_key_required=False,
+            quirks="local_diffusion",
+            price=Price(),
+            dialect="vllm",
+            latency=DIALECTS["vllm"].latency,
         ),
         # hosted OpenAI-compatible endpoints (prices: tiered_router.pricing)
         "anthropic": Preset(
@@ -386,6 +426,22 @@ def resolve_config(
     return config
 
 
+def dialect_for(config: BackendConfig, *, backend: str = "?") -> DialectProfile:
+    """Return the dialect profile of a policy's backend: ``options.dialect`` or its preset's.
+
+    Raises:
+        PolicyError: For an unknown dialect name or field.
+
+    """
+    preset = preset_for(config, backend=backend)
+    try:
+        return resolve_dialect(
+            config.options.get("dialect", preset.dialect if preset is not None else "openai")
+        )
+    except ValueError as exc:
+        raise PolicyError(str(exc), field=f"backends.{backend}.options.dialect") from None
+
+
 def _api_key(
     name: str, config: BackendConfig, preset: Preset | None, env: Mapping[str, str]
 ) -> str | None:
@@ -408,34 +464,40 @@ def _api_key(
     )
 
 
-_OPTIONS = frozenset({"quirks", "strict_quirks"})
+_OPTIONS = frozenset({"quirks", "strict_quirks", "dialect"})
 
 
-def backend_kwargs(
-    name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
-
-    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
-    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
-    provider rejects instead of clamping them.
+def check_config(name: str, config: BackendConfig) -> None:
+    """Check an ``openai`` backend's config as loading a policy does; the key is not needed.
 
     Raises:
-        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+        PolicyError: Unknown preset, quirks or option, or no model.
 
     """
+    _resolve(name, config)
+
+
+def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig, Quirks]:
+    if config.preset is not None and config.preset not in PRESETS:
+        from tiered_router.policy import _unknown
+
+        raise PolicyError(
+            _unknown("preset", config.preset, sorted(PRESETS)), field=f"backends.{name}.preset"
+        )
     preset = preset_for(config, backend=name)
     resolved = preset.apply(config) if preset is not None else config
-    unknown = set(resolved.options) - _OPTIONS
+    unknown = sorted(set(resolved.options) - _OPTIONS)
     if unknown:
         raise PolicyError(
-            f"unknown options {sorted(unknown)} for an openai backend; known: {sorted(_OPTIONS)}",
-            field=f"backends.{name}.options",
+            f"unknown option {unknown[0]!r} for an openai backend; known: "
+            + ", ".join(sorted(_OPTIONS)),
+            field=f"backends.{name}.options.{unknown[0]}",
         )
     if not resolved.model:
         raise PolicyError(
-            f"backend {name!r} has no model: set model"
-            + (f" (preset {preset.name!r} has no default)" if preset is not None else ""),
+            "an openai backend needs `model` (or a `preset` that names one)"
+            if preset is None or config.preset is None
+            else f"`model` is required: preset {preset.name!r} has no default",
             field=f"backends.{name}.model",
         )
     try:
@@ -446,6 +508,35 @@ def backend_kwargs(
         raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
     if resolved.options.get("strict_quirks"):
         quirks = quirks.with_strict()
+    dialect = dialect_for(resolved, backend=name)
+    unknown_diffusion = sorted(k for k in resolved.diffusion if not dialect.accepts_diffusion(k))
+    if unknown_diffusion:
+        known = ", ".join(sorted(dialect.diffusion_params)) or "none"
+        raise PolicyError(
+            f"diffusion fields {unknown_diffusion} are not accepted by the {dialect.name} "
+            f"dialect; known: {known}",
+            field=f"backends.{name}.diffusion",
+        )
+    return preset, resolved, quirks
+
+
+def backend_kwargs(
+    name: str, config: BackendConfig, *, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
+
+    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
+    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
+    provider rejects instead of clamping them; ``dialect`` names the dialect profile (or
+    gives ``{profile: NAME, field: value}``) instead of the preset's. The config's
+    ``diffusion`` fields must be ones the dialect accepts.
+
+    Raises:
+        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+
+    """
+    preset, resolved, quirks = _resolve(name, config)
+    dialect = dialect_for(resolved, backend=name)
     api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
     return {
         "model": resolved.model,
@@ -458,74 +549,7 @@ def backend_kwargs(
         "extra_body": resolved.extra_body,
         "headers": resolved.headers,
         "quirks": quirks,
+        "dialect": dialect,
+        "diffusion": resolved.diffusion,
         "config": resolved,
     }
-
-
-def _build(
-    preset: str, name: str, api_key: str | None, fields: dict[str, Any]
-) -> OpenAICompatBackend:
-    from tiered_router.backends.openai_compat import OpenAICompatBackend
-
-    http = {k: fields.pop(k) for k in ("http_client", "async_http_client") if k in fields}
-    if api_key is not None:
-        fields["api_key"] = api_key
-    config = BackendConfig(preset=preset, **fields)
-    return OpenAICompatBackend(name, **backend_kwargs(name, config), **http)
-
-
-def mercury2(
-    *, name: str = "mercury", api_key: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return a Mercury 2 backend (Inception's diffusion model).
-
-    Args:
-        name: The backend's name.
-        api_key: The key; by default read from ``INCEPTION_API_KEY`` now.
-        **fields: Other :class:`~tiered_router.policy.BackendConfig` fields (``model``,
-            ``timeout_s``, ``params``, ``extra_body``, ``options``...) or ``http_client`` /
-            ``async_http_client``.
-
-    Raises:
-        PolicyError: When no key is given and ``INCEPTION_API_KEY`` is unset.
-
-    """
-    return _build("mercury-2", name, api_key, fields)
-
-
-def openai_backend(
-    *, name: str = "openai", model: str, api_key: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return an OpenAI backend.
-
-    Args:
-        name: The backend's name.
-        model: The model, e.g. ``gpt-5.2``.
-        api_key: The key; by default read from ``OPENAI_API_KEY`` now.
-        **fields: Other backend config fields, or ``http_client`` / ``async_http_client``.
-
-    Raises:
-        PolicyError: When no key is given and ``OPENAI_API_KEY`` is unset.
-
-    """
-    return _build("openai", name, api_key, {"model": model, **fields})
-
-
-def local_diffusion(
-    *, name: str = "local", model: str, base_url: str | None = None, **fields: Any
-) -> OpenAICompatBackend:
-    """Return a backend for a local diffusion server (SGLang, vLLM, dlmserve, ...).
-
-    Args:
-        name: The backend's name.
-        model: The model the server serves.
-        base_url: The server, by default ``http://127.0.0.1:30000/v1`` (SGLang's port).
-        **fields: Other backend config fields (``extra_body`` for diffusion knobs such as
-            ``num_denoising_steps``; ``tools=True`` if the server supports tools), or
-            ``http_client`` / ``async_http_client``.
-
-    """
-    if base_url is not None:
-        fields["base_url"] = base_url
-    api_key = fields.pop("api_key", None)
-    return _build("local-diffusion", name, api_key, {"model": model, **fields})

@@ -1,22 +1,35 @@
 """The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate, demo.
 
 Each group of commands lives in its own module and adds itself to the app in
-:func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast.
+:func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
+command line is the ``cli`` extra (typer, rich, ruamel.yaml): ``pip install
+"tiered-router[cli]"``; the library itself never imports them.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["build_app", "main"]
 
+_CLI_PACKAGES = frozenset({"typer", "rich", "click", "ruamel"})
+
 
 def build_app() -> typer.Typer:
-    """Return the Typer app with every command registered."""
+    """Return the Typer app with every command registered.
+
+    Raises:
+        ImportError: When the ``cli`` extra is not installed; the message says how to.
+    """
+    try:
+        import typer
+    except ModuleNotFoundError as exc:
+        raise _missing_extra(exc) from exc
     app = typer.Typer(
         name="tiered-router",
         help="Route an agent's model calls between a fast diffusion tier and a frontier tier.",
@@ -26,7 +39,7 @@ def build_app() -> typer.Typer:
     )
     from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _policy_cmds
 
-    app.callback()(_root)
+    app.callback()(_root_callback())
     _policy_cmds.register(app)
     _eval_cmds.register(app)
     _dataset_cmds.register(app)
@@ -34,9 +47,18 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _missing_extra(exc: ModuleNotFoundError) -> ImportError:
+    return ImportError(
+        f"the tiered-router command line needs {exc.name!r}, from the cli extra: "
+        'pip install "tiered-router[cli]"'
+    )
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
+
+        import typer
 
         try:
             typer.echo(f"tiered-router {version('tiered-router')}")
@@ -45,18 +67,27 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _root(
-    show_version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+def _root_callback() -> Callable[..., None]:
+    import typer
+
+    def root(
+        show_version: bool = typer.Option(
+            False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
-    ] = False,
-) -> None:
-    """Route an agent's model calls between a fast diffusion tier and a frontier tier."""
+    ) -> None:
+        """Route an agent's model calls between a fast diffusion tier and a frontier tier."""
+
+    return root
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the CLI (the ``tiered-router`` console script)."""
-    app = build_app()
+    try:
+        app = build_app()
+    except ImportError as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, ModuleNotFoundError) or cause.name not in _CLI_PACKAGES:
+            raise
+        sys.stderr.write(f"tiered-router: {exc}\n")
+        raise SystemExit(1) from None
     app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="tiered-router")

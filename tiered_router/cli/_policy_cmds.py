@@ -162,17 +162,48 @@ def _decision_dict(decision: Decision) -> dict[str, Any]:
     }
 
 
+KeysOpt = Annotated[
+    bool,
+    typer.Option("--check-keys", help="Also fail when a backend's API key is not set (exit 1)."),
+]
+
+
+def _missing_keys(loaded: Policy) -> list[str]:
+    """Say which backends have no API key yet (they would fail at their first call)."""
+    from tiered_router.backends.registry import build_backend
+    from tiered_router.exceptions import PolicyError
+
+    missing: list[str] = []
+    for name, config in loaded.backends.items():
+        try:
+            build_backend(name, config)
+        except PolicyError as exc:
+            if not (exc.field or "").endswith(".api_key"):
+                raise
+            missing.append(f"{exc.field}: {exc.problems[0][2]}")
+    return missing
+
+
 def validate(
     policy: PolicyArg,
     json_out: JsonOpt = False,
+    check_keys: KeysOpt = False,
 ) -> None:
-    """Check a policy: schema, variables, backends. Exit 1 with file:line errors."""
+    """Check a policy and build its router, without calling a model. Exit 1 with file:line errors.
+
+    Loading checks the schema, variables, gate checks and their options, the scorer and
+    every backend's type, preset, model and options; then the router is built as ``Router()``
+    would build it. API keys are checked at a backend's first call: a missing one is a note
+    here, or an error with ``--check-keys``.
+    """
     with _errors(policy):
         loaded = _load(policy)
-        from tiered_router.backends.registry import build_backend
+        from tiered_router.router import Router
 
-        for name, config in loaded.backends.items():
-            build_backend(name, config)  # unknown types, missing models and keys fail here
+        Router(loaded)  # builds the scorer and the gate; backends are built at first use
+        notes = _missing_keys(loaded)
+    if notes and check_keys:
+        _fail("\n".join(f"{policy}: {note}" for note in notes))
     summary: dict[str, Any] = {
         "file": str(policy),
         "backends": {
@@ -183,6 +214,7 @@ def validate(
         "threshold": loaded.scoring.threshold,
         "rules": [r.name for r in loaded.rules],
         "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
+        "notes": notes,
     }
     if json_out:
         typer.echo(json.dumps({"ok": True, **summary}, indent=2))
@@ -195,6 +227,8 @@ def validate(
     out.print(f"  scoring: {loaded.scoring.type}, threshold {loaded.scoring.threshold}")
     out.print(f"  rules: {', '.join(summary['rules']) or 'none'}")
     out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
+    for note in notes:
+        out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
 
 
 def explain(

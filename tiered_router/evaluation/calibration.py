@@ -147,9 +147,16 @@ def write_threshold(path: str | os.PathLike[str], threshold: float) -> str:
 
     Raises:
         PolicyError: When the file is not a valid policy, before or after the edit.
+        ImportError: When ruamel.yaml (the ``cli`` extra) is not installed.
 
     """
-    from ruamel.yaml import YAML
+    try:
+        from ruamel.yaml import YAML
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            "writing the threshold keeps the policy's comments with ruamel.yaml: "
+            'pip install "tiered-router[cli]"'
+        ) from exc
 
     p = Path(path)
     text = p.read_text(encoding="utf-8")

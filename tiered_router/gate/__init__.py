@@ -44,6 +44,7 @@ from tiered_router.gate._text import (
     RegexCheck,
     RepetitionCheck,
 )
+from tiered_router.gate._text_calls import lift_text_tool_calls, parse_text_tool_calls
 from tiered_router.gate._verdict import CheckFailure, Verdict
 
 __all__ = [
@@ -62,11 +63,13 @@ __all__ = [
     "EOS_TOKENS",
     "json_path",
     "JsonSchemaCheck",
+    "lift_text_tool_calls",
     "MaxCharsCheck",
     "NonEmptyCheck",
     "NoRefusalCheck",
     "NotTruncatedCheck",
     "parse_json",
+    "parse_text_tool_calls",
     "QualityGate",
     "RegexCheck",
     "register_check",

@@ -194,20 +194,34 @@ class RedundantToolCallsCheck:
       model hedged over an option nobody asked for. Extra ``true`` / ``false`` flags are
       let through: a request rarely spells a flag out.
 
+    - with ``swapped``: the same call again with the same values moved between
+      parameters (``gcd(a=40, b=50)`` and ``gcd(a=50, b=40)``): the model hedged over
+      which value goes where;
+    - with ``hedged``: the same call again with one argument changed to a value the
+      conversation never states while the first call's value is stated
+      (``sea_level=5000`` for "5000m", then ``sea_level=0``): a second guess, not a
+      second target.
+
     Calls whose arguments do not parse are left to ``tool_arguments``.
 
     Attributes:
         split_lists: Also fail a list parameter split into one call per element.
         padded: Also fail a repeated call padded with unrequested arguments.
+        swapped: Also fail a repeated call with its values swapped between parameters.
+        hedged: Also fail a repeated call with one value changed to an unstated one.
     """
 
     name: ClassVar[str] = "redundant_tool_calls"
     split_lists: bool = True
     padded: bool = True
+    swapped: bool = True
+    hedged: bool = True
 
     def __post_init__(self) -> None:
         _flag(self.split_lists, f"{self.name}.split_lists")
         _flag(self.padded, f"{self.name}.padded")
+        _flag(self.swapped, f"{self.name}.swapped")
+        _flag(self.hedged, f"{self.name}.hedged")
 
     def __call__(self, completion: Completion, turn: Turn, /) -> list[str] | None:
         """Return the reasons the draft's calls are redundant, or ``None``."""
@@ -230,7 +244,67 @@ class RedundantToolCallsCheck:
                     reasons.append(reason)
             if self.padded:
                 reasons.extend(_padded(name, group, turn, grounding))
+            if self.swapped:
+                reasons.extend(_swapped(name, group))
+            if self.hedged:
+                reasons.extend(_hedged(name, group, turn, grounding))
         return reasons or None
+
+
+def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
+    reasons = []
+    for n, (j, later) in enumerate(group):
+        for i, earlier in group[:n]:
+            if earlier == later or set(earlier) != set(later) or len(earlier) < 2:
+                continue
+            moved = [k for k in earlier if earlier[k] != later[k]]
+            if len(moved) < 2:
+                continue
+            before = sorted(_canonical(earlier[k]) for k in moved)
+            if before == sorted(_canonical(later[k]) for k in moved):
+                listed = ", ".join(moved)
+                reasons.append(
+                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with the values of "
+                    f"{listed} swapped: one call, with each value where it belongs"
+                )
+                break
+    return reasons
+
+
+def _code_like(value: Any) -> bool:
+    if isinstance(value, bool):
+        return True
+    return isinstance(value, str) and value.isupper() and len(value) <= 6
+
+
+def _hedged(
+    name: str,
+    group: Sequence[tuple[int, dict[str, Any]]],
+    turn: Turn,
+    grounding: list[_Grounding],
+) -> list[str]:
+    reasons = []
+    for n, (j, later) in enumerate(group):
+        for i, earlier in group[:n]:
+            if set(earlier) != set(later):
+                continue
+            changed = [k for k in earlier if earlier[k] != later[k]]
+            if len(changed) != 1:
+                continue
+            key = changed[0]
+            if _code_like(earlier[key]) or _code_like(later[key]):
+                continue  # flags, and codes a request names another way (GOOGL, MSFT)
+            if not grounding:
+                grounding.append(_Grounding(_conversation(turn)))
+            said = grounding[0]
+            if said.stated(earlier[key]) and not said.stated(later[key]):
+                reasons.append(
+                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with {key}="
+                    f"{_short(later[key])}, a value the conversation never states (the "
+                    f"first call's {_short(earlier[key])} is): a second guess"
+                )
+                break
+    return reasons
 
 
 def _repeats(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
@@ -307,18 +381,25 @@ _SCIENTIFIC = re.compile(
 class _Grounding:
     """Whether a value is stated in the conversation (lower-cased text, numbers)."""
 
-    __slots__ = ("_numbers", "_text")
+    __slots__ = ("_alnum", "_numbers", "_text")
 
     def __init__(self, conversation: str) -> None:
         self._text = conversation.lower()
+        self._alnum = ""  # built on first use
         numbers: set[float] = set()
-        for match in _NUMBER.finditer(conversation.replace(",", "")):
-            value = abs(float(match.group()))
-            numbers.update((value, value / 100))  # "5%" states 0.05 too
+        # "1,500" is 1500 and "3,4,5" is 3, 4 and 5: read both ways
+        for text in (conversation.replace(",", ""), conversation.replace(",", " ")):
+            for match in _NUMBER.finditer(text):
+                value = abs(float(match.group()))
+                numbers.update((value, value / 100))  # "5%" states 0.05 too
         for match in _SCIENTIFIC.finditer(conversation):
             mantissa, exponent = match.groups()
             numbers.add(float(f"{mantissa}e{exponent.replace(chr(0x2212), '-')}"))
         self._numbers = numbers
+
+    def abbreviated(self, initials: str) -> bool:
+        """Whether a word of the conversation is ``initials`` or starts with them (NYC, NY)."""
+        return re.search(rf"(?<![a-z]){re.escape(initials)}[a-z]?(?![a-z])", self._text) is not None
 
     def stated(self, value: Any) -> bool:
         if value is None or isinstance(value, bool):
@@ -326,7 +407,15 @@ class _Grounding:
         if isinstance(value, (int, float)):
             return abs(float(value)) in self._numbers
         if isinstance(value, str):
-            return value.strip().lower() in self._text
+            text = value.strip().lower()
+            if text in self._text:
+                return True
+            squeezed = "".join(c for c in text if c.isalnum())
+            if len(squeezed) < 2:
+                return False
+            if not self._alnum:
+                self._alnum = "".join(c for c in self._text if c.isalnum())
+            return squeezed in self._alnum  # "4*x+7" for "4x+7", "[3,1]" for "3 1"
         if isinstance(value, list):
             return all(self.stated(v) for v in value)
         if isinstance(value, dict):

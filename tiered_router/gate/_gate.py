@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, check_name
 from tiered_router.gate._registry import CheckRegistry, default_registry
+from tiered_router.gate._text_calls import lift_text_tool_calls
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, Turn
 
@@ -103,26 +104,39 @@ class QualityGate:
         gate = QualityGate.from_config(policy.gate)
         ```
 
+    A draft whose whole text is tool calls to the turn's tools, in a common text format
+    (``[get_weather(city='Paris')]``, ``{"name": ..., "arguments": ...}``,
+    ``<tool_call>...</tool_call>``, see :func:`~tiered_router.gate.parse_text_tool_calls`), is
+    judged as those calls: every check sees them as the draft's tool calls, so a right call
+    written as text passes and a wrong one fails for what is wrong with it.
+
     Args:
         checks: Check objects, registered names, ``(name, options)`` pairs or one-key
             ``{name: options}`` mappings, in the order they run.
         registry: Where names are looked up; the process-wide registry by default.
+        text_tool_calls: Read tool calls written as text (see above); ``False`` judges the
+            text as text (``tool_call_in_text`` then fails it).
 
     Raises:
         PolicyError: On an unknown name (listing the known ones) or bad options; the
             error's field is ``gate.checks[i]``.
     """
 
-    __slots__ = ("_checks", "_names")
+    __slots__ = ("_checks", "_names", "_text_tool_calls")
 
     def __init__(
-        self, checks: Sequence[CheckSpec], *, registry: CheckRegistry | None = None
+        self,
+        checks: Sequence[CheckSpec],
+        *,
+        registry: CheckRegistry | None = None,
+        text_tool_calls: bool = True,
     ) -> None:
         if isinstance(checks, (str, Mapping)):
             raise TypeError("QualityGate(checks): pass a list of checks, not a single one")
         registry = registry if registry is not None else default_registry()
         self._checks = tuple(_build(spec, i, registry) for i, spec in enumerate(checks))
         self._names = tuple(name for name, _ in self._checks)
+        self._text_tool_calls = text_tool_calls
 
     @classmethod
     def from_config(
@@ -138,6 +152,8 @@ class QualityGate:
 
     def evaluate(self, completion: Completion, turn: Turn) -> Verdict:
         """Run every check on ``completion`` (a draft for ``turn``) and collect the failures."""
+        if self._text_tool_calls and turn.tools and not completion.tool_calls:
+            completion = lift_text_tool_calls(completion, turn)
         failures: list[CheckFailure] = []
         for name, check in self._checks:
             try:

@@ -21,10 +21,12 @@ from tiered_router.gate._calls import (
     _arguments,
     _conversation,
     _flag,
+    _Grounding,
     _properties,
     _short,
     _types,
 )
+from tiered_router.gate._fit import call_grounded
 from tiered_router.turn import Completion, Turn, message_text
 
 __all__ = ["ArgumentGroundingCheck", "RequestedToolsCheck"]
@@ -55,21 +57,29 @@ class ArgumentGroundingCheck:
       escalating rarely fixes it; with today's date in the system prompt such dates are
       grounded and the check is safe to turn on.
 
+    - with ``unstated_calls``: a call none of whose argument values is stated in the
+      conversation (no string, none of a string's words of 4+ letters, no number): the
+      call answers some other request. Flags, ``null``, 0, 1 and empty strings are not
+      counted; a call with nothing else passes.
+
     Only top-level arguments are read; calls whose arguments do not parse are left to
     ``tool_arguments``.
 
     Attributes:
         percent_scale: Check percentages passed as whole numbers.
         unstated_years: Check dates whose year the conversation does not state.
+        unstated_calls: Check calls none of whose values the conversation states.
     """
 
     name: ClassVar[str] = "argument_grounding"
     percent_scale: bool = True
     unstated_years: bool = False
+    unstated_calls: bool = True
 
     def __post_init__(self) -> None:
         _flag(self.percent_scale, f"{self.name}.percent_scale")
         _flag(self.unstated_years, f"{self.name}.unstated_years")
+        _flag(self.unstated_calls, f"{self.name}.unstated_calls")
 
     def __call__(self, completion: Completion, turn: Turn, /) -> list[str] | None:
         """Return the arguments that disagree with the conversation, or ``None``."""
@@ -77,7 +87,17 @@ class ArgumentGroundingCheck:
             return None
         candidates: list[tuple[str, str, Any, str]] = []  # (where, param, value, kind)
         tools: dict[str, Mapping[str, Any]] | None = None
+        unstated: list[str] = []
+        grounding: _Grounding | None = None
         for i, name, args in _arguments(completion):
+            if self.unstated_calls and args:
+                if grounding is None:
+                    grounding = _Grounding(_conversation(turn))
+                if call_grounded(args, grounding) is False:
+                    unstated.append(
+                        f"tool_calls[{i}] ({name}): none of its argument values is stated in "
+                        "the conversation: the call answers some other request"
+                    )
             props: Mapping[str, Any] | None = None
             for param, value in args.items():
                 vtype = type(value)  # exact types: bool is not a number here
@@ -92,9 +112,9 @@ class ArgumentGroundingCheck:
                 elif vtype is str and self.unstated_years and _ISO_DATE.search(value):
                     candidates.append((f"tool_calls[{i}] ({name})", param, value, "date"))
         if not candidates:
-            return None
+            return unstated or None
         conversation = _conversation(turn)
-        reasons = []
+        reasons = unstated
         for where, param, value, kind in candidates:
             if kind == "percent":
                 if _percent_only(conversation, float(value)):

@@ -8,6 +8,7 @@ built-in checks are registered below; custom checks are added from Python with
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import Any
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
 from tiered_router.gate._calls import RedundantToolCallsCheck, ToolCallInTextCheck
+from tiered_router.gate._count import EnumeratedTargetsCheck
+from tiered_router.gate._fit import ToolFitCheck
 from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
@@ -38,13 +41,18 @@ class _Entry:
     factory: CheckFactory | None
 
 
-def _option_problem(factory: type[Any], options: Mapping[str, Any]) -> str | None:
-    """Say what is wrong with ``options`` for a dataclass check, or ``None``."""
+def _option_problem(
+    factory: type[Any], options: Mapping[str, Any]
+) -> tuple[str | None, str] | None:
+    """Say which option is wrong with ``options`` for a dataclass check and why, or ``None``."""
     fields = [f for f in dataclasses.fields(factory) if f.init and not f.name.startswith("_")]
     known = {f.name for f in fields}
     unknown = sorted(set(options) - known)
     if unknown:
-        return f"unknown option {unknown[0]!r}; known: {', '.join(sorted(known)) or '(none)'}"
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        names = ", ".join(sorted(known)) or "(none)"
+        hint = f"did you mean {close[0]!r}? (known: {names})" if close else f"known: {names}"
+        return unknown[0], f"unknown option {unknown[0]!r}; {hint}"
     missing = [
         f.name
         for f in fields
@@ -53,7 +61,7 @@ def _option_problem(factory: type[Any], options: Mapping[str, Any]) -> str | Non
         and f.name not in options
     ]
     if missing:
-        return f"missing option {missing[0]!r}"
+        return None, f"missing option {missing[0]!r}"
     return None
 
 
@@ -132,9 +140,10 @@ class CheckRegistry:
         """
         entry = self._entries.get(name)
         if entry is None:
-            raise PolicyError(
-                f"unknown check {name!r}; known: {', '.join(self.names())}", field=where
-            )
+            close = difflib.get_close_matches(name, self.names(), n=1)
+            known = ", ".join(self.names())
+            hint = f"did you mean {close[0]!r}? (known: {known})" if close else f"known: {known}"
+            raise PolicyError(f"unknown check {name!r}; {hint}", field=where)
         options = dict(options or {})
         if entry.check is not None:
             if options:
@@ -148,11 +157,18 @@ class CheckRegistry:
         if isinstance(factory, type) and dataclasses.is_dataclass(factory):
             problem = _option_problem(factory, options)
             if problem is not None:
-                raise PolicyError(f"check {name!r}: {problem}", field=where)
+                option, message = problem
+                field = where if option is None else f"{where}.{name}.{option}"
+                raise PolicyError(f"check {name!r}: {message}", field=field)
         try:
             return factory(**options)
         except (TypeError, ValueError) as exc:
-            raise PolicyError(f"check {name!r}: {exc}", field=where) from exc
+            # checks name the option they reject first: "regex.pattern: invalid ..."
+            message, field = str(exc), where
+            for option in options:
+                if message.startswith(f"{name}.{option}: "):
+                    field = f"{where}.{name}.{option}"
+            raise PolicyError(f"check {name!r}: {message}", field=field) from exc
 
     def names(self) -> tuple[str, ...]:
         """Return the registered names, sorted."""
@@ -184,6 +200,8 @@ _DEFAULT.register("tool_call_in_text", factory=ToolCallInTextCheck)
 _DEFAULT.register("redundant_tool_calls", factory=RedundantToolCallsCheck)
 _DEFAULT.register("argument_grounding", factory=ArgumentGroundingCheck)
 _DEFAULT.register("requested_tools", factory=RequestedToolsCheck)
+_DEFAULT.register("tool_fit", factory=ToolFitCheck)
+_DEFAULT.register("enumerated_targets", factory=EnumeratedTargetsCheck)
 
 
 def default_registry() -> CheckRegistry:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from tiered_router.turn import Completion, Turn
 
@@ -328,43 +328,79 @@ class RepetitionCheck:
 
 
 _FLAGS = {
-    "a": re.ASCII,
-    "i": re.IGNORECASE,
-    "m": re.MULTILINE,
-    "s": re.DOTALL,
-    "x": re.VERBOSE,
-    "ascii": re.ASCII,
-    "ignorecase": re.IGNORECASE,
-    "multiline": re.MULTILINE,
-    "dotall": re.DOTALL,
-    "verbose": re.VERBOSE,
+    "a": "",  # RE2's \d, \w and \s are ASCII already
+    "i": "i",
+    "m": "m",
+    "s": "s",
+    "ascii": "",
+    "ignorecase": "i",
+    "multiline": "m",
+    "dotall": "s",
 }
 
 
-def _flags(value: object) -> re.RegexFlag:
+def _flags(value: object) -> str:
+    """Return the inline-flag letters (``"im"``) for the policy's ``flags`` option."""
     names = list(value) if isinstance(value, str) else value
     if not isinstance(names, (list, tuple)):
         raise ValueError(
             f"regex.flags: must be letters like 'im' or a list of names, got {value!r}"
         )
-    flags = re.RegexFlag(0)
+    letters = ""
     for name in names:
         flag = _FLAGS.get(str(name).lower())
         if flag is None:
             raise ValueError(
-                f"regex.flags: unknown flag {name!r}; known: a, i, m, s, x or their names "
-                "(IGNORECASE, MULTILINE, DOTALL, VERBOSE, ASCII)"
+                f"regex.flags: unknown flag {name!r}; known: a, i, m, s or their names "
+                "(ASCII, IGNORECASE, MULTILINE, DOTALL)"
             )
-        flags |= flag
-    return flags
+        letters += flag if flag not in letters else ""
+    return letters
+
+
+class _Match(Protocol):
+    def start(self) -> int: ...
+
+    def group(self) -> str: ...
+
+
+class _Pattern(Protocol):
+    def search(self, text: str) -> _Match | None: ...
+
+
+def _compile(pattern: str, letters: str) -> _Pattern:
+    """Compile ``pattern`` with RE2: matching takes time linear in the draft's length.
+
+    Python's ``re`` backtracks, so a pattern such as ``^(a+)+$`` can take seconds or more
+    on one draft. RE2 never backtracks; in exchange it has no backreferences and no
+    lookaround, which are refused here, when the policy is loaded.
+    """
+    import re2  # google-re2: imported when a policy first uses a regex check
+
+    options = re2.Options()
+    options.log_errors = False  # the error is raised below; RE2 would also print it
+    try:
+        compiled: _Pattern = re2.compile(
+            f"(?{letters}){pattern}" if letters else pattern, options=options
+        )
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(
+            f"regex.pattern: invalid regular expression: {reason} (patterns run on RE2, "
+            "in linear time: no backreferences, no lookaround)"
+        ) from None
+    return compiled
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegexCheck:
-    """``regex``: the text must (or must not) contain a match of a pattern.
+    r"""``regex``: the text must (or must not) contain a match of a pattern.
 
-    Uses ``re.search``: anchor with ``^``/``$`` (and the ``m`` flag) to match whole lines.
-    A draft that only called tools is not checked.
+    Searches like ``re.search``: anchor with ``^``/``$`` (and the ``m`` flag) to match whole
+    lines. Patterns run on RE2 (``google-re2``), in time linear in the draft's length, so no
+    pattern can stall the gate; RE2 has no backreferences (``\1``) or lookaround
+    (``(?=...)``), and its ``\d``, ``\w``, ``\b`` are ASCII-only (``\pL``, ``\pN`` match
+    any letter or digit). A draft that only called tools is not checked.
 
     Example:
         ```yaml
@@ -375,27 +411,25 @@ class RegexCheck:
         ```
 
     Attributes:
-        pattern: A Python regular expression.
+        pattern: A regular expression in RE2 syntax (Python's, less backreferences and
+            lookaround).
         must_match: ``True``: fail when nothing matches; ``False``: fail when something does.
-        flags: Letters (``"im"``) or names (``[IGNORECASE, MULTILINE]``).
+        flags: Letters (``"im"``) or names (``[IGNORECASE, MULTILINE]``): ``i``, ``m``,
+            ``s`` (DOTALL), ``a`` (ASCII; RE2 classes are ASCII already).
     """
 
     name: ClassVar[str] = "regex"
     pattern: str
     must_match: bool = True
     flags: str | Sequence[str] = ""
-    _compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _compiled: _Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.pattern, str) or not self.pattern:
             raise ValueError(f"regex.pattern: must be a non-empty string, got {self.pattern!r}")
         if not isinstance(self.must_match, bool):
             raise ValueError(f"regex.must_match: must be true or false, got {self.must_match!r}")
-        try:
-            compiled = re.compile(self.pattern, _flags(self.flags))
-        except re.error as exc:
-            raise ValueError(f"regex.pattern: invalid regular expression: {exc}") from exc
-        object.__setattr__(self, "_compiled", compiled)
+        object.__setattr__(self, "_compiled", _compile(self.pattern, _flags(self.flags)))
 
     def __call__(self, completion: Completion, turn: Turn, /) -> str | None:
         """Return a reason when the text breaks the pattern rule."""

@@ -1,0 +1,263 @@
+"""What the gate catches on BFCL: wrong calls caught and right calls failed, per category and check.
+
+    PYTHONPATH=. python benchmarks/bench_gate_quality.py [--part report|tune|all]
+        [--hold-out gpt-4o] [--checks default|NAME,NAME...] [--json] [--show CHECK]
+
+Every model with recorded answers in ``../shared/data/bfcl_v1_results`` is counted. A row is
+*wrong* when BFCL's checker failed it and *right* otherwise; a check *catches* a wrong
+answer it fails and raises a *false alarm* on a right answer it fails. The gate runs the way
+the router runs it (``QualityGate.evaluate``): whole gate first, then each check alone.
+
+Rows are split in two parts by a hash of their id (``tune``: the rows the checks were
+developed on; ``report``: the rows the figures are quoted from), and ``--hold-out FAMILY``
+lists a model family that was not looked at while tuning: its figures are printed apart.
+
+Besides BFCL's own categories, two kinds of probes are built from the same rows:
+
+- ``no_tool_fits``: the question of row A offered only the tools of another row B (the one
+  half the sorted rows away, skipping any B that shares a tool name with A), and as the
+  draft, the model's own recorded call for B. No offered tool fits A's request, so every
+  such call is wrong; the right answer is prose or a question.
+- ``fewer_calls``: every right answer that made two or more calls, cut to its first call:
+  one call where the request asks for several, wrong by construction.
+- ``text:FORMAT``: every recorded answer that made tool calls, rewritten as text in one of
+  four formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
+  ``get_weather(city="Paris")`` one per line, ``json_list`` ``[{"name": ..., "arguments":
+  ...}]``, ``tool_call_tag`` ``<tool_call>{...}</tool_call>``), keeping the row's label: the
+  gate should judge the text form as it judges the native calls.
+
+Skips (exit 0, a message) when the shared data folder is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import zlib
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tiered_router.evaluation import find_data_dir
+from tiered_router.evaluation.sources import load_bfcl
+from tiered_router.gate import QualityGate, lift_text_tool_calls
+from tiered_router.policy import GateConfig
+from tiered_router.turn import Completion, ToolCall, Turn
+
+FAMILIES = (
+    ("gpt-4o-mini", re.compile(r"^gpt-4o-mini")),
+    ("gpt-4o", re.compile(r"^gpt-4o-20")),
+    ("gpt-4-turbo", re.compile(r"^gpt-4-turbo")),
+    ("gpt-3.5-turbo", re.compile(r"^gpt-3\.5")),
+)
+FORMATS = ("pythonic", "bare", "json_list", "tool_call_tag")
+
+
+def family(model: str) -> str:
+    """Return the model family a recorded model belongs to."""
+    for name, pattern in FAMILIES:
+        if pattern.search(model):
+            return name
+    return model
+
+
+def part(row_id: str) -> str:
+    """Return ``tune`` or ``report``: a stable half of the rows, by a hash of the id."""
+    return "tune" if zlib.crc32(row_id.encode()) % 2 == 0 else "report"
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One draft to judge: the turn, the answer, its label and where it counts."""
+
+    category: str
+    model: str
+    turn: Turn
+    draft: Completion
+    right: bool
+    row_id: str
+
+
+def _python_value(value: Any) -> str:
+    return repr(value)
+
+
+def render(calls: Sequence[ToolCall], fmt: str) -> str:
+    """Write ``calls`` as text in one of :data:`FORMATS`."""
+    parsed = [(c.name, c.parsed_arguments()) for c in calls]
+    if fmt == "pythonic":
+        inner = ", ".join(
+            f"{n}({', '.join(f'{k}={_python_value(v)}' for k, v in a.items())})" for n, a in parsed
+        )
+        return f"[{inner}]"
+    if fmt == "bare":
+        return "\n".join(
+            f"{n}({', '.join(f'{k}={json.dumps(v)}' for k, v in a.items())})" for n, a in parsed
+        )
+    if fmt == "json_list":
+        return json.dumps([{"name": n, "arguments": a} for n, a in parsed])
+    return "\n".join(
+        f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in parsed
+    )
+
+
+def cases(data_dir: Path, which: str) -> Iterator[Case]:
+    """Yield every draft of the chosen part: recorded answers, then the probes."""
+    ds = load_bfcl(data_dir)
+    rows = [r for r in sorted(ds.rows, key=lambda r: r.id) if which == "all" or part(r.id) == which]
+    for row in rows:
+        category = str(row.turn.metadata.get("category"))
+        for model, outcome in row.outcomes.items():
+            draft = outcome.completion(model=model, backend=model)
+            lifted = lift_text_tool_calls(draft, row.turn)
+            if lifted is not draft and not outcome.correct:
+                # BFCL's decoder failed on the text (a Markdown fence, say) and never judged
+                # the call inside: no label, shown apart
+                yield Case("unjudged text calls", model, row.turn, draft, False, row.id)
+                continue
+            yield Case(category, model, row.turn, draft, outcome.correct, row.id)
+            calls = outcome.tool_calls or ()
+            if outcome.correct and len(calls) >= 2:
+                # the right answer to a multi-target request, cut to its first call
+                first = Completion(tool_calls=calls[:1], finish_reason="tool_calls")
+                yield Case("fewer_calls", model, row.turn, first, False, row.id)
+            if calls and all(_parses(c) for c in calls):
+                for fmt in FORMATS:
+                    text = Completion(text=render(calls, fmt), finish_reason="stop")
+                    yield Case(f"text:{fmt}", model, row.turn, text, outcome.correct, row.id)
+    n = len(rows)
+    for i, row in enumerate(rows):
+        names = {t.name for t in row.turn.tools or ()}
+        for step in range(n // 2, n):
+            other = rows[(i + step) % n]
+            if not names & {t.name for t in other.turn.tools or ()}:
+                break
+        else:
+            continue
+        turn = Turn(
+            [dict(m) for m in row.turn.messages],
+            tools=[t.to_openai() for t in other.turn.tools or ()],
+        )
+        for model, outcome in other.outcomes.items():
+            if outcome.tool_calls:
+                draft = outcome.completion(model=model, backend=model)
+                yield Case("no_tool_fits", model, turn, draft, False, f"{row.id}+{other.id}")
+
+
+def _parses(call: ToolCall) -> bool:
+    try:
+        return isinstance(call.parsed_arguments(), dict)
+    except ValueError:
+        return False
+
+
+def _total(category: str) -> str:
+    if category == "unjudged text calls":
+        return "unjudged text calls"
+    probe = ":" in category or category in ("no_tool_fits", "fewer_calls")
+    return "ALL PROBES" if probe else "ALL BFCL"
+
+
+def _checks(spec: str) -> list[Any]:
+    if spec == "default":
+        return list(GateConfig().checks)
+    return [s.strip() for s in spec.split(",") if s.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--part", default="report", choices=["report", "tune", "all"])
+    parser.add_argument("--hold-out", default="gpt-4o", help="family not looked at while tuning")
+    parser.add_argument("--checks", default="default", help="'default' or NAME,NAME,...")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--show", default="", help="print failures of this check (or 'miss')")
+    parser.add_argument("--limit", type=int, default=20)
+    opts = parser.parse_args(argv)
+
+    data_dir = opts.data_dir or find_data_dir()
+    if data_dir is None or not (Path(data_dir) / "bfcl_v1_results").is_dir():
+        print("shared data folder not found: nothing to measure", file=sys.stderr)
+        return 0
+    specs = _checks(opts.checks)
+    gate = QualityGate(specs)
+    singles = [(name, QualityGate([spec])) for name, spec in zip(gate.names, specs, strict=True)]
+
+    # counts[(group, category, check)] = [wrong, caught, right, false alarms]
+    counts: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    shown = 0
+    for case in cases(Path(data_dir), opts.part):
+        group = "held-out" if family(case.model) == opts.hold_out else "tuned"
+        verdict = gate.evaluate(case.draft, case.turn)
+        results = [("gate", not verdict.passed)]
+        results += [
+            (name, not single.evaluate(case.draft, case.turn).passed) for name, single in singles
+        ]
+        for name, failed in results:
+            for g in (group, "all"):
+                for cat in (case.category, _total(case.category)):
+                    c = counts[(g, cat, name)]
+                    if case.right:
+                        c[2] += 1
+                        c[3] += failed
+                    else:
+                        c[0] += 1
+                        c[1] += failed
+        if opts.show and shown < opts.limit and group == "tuned" and opts.part != "report":
+            failed_names = set(verdict.failed_checks)
+            hit = (opts.show == "miss" and not case.right and verdict.passed) or (
+                opts.show in failed_names and (case.right or opts.show.endswith("!"))
+            )
+            if opts.show == "falsealarm" and case.right and not verdict.passed:
+                hit = True
+            if hit:
+                shown += 1
+                print(f"--- {case.row_id} {case.model} {case.category} right={case.right}")
+                print("Q:", " | ".join(str(m.get("content"))[:300] for m in case.turn.messages))
+                print("T:", [t.name for t in case.turn.tools or ()])
+                print(
+                    "D:",
+                    case.draft.text[:300],
+                    [(c.name, c.arguments[:200]) for c in case.draft.tool_calls],
+                )
+                print("V:", verdict.reasons[:3])
+    table: list[dict[str, Any]] = [
+        {
+            "group": g,
+            "category": cat,
+            "check": name,
+            "wrong": c[0],
+            "caught": c[1],
+            "right": c[2],
+            "false_alarms": c[3],
+        }
+        for (g, cat, name), c in sorted(counts.items())
+    ]
+    if opts.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    print(f"part: {opts.part}; held-out family: {opts.hold_out}; gate: {', '.join(gate.names)}")
+    for g in ("all", "held-out"):
+        print(f"\n== {g} models ==")
+        cats = sorted({r["category"] for r in table if r["group"] == g})
+        header = f"{'category':<30}{'check':<22}{'wrong':>7}{'caught':>9}{'right':>7}{'f.alarm':>9}"
+        print(header)
+        for cat in cats:
+            for r in table:
+                if r["group"] != g or r["category"] != cat:
+                    continue
+                if r["check"] != "gate" and r["caught"] == 0 and r["false_alarms"] == 0:
+                    continue
+                w, rt = r["wrong"], r["right"]
+                catch = f"{100 * r['caught'] / w:.1f}%" if w else "-"
+                alarm = f"{100 * r['false_alarms'] / rt:.1f}%" if rt else "-"
+                print(f"{cat:<30}{r['check']:<22}{w:>7}{catch:>9}{rt:>7}{alarm:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

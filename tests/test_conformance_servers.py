@@ -1,0 +1,145 @@
+"""Conformance of the sglang, vllm and mercury-2 profiles.
+
+- SGLang: every request validates with SGLang's own ``ChatCompletionRequest`` (loaded from the
+  installed package without GPU dependencies, see ``sglang_kit``).
+- vLLM and Mercury 2: no request model can be loaded here (vLLM's protocol module imports
+  torch; Mercury 2 is a hosted service), so the requests are checked against the documented
+  facts in ../shared/PROVIDERS.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_shapes import SHAPES, USER, WEATHER, request
+from sglang_kit import validate
+
+from tiered_router.backends import CompletionRequest, OpenAICompatBackend
+from tiered_router.backends.registry import build_backend
+from tiered_router.exceptions import CapabilityError, PolicyError
+from tiered_router.policy import BackendConfig
+from tiered_router.testing import Reply, ScriptedServer
+
+KEY = "sk-test-0123456789"
+IMAGE = {
+    "role": "user",
+    "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}},
+    ],
+}
+_open: list[OpenAICompatBackend] = []
+
+
+@pytest.fixture(autouse=True)
+def _close() -> Iterator[None]:
+    yield
+    while _open:
+        _open.pop().close()
+
+
+def make(preset: str, base_url: str, **fields: Any) -> OpenAICompatBackend:
+    fields.setdefault("model", "served-model")
+    backend = build_backend(
+        "b",
+        BackendConfig(preset=preset, base_url=base_url, **fields),
+        env={"INCEPTION_API_KEY": KEY},
+    )
+    assert isinstance(backend, OpenAICompatBackend)
+    _open.append(backend)
+    return backend
+
+
+def sent(
+    server: ScriptedServer, backend: OpenAICompatBackend, req: CompletionRequest, *, stream: bool
+) -> dict[str, Any]:
+    server.script([Reply.text("ok", chunks=1)])
+    if stream:
+        list(backend.stream(req))
+    else:
+        backend.complete(req)
+    body: dict[str, Any] = server.requests[-1].body
+    return body
+
+
+# -- SGLang, against its own request model ------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[s[0] for s in SHAPES])
+def test_every_sglang_request_validates_with_sglang(
+    server: ScriptedServer, shape: Any, stream: bool
+) -> None:
+    body = sent(server, make("sglang", server.base_url), request(shape), stream=stream)
+    parsed = validate(body)
+    assert parsed.stream is stream
+    # prompted tools and JSON: none of OpenAI's tool or format fields reach the server
+    assert parsed.tools is None and parsed.response_format is None
+    assert {m.role for m in parsed.messages} <= {"system", "user", "assistant", "tool"}
+    if shape[0] == "stop":
+        assert parsed.stop == ["\n\n", "END"]  # SGLang takes stop natively
+
+
+def test_sglang_with_native_tools_validates_too(server: ScriptedServer) -> None:
+    backend = make(
+        "sglang", server.base_url, options={"dialect": {"profile": "sglang", "tools": "native"}}
+    )
+    for shape in SHAPES:
+        if shape[2]:
+            parsed = validate(sent(server, backend, request(shape), stream=False))
+            assert parsed.tools and parsed.tools[0].function.name == "get_weather"
+
+
+def test_sglang_refuses_images_before_any_call(server: ScriptedServer) -> None:
+    with pytest.raises(CapabilityError, match="text only"):
+        make("sglang", server.base_url).complete(CompletionRequest(messages=[IMAGE]))
+    assert server.requests == []
+
+
+# -- vLLM, against the documented facts ---------------------------------------------------------
+
+
+def test_vllm_diffusion_fields_ride_in_vllm_xargs(server: ScriptedServer) -> None:
+    # PROVIDERS.md: "vLLM serves DiffusionGemma; per-request diffusion fields go through vllm_xargs"
+    backend = make("vllm", server.base_url, diffusion={"vllm_xargs": {"steps": 16}})
+    body = sent(server, backend, request(SHAPES[5]), stream=True)
+    assert body["vllm_xargs"] == {"steps": 16}
+    assert "tools" not in body and all(m["role"] != "tool" for m in body["messages"])
+    with pytest.raises(PolicyError, match="known: vllm_xargs"):
+        make("vllm", server.base_url, diffusion={"num_denoising_steps": 8})
+
+
+def test_vllm_sends_system_for_developer_and_keeps_stop(server: ScriptedServer) -> None:
+    body = sent(server, make("vllm", server.base_url), request(SHAPES[1]), stream=False)
+    assert body["messages"][0] == {"role": "system", "content": "Be terse."}
+    body = sent(server, make("vllm", server.base_url), request(SHAPES[4]), stream=False)
+    assert body["stop"] == ["\n\n", "END"]
+
+
+# -- Mercury 2, against the documented facts ----------------------------------------------------
+
+
+def test_mercury_requests_follow_the_documented_facts(server: ScriptedServer) -> None:
+    backend = make("mercury-2", server.base_url, model="mercury-2")
+    # developer rejected with 400: mapped to system
+    body = sent(server, backend, request(SHAPES[1]), stream=False)
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+    # tools and structured outputs are native
+    body = sent(server, backend, request(SHAPES[7]), stream=False)
+    assert body["tools"][0]["function"]["name"] == "get_weather"
+    body = sent(server, backend, request(SHAPES[3]), stream=True)
+    assert body["response_format"]["type"] == "json_schema"
+    # temperature 0.5..1.0, at most 4 stop sequences, no `diffusing` on agent turns
+    req = CompletionRequest(
+        messages=[USER],
+        params={"temperature": 0, "stop": list("abcde"), "diffusing": True},
+        timeout_s=5,
+    )
+    body = sent(server, backend, req, stream=True)
+    assert body["temperature"] == 0.5 and body["stop"] == list("abcd")
+    assert "diffusing" not in body
+    # text only
+    with pytest.raises(CapabilityError, match="'image_url' part"):
+        backend.complete(CompletionRequest(messages=[IMAGE], tools=[WEATHER]))

@@ -1,0 +1,387 @@
+"""The public API is pinned: each public module's ``__all__`` is written out here.
+
+Adding or removing a public name is a deliberate change: update this table with it (and the
+docs). The top-level ``__all__`` is kept sorted, case-insensitively.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import tiered_router
+
+PINNED: dict[str, frozenset[str]] = {
+    "tiered_router": frozenset(
+        {
+            "AllTiersFailed",
+            "AsyncRoutedStream",
+            "Attempt",
+            "BackendConnectionError",
+            "BackendError",
+            "BackendRateLimited",
+            "BackendResponseError",
+            "BackendStatusError",
+            "BackendTimeout",
+            "BackendUnavailable",
+            "CapabilityError",
+            "CheckFailure",
+            "Completion",
+            "CompletionChunk",
+            "Decision",
+            "GateFailed",
+            "HeuristicScorer",
+            "JSONLSink",
+            "load_policy",
+            "LoggingSink",
+            "MemorySink",
+            "Policy",
+            "PolicyError",
+            "QualityGate",
+            "register_check",
+            "RoutedResult",
+            "RoutedStream",
+            "Router",
+            "Score",
+            "Scorer",
+            "StreamInterrupted",
+            "Task",
+            "TaskSummary",
+            "TieredRouterError",
+            "ToolCall",
+            "ToolCallDelta",
+            "ToolSpec",
+            "Trace",
+            "TraceSink",
+            "Turn",
+            "Usage",
+            "Verdict",
+        }
+    ),
+    "tiered_router.agent_signals": frozenset(
+        {
+            "agent_signals",
+            "AgentSignals",
+            "annotate",
+            "is_tool_error",
+            "tool_call_signature",
+            "TurnRole",
+            "window_start",
+        }
+    ),
+    "tiered_router.backends": frozenset(
+        {
+            "Backend",
+            "backend_types",
+            "BackendFactory",
+            "BackendRegistry",
+            "build_backend",
+            "CompletionRequest",
+            "local_diffusion",
+            "LOCAL_DIFFUSION_QUIRKS",
+            "mercury2",
+            "MERCURY_QUIRKS",
+            "NO_QUIRKS",
+            "openai_backend",
+            "OpenAICompatBackend",
+            "Preset",
+            "PRESETS",
+            "Quirks",
+            "register_backend_type",
+            "resolve_config",
+            "StreamingBackend",
+        }
+    ),
+    "tiered_router.backends.registry": frozenset(
+        {
+            "backend_types",
+            "BackendCheck",
+            "BackendFactory",
+            "BackendRegistry",
+            "build_backend",
+            "check_backend",
+            "register_backend_type",
+        }
+    ),
+    "tiered_router.cli": frozenset(
+        {
+            "build_app",
+            "main",
+        }
+    ),
+    "tiered_router.evaluation": frozenset(
+        {
+            "apgr",
+            "bundled_policy_path",
+            "calibrate",
+            "calibrate_policy",
+            "CalibrationError",
+            "cpt",
+            "Dataset",
+            "DatasetError",
+            "EvalResult",
+            "EvalRow",
+            "evaluate",
+            "find_data_dir",
+            "GateConfusion",
+            "load_data",
+            "load_sample",
+            "Outcome",
+            "pgr",
+            "read_dataset",
+            "render_html",
+            "replay_backend_factory",
+            "ReplayBackend",
+            "simulated_latency",
+            "SimulatedClock",
+            "Summary",
+            "sweep",
+            "SweepPoint",
+            "Target",
+            "write_dataset",
+            "write_threshold",
+        }
+    ),
+    "tiered_router.exceptions": frozenset(
+        {
+            "AllTiersFailed",
+            "BackendConnectionError",
+            "BackendError",
+            "BackendRateLimited",
+            "BackendResponseError",
+            "BackendStatusError",
+            "BackendTimeout",
+            "BackendUnavailable",
+            "CapabilityError",
+            "GateFailed",
+            "PolicyError",
+            "StreamInterrupted",
+            "TieredRouterError",
+        }
+    ),
+    "tiered_router.gate": frozenset(
+        {
+            "cache_info",
+            "Check",
+            "check_name",
+            "check_names",
+            "CheckFactory",
+            "CheckFailure",
+            "CheckRegistry",
+            "CheckResult",
+            "CheckSpec",
+            "default_registry",
+            "default_schema_cache",
+            "Engine",
+            "EOS_TOKENS",
+            "json_path",
+            "JsonSchemaCheck",
+            "MaxCharsCheck",
+            "NonEmptyCheck",
+            "NoRefusalCheck",
+            "NotTruncatedCheck",
+            "parse_json",
+            "QualityGate",
+            "RegexCheck",
+            "register_check",
+            "RepetitionCheck",
+            "SchemaCache",
+            "SchemaCacheInfo",
+            "SchemaValidator",
+            "ToolArgumentsCheck",
+            "Verdict",
+        }
+    ),
+    "tiered_router.integrations": frozenset(
+        {
+            "TieredAgentsModel",
+            "TieredChatModel",
+            "TieredModelProvider",
+            "TieredPydanticAIModel",
+        }
+    ),
+    "tiered_router.integrations.langchain": frozenset(
+        {
+            "TieredChatModel",
+        }
+    ),
+    "tiered_router.integrations.openai_agents": frozenset(
+        {
+            "TieredAgentsModel",
+            "TieredModelProvider",
+        }
+    ),
+    "tiered_router.integrations.pydantic_ai": frozenset(
+        {
+            "TieredPydanticAIModel",
+        }
+    ),
+    "tiered_router.openai": frozenset(
+        {
+            "AsyncTieredOpenAI",
+            "AsyncTieredStream",
+            "TieredOpenAI",
+            "TieredStream",
+            "UnknownModel",
+            "wrap_openai",
+        }
+    ),
+    "tiered_router.policy": frozenset(
+        {
+            "BackendConfig",
+            "BreakerConfig",
+            "EscalationConfig",
+            "GateConfig",
+            "LatencyModel",
+            "load_policy",
+            "Policy",
+            "Price",
+            "ResilienceConfig",
+            "RetryConfig",
+            "Rule",
+            "RuleCondition",
+            "ScoringConfig",
+            "ServerConfig",
+            "TaskConfig",
+            "Tiers",
+        }
+    ),
+    "tiered_router.pricing": frozenset(
+        {
+            "cost_of",
+        }
+    ),
+    "tiered_router.resilience": frozenset(
+        {
+            "CircuitBreaker",
+            "Deadline",
+            "RetrySchedule",
+        }
+    ),
+    "tiered_router.router": frozenset(
+        {
+            "RoutedResult",
+            "Router",
+        }
+    ),
+    "tiered_router.routing": frozenset(
+        {
+            "approx_tokens",
+            "decide",
+            "Decision",
+            "describe_condition",
+            "matches",
+        }
+    ),
+    "tiered_router.scoring": frozenset(
+        {
+            "approx_tokens",
+            "build_scorer",
+            "DEFAULT_WEIGHTS",
+            "FEATURE_NAMES",
+            "fit",
+            "fit_model",
+            "HeuristicScorer",
+            "LearnedModel",
+            "LearnedScorer",
+            "LearnedWeights",
+            "load_weights",
+            "Score",
+            "Scorer",
+        }
+    ),
+    "tiered_router.server": frozenset(
+        {
+            "API_KEYS_ENV",
+            "create_app",
+            "is_loopback",
+            "serve",
+            "ServerSettings",
+        }
+    ),
+    "tiered_router.task": frozenset(
+        {
+            "Task",
+            "TaskSummary",
+        }
+    ),
+    "tiered_router.testing": frozenset(
+        {
+            "AgentReply",
+            "BrokenMode",
+            "FunctionBackend",
+            "RecordedRequest",
+            "Reply",
+            "ReplyFn",
+            "ReplyLike",
+            "ScriptedBackend",
+            "ScriptedServer",
+            "ScriptItem",
+            "ToolCallSpec",
+        }
+    ),
+    "tiered_router.trace": frozenset(
+        {
+            "Attempt",
+            "JSONLSink",
+            "LoggingSink",
+            "MemorySink",
+            "Trace",
+            "TraceSink",
+        }
+    ),
+    "tiered_router.turn": frozenset(
+        {
+            "assemble",
+            "Completion",
+            "CompletionChunk",
+            "Message",
+            "message_text",
+            "ToolCall",
+            "ToolCallDelta",
+            "ToolSpec",
+            "Turn",
+            "Usage",
+        }
+    ),
+}
+
+
+def test_top_level_all_is_sorted_case_insensitively_without_duplicates() -> None:
+    names = tiered_router.__all__
+    assert names == sorted(names, key=str.casefold)
+    assert len(set(names)) == len(names)
+
+
+def test_every_public_module_is_pinned() -> None:
+    import pkgutil
+
+    public = {"tiered_router"}
+    for info in pkgutil.walk_packages(tiered_router.__path__, "tiered_router."):
+        parts = info.name.split(".")[1:]
+        if any(part.startswith("_") for part in parts):
+            continue
+        # submodules of a package whose __init__ re-exports them are covered by the package
+        if len(parts) == 1 or parts[0] in {"integrations"} or info.name.endswith(".registry"):
+            public.add(info.name)
+    assert public - set(PINNED) == set()
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_all_is_pinned(name: str) -> None:
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:  # an integration whose framework (an extra) is not installed
+        pytest.skip(f"{name}: {exc}")
+    exported = module.__all__
+    assert len(set(exported)) == len(exported), f"{name}.__all__ has duplicates"
+    assert set(exported) == PINNED[name], (
+        f"{name}.__all__ changed: added {sorted(set(exported) - PINNED[name])}, "
+        f"removed {sorted(PINNED[name] - set(exported))}"
+    )
+    for attr in exported:
+        try:
+            assert getattr(module, attr) is not None or attr.isupper(), f"{name}.{attr}"
+        except ImportError as exc:  # a lazily imported framework (an extra)
+            pytest.skip(f"{name}.{attr}: {exc}")
