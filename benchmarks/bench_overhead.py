@@ -9,9 +9,8 @@ target: <= 0.5 ms mean and <= 1 ms p99 on a pass-through turn). The calls altern
 Rows:
 
 - ``AsyncOpenAI``: ``client.chat.completions.create`` with the SDK, ``max_retries=0``;
-- ``Router (sdk)``: the router with its default backend (the same SDK underneath);
-- ``Router (raw)``: the router with :class:`~tiered_router.backends.raw_http.RawHTTPBackend`,
-  the proxy's lean upstream path (no SDK objects).
+- ``Router``: the router with its default backend (JSON over its own httpx2 pool, no SDK
+  objects).
 
 Run:
 
@@ -74,7 +73,6 @@ async def run(base_url: str, n: int, *, breaker: bool) -> None:
     import openai
 
     from tiered_router import Router, Turn
-    from tiered_router.backends.raw_http import RawHTTPBackend
 
     policy = {
         "version": 1,
@@ -97,27 +95,15 @@ async def run(base_url: str, n: int, *, breaker: bool) -> None:
         "resilience": {"breaker": {"enabled": breaker}},
     }
     plain = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
-    sdk_router = Router(policy)
-    raw_router = Router(
-        policy,
-        backends={
-            name: RawHTTPBackend.from_config(name, config)
-            for name, config in sdk_router.policy.backends.items()
-        },
-    )
+    router = Router(policy)
 
     async def direct() -> None:
         await plain.chat.completions.create(model="fast-model", messages=MESSAGES)  # type: ignore[arg-type]
 
-    async def routed_sdk() -> None:
-        await sdk_router.acomplete(Turn(MESSAGES))
+    async def routed() -> None:
+        await router.acomplete(Turn(MESSAGES))
 
-    async def routed_raw() -> None:
-        await raw_router.acomplete(Turn(MESSAGES))
-
-    results = await measure(
-        {"AsyncOpenAI": direct, "Router (sdk)": routed_sdk, "Router (raw)": routed_raw}, n
-    )
+    results = await measure({"AsyncOpenAI": direct, "Router": routed}, n)
     (base_mean, base_p50, base_p99), base_cpu = results["AsyncOpenAI"]
     print(f"{n} calls each, alternating; wall mean / p50 / p99 and CPU per call, milliseconds")
     for name, ((mean, p50, p99), cpu) in results.items():

@@ -4,9 +4,9 @@ Everything runs on 127.0.0.1, each server in its own process:
 
 - upstream: :class:`tiered_router.testing.ScriptedServer` (answers ``ok`` at once);
 - ``tiered-router serve`` (one worker) in front of it, policy with two tiers on it;
-- LiteLLM's proxy (``litellm --config``), when a ``litellm`` executable is found
-  (``--litellm PATH``, ``$LITELLM``, ``/work/litellm-venv/bin/litellm`` or ``PATH``); when
-  it is not installed the LiteLLM rows are skipped with a message.
+- LiteLLM's proxy (``litellm --config``): ``--litellm PATH``, ``$LITELLM`` or the venv
+  :data:`LITELLM_VENV`; when none has it, the script installs ``litellm[proxy]`` from PyPI
+  into that venv itself (a few minutes, once), so anyone can rerun the comparison.
 
 Measured, for JSON and for SSE (``stream: true``):
 
@@ -18,8 +18,10 @@ The load generator is a lean keep-alive HTTP/1.1 client on asyncio streams (an h
 one spends as much CPU per request as the proxy, and would be the bottleneck). Request
 counts and a time limit per phase bound the run. Figures are printed, never asserted.
 
-Run (LiteLLM in its own venv: ``python -m venv /work/litellm-venv &&
-/work/litellm-venv/bin/pip install 'litellm[proxy]'``):
+The summary at the end prints what the proxy adds at concurrency 1 (p50 / p99 over the
+direct call) and its requests per second at concurrency 32 against LiteLLM's.
+
+Run:
 
     PYTHONPATH=. python benchmarks/bench_proxy.py [--n1 2000] [--n32 6000] [--no-litellm]
 """
@@ -268,11 +270,25 @@ general_settings:
 MESSAGES = [{"role": "user", "content": "Say hi to the team and wish them a good week."}]
 
 
+LITELLM_VENV = Path(tempfile.gettempdir()) / "tiered-router-litellm"
+"""Where the script installs LiteLLM when it finds none."""
+
+
 def find_litellm(explicit: str | None) -> str | None:
-    for candidate in (explicit, os.environ.get("LITELLM"), "/work/litellm-venv/bin/litellm"):
+    """Return a ``litellm`` executable: the given one, ``$LITELLM``, or one in LITELLM_VENV."""
+    for candidate in (explicit, os.environ.get("LITELLM"), str(LITELLM_VENV / "bin" / "litellm")):
         if candidate and Path(candidate).exists():
             return candidate
-    return shutil.which("litellm")
+    return None
+
+
+def install_litellm() -> str:
+    """Install ``litellm[proxy]`` from PyPI into LITELLM_VENV; return its executable."""
+    print(f"LiteLLM: installing litellm[proxy] into {LITELLM_VENV} (once; a few minutes)")
+    subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+    pip = str(LITELLM_VENV / "bin" / "pip")
+    subprocess.run([pip, "install", "--quiet", "litellm[proxy]"], check=True)
+    return str(LITELLM_VENV / "bin" / "litellm")
 
 
 def payloads(port: int, path: str, key: str | None, model: str) -> dict[str, bytes]:
@@ -296,6 +312,25 @@ def row(name: str, run: Run, base: Run | None, sse: bool) -> str:
     if run.errors:
         text += f"  ({run.errors} errors)"
     return text
+
+
+def summary(c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run]) -> None:
+    """Print the figures the proxy's targets are stated in."""
+    print("\nSUMMARY (targets: added p50 <= 1 ms, p99 <= 3 ms at C=1; >= 15x LiteLLM at C=32)")
+    for kind in ("json", "sse"):
+        ours, direct = c1.get((kind, "tiered-router")), c1.get((kind, "direct"))
+        if ours is None or direct is None:
+            continue
+        line = (
+            f"  {kind.upper():<4} C=1 added p50 {ours.pct(0.5) - direct.pct(0.5):+.2f} ms"
+            f"  p99 {ours.pct(0.99) - direct.pct(0.99):+.2f} ms"
+        )
+        mine, lite = c32.get((kind, "tiered-router")), c32.get((kind, "litellm"))
+        if mine is not None:
+            line += f" | C=32 {mine.rps:.0f} req/s"
+        if mine is not None and lite is not None and lite.rps:
+            line += f" vs LiteLLM {lite.rps:.0f} req/s = {mine.rps / lite.rps:.1f}x"
+        print(line)
 
 
 def main() -> None:
@@ -346,13 +381,10 @@ def main() -> None:
                 proxy.pid,
             ),
         }
-        litellm = None if args.no_litellm else find_litellm(args.litellm)
-        if litellm is None:
-            print(
-                "LiteLLM: not installed (pip install 'litellm[proxy]' in a separate venv); "
-                "its rows are skipped"
-            )
-        else:
+        litellm = None
+        if not args.no_litellm:
+            litellm = find_litellm(args.litellm) or install_litellm()
+        if litellm is not None:
             config = tmp / "litellm.yaml"
             config.write_text(LITELLM_CONFIG.format(port=up_port), encoding="utf-8")
             lite = start(
@@ -377,6 +409,8 @@ def main() -> None:
                 lite.pid,
             )
         print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
+        c1: dict[tuple[str, str], Run] = {}
+        c32: dict[tuple[str, str], Run] = {}
         for kind in ("json", "sse"):
             sse = kind == "sse"
             print(f"\n{kind.upper()}  concurrency 1")
@@ -389,6 +423,7 @@ def main() -> None:
                 )
                 print(row(name, run, base, sse))
                 base = base or run
+                c1[kind, name] = run
             print(f"{kind.upper()}  concurrency 32")
             for name, (port, pay, pid) in targets.items():
                 if name == "direct":
@@ -404,11 +439,13 @@ def main() -> None:
                         pid=pid,
                     )
                 )
+                c32[kind, name] = run
                 print(
                     f"  {name:<13} {run.rps:7.0f} req/s  cpu {run.cpu_ms_per_request:6.2f} ms/req"
                     f"  p50 {run.pct(0.5):7.2f} ms  p99 {run.pct(0.99):7.2f} ms"
                     + (f"  ({run.errors} errors)" if run.errors else "")
                 )
+        summary(c1, c32)
     finally:
         for proc in reversed(procs):
             if proc.stdin is not None:

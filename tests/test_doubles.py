@@ -49,7 +49,7 @@ async def test_function_backend_sees_the_request() -> None:
     tools = [{"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}]
     fast = FunctionBackend("fast", answer)
     router = Router(POLICY, backends={"fast": fast, "frontier": ScriptedBackend("frontier")})
-    result = await router.acomplete(Turn([{"role": "user", "content": "go"}], tools=tools))
+    result = await router.acomplete(Turn([{"role": "user", "content": "echo n=1"}], tools=tools))
     assert result.tier == "fast" and fast.calls == 1
     assert result.completion.tool_calls[0].name == "echo"
     with pytest.raises(TypeError, match="async function"):

@@ -113,9 +113,9 @@ BAD: list[Bad] = [
     ),
     Bad(
         "unset-variable",
-        fast("api_key: ${NOT_SET_ANYWHERE_42}"),
-        "api_key",
-        "backends.fast.api_key",
+        fast("base_url: ${NOT_SET_ANYWHERE_42}"),
+        "base_url",
+        "backends.fast.base_url",
         "NOT_SET_ANYWHERE_42 is not set",
     ),
     Bad(
@@ -306,11 +306,11 @@ BAD: list[Bad] = [
         "odd",
     ),
     Bad(
-        "replay-without-data",
-        BASE.replace("    model: large\n", "    type: replay\n    options: {outcome_model: m}\n"),
-        "options: {outcome_model",
+        "replay-data-not-a-string",
+        BASE.replace("    model: large\n", "    type: replay\n    options: {data: 3}\n"),
+        "options: {data",
         "backends.big.options.data",
-        "needs options.data",
+        "must be a dataset file or data name",
     ),
     # size and depth
     Bad("deep-flow", deep_flow(1000), "extra_body", None, f"deeper than {MAX_DEPTH} levels"),

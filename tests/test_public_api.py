@@ -78,6 +78,7 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "CompletionRequest",
+            "from_preset",
             "local_diffusion",
             "LOCAL_DIFFUSION_QUIRKS",
             "mercury2",
@@ -101,6 +102,10 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "check_backend",
+            "from_preset",
+            "local_diffusion",
+            "mercury2",
+            "openai_backend",
             "register_backend_type",
         }
     ),
@@ -177,11 +182,13 @@ PINNED: dict[str, frozenset[str]] = {
             "EOS_TOKENS",
             "json_path",
             "JsonSchemaCheck",
+            "lift_text_tool_calls",
             "MaxCharsCheck",
             "NonEmptyCheck",
             "NoRefusalCheck",
             "NotTruncatedCheck",
             "parse_json",
+            "parse_text_tool_calls",
             "QualityGate",
             "RegexCheck",
             "register_check",
@@ -250,6 +257,13 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.pricing": frozenset(
         {
             "cost_of",
+            "listed_price",
+            "ListedPrice",
+            "PRICE_TABLE",
+            "PRICES_AS_OF",
+            "PRICES_SOURCE",
+            "table_rows",
+            "warn_unpriced",
         }
     ),
     "tiered_router.resilience": frozenset(

@@ -390,14 +390,6 @@ def test_metrics_count_tiers_escalations_failures_and_hold_no_secret(
 # -- transport and shutdown ----------------------------------------------------------------
 
 
-def test_sdk_transport_serves_the_same(server: ScriptedServer) -> None:
-    app = create_app(make_policy(server, server={"transport": "sdk"}), env={})
-    server.script([Reply.text("via the sdk")], model="fast-model")
-    with running(app) as url:
-        resp = client(url).chat.completions.create(model="auto", messages=MESSAGES)
-    assert resp.choices[0].message.content == "via the sdk"
-
-
 def test_graceful_shutdown_lets_in_flight_requests_finish(server: ScriptedServer) -> None:
     server.script([Reply.slow(0.5, Reply.text("finished"))], model="fast-model")
     app = create_app(make_policy(server), env={})

@@ -401,8 +401,13 @@ class ServerConfig(_Model):
     """Keys clients must present (``TIERED_ROUTER_API_KEYS`` adds more, comma-separated)."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)
     """Largest request body accepted; a larger one gets 413."""
-    transport: Literal["raw", "sdk"] = "raw"
-    """Upstream calls: ``raw`` JSON over a lean HTTP/1.1 client, or ``sdk`` (the openai SDK)."""
+    read_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client may take to send a request's headers, and again its body; a slower
+    (half-sent) connection is closed."""
+    max_tools: int = Field(default=128, gt=0)
+    """Most tools a request may carry; more gets 400."""
+    max_schema_bytes: int = Field(default=256 * 1024, gt=0)
+    """Largest ``response_format`` or tool ``parameters`` schema (serialized); larger gets 400."""
 
 
 class Policy(_Model):

@@ -1,4 +1,4 @@
-"""Conversions at the openai SDK seam: SDK objects to ours, SDK errors to ours.
+"""Conversions of OpenAI-shaped answers (parsed JSON, or SDK objects) to ours.
 
 Servers that only claim OpenAI compatibility send bodies the SDK does not validate (it builds
 its models without checking), so every field is read defensively: a missing or mistyped field
@@ -13,41 +13,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tiered_router.exceptions import (
-    BackendConnectionError,
-    BackendError,
-    BackendRateLimited,
-    BackendResponseError,
-    BackendStatusError,
-    BackendTimeout,
-)
+from tiered_router import _limits
+from tiered_router.exceptions import BackendResponseError
 from tiered_router.turn import Completion, CompletionChunk, ToolCall, ToolCallDelta, Usage
 
 __all__ = [
-    "caught_errors",
     "chunk",
     "completion",
     "reasoning_text",
     "sdk_param_names",
     "server_message",
-    "translate",
 ]
 
 _MAX_MESSAGE = 500
-
-
-@functools.cache
-def caught_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions the SDK and the HTTP layer raise; everything else propagates unchanged.
-
-    ``ValueError`` covers ``json.JSONDecodeError`` and ``UnicodeDecodeError`` from an
-    unreadable body or SSE event.
-    """
-    import openai
-
-    from tiered_router import _http
-
-    return (openai.OpenAIError, _http.HTTPError, ValueError)
 
 
 @functools.cache
@@ -107,7 +85,21 @@ def reasoning_text(value: Any) -> str | None:
 def _arguments(value: Any) -> str:
     if value is None:
         return ""
-    return value if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, str):
+        if value.count("{") + value.count("[") > _limits.MAX_JSON_DEPTH:
+            _deep_check(value)  # nested too deep would break the gate's parser
+        return value
+    return json.dumps(value)
+
+
+def _deep_check(value: str) -> None:
+    """Raise :class:`~tiered_router._limits.JSONTooDeep` for JSON nested too deep."""
+    try:
+        _limits.loads(value)
+    except _limits.JSONTooDeep:
+        raise
+    except ValueError:
+        return  # not JSON: the gate says so
 
 
 def _usage(raw: Any) -> Usage:
@@ -117,6 +109,17 @@ def _usage(raw: Any) -> Usage:
         output_tokens=_int(_get(raw, "completion_tokens")),
         cached_input_tokens=_int(_get(details, "cached_tokens")),
     )
+
+
+def _list(value: Any, field: str, backend: str) -> list[Any] | tuple[Any, ...]:
+    """A list field of an answer; ``null`` is empty, anything else but a list is an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise BackendResponseError(
+            f"{field} is a {type(value).__name__}, expected a list", backend=backend
+        )
+    return value
 
 
 def _describe(raw: Any) -> str:
@@ -141,7 +144,7 @@ def completion(raw: Any, *, backend: str) -> Completion:
     if message is None:
         raise BackendResponseError("choices[0] has no message", backend=backend)
     calls = []
-    for i, call in enumerate(_get(message, "tool_calls") or ()):
+    for i, call in enumerate(_list(_get(message, "tool_calls"), "tool_calls", backend)):
         fn = _get(call, "function")
         name = _str(_get(fn, "name"))
         if not name:
@@ -195,7 +198,7 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
         if delta is None:
             delta = _get(choice, "message")
         text = _text(_get(delta, "content"))
-        for i, call in enumerate(_get(delta, "tool_calls") or ()):
+        for i, call in enumerate(_list(_get(delta, "tool_calls"), "tool_calls", backend)):
             fn = _get(call, "function")
             index = _get(call, "index")
             deltas.append(
@@ -260,69 +263,3 @@ def server_message(body: Any) -> str:
                 return f"{text} [{kind}]" if isinstance(kind, str) and kind else text
         return _clip(json.dumps(dict(body), default=str))
     return _clip(str(body))
-
-
-def _cause(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc.__context__
-    if cause is None:
-        return ""
-    detail = str(cause)
-    return f": {type(cause).__name__}" + (f": {detail}" if detail else "")
-
-
-def translate(exc: BaseException, *, backend: str, secret: str | None = None) -> BackendError:
-    """Translate an SDK / HTTP / decoding exception to the most specific backend error.
-
-    The API key (``secret``) is scrubbed from the message in case a server echoed it.
-    """
-    import openai
-
-    from tiered_router import _http
-
-    result: BackendError
-    if isinstance(exc, openai.APITimeoutError):
-        result = BackendTimeout("request timed out" + _cause(exc), backend=backend)
-    elif isinstance(exc, openai.APIConnectionError):
-        result = BackendConnectionError("connection failed" + _cause(exc), backend=backend)
-    elif isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        retry_after = _http.parse_retry_after(exc.response.headers)
-        detail = server_message(exc.body) or exc.response.reason_phrase or "no message"
-        if status == 429:
-            result = BackendRateLimited(
-                f"HTTP 429 rate limited: {detail}", backend=backend, retry_after_s=retry_after
-            )
-        else:
-            result = BackendStatusError(
-                f"HTTP {status}: {detail}",
-                backend=backend,
-                status_code=status,
-                retry_after_s=retry_after,
-            )
-    elif isinstance(exc, openai.APIError):
-        detail = server_message(exc.body) or exc.message
-        result = BackendResponseError(f"error event in the response: {detail}", backend=backend)
-    elif isinstance(exc, _http.TimeoutException):
-        result = BackendTimeout(f"request timed out: {type(exc).__name__}", backend=backend)
-    elif isinstance(exc, _http.HTTPError):
-        result = BackendConnectionError(
-            f"HTTP failure: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
-        )
-    elif isinstance(exc, ValueError):
-        result = BackendResponseError(
-            f"unreadable response body: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
-        )
-    else:
-        result = BackendError(f"{type(exc).__name__}: {_clip(str(exc))}", backend=backend)
-    if secret and len(secret) >= 8:
-        _scrub(result, secret)
-        _scrub(exc, secret)  # it becomes __cause__ and shows in tracebacks
-    return result
-
-
-def _scrub(exc: BaseException, secret: str) -> None:
-    if secret in str(exc):
-        exc.args = tuple(a.replace(secret, "***") if isinstance(a, str) else a for a in exc.args)
-    message = getattr(exc, "message", None)
-    if isinstance(message, str) and secret in message:
-        exc.message = message.replace(secret, "***")  # type: ignore[attr-defined]

@@ -1,14 +1,15 @@
 """A backend for any OpenAI-compatible chat-completions endpoint.
 
 Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
-``POST /v1/chat/completions``; :class:`OpenAICompatBackend` talks to them through the
-``openai`` SDK over pooled httpx2 clients from :mod:`tiered_router._http`. The SDK and the
-HTTP library are imported lazily, when a backend first builds its client, so importing
-tiered_router stays cheap.
+``POST /v1/chat/completions``; :class:`OpenAICompatBackend` sends them JSON over its own
+pooled httpx2 clients from :mod:`tiered_router._http` (one pool per backend), through
+:mod:`tiered_router.backends._wire`, the one request path: the whole exchange is bounded by
+the call's deadline, the answer's size and nesting are capped, and every HTTP or decoding
+failure is translated there, at the seam, to the most specific
+:class:`~tiered_router.BackendError`. The HTTP library is imported lazily, when a backend
+first builds its client, so importing tiered_router stays cheap.
 
-One call is one try: the SDK's own retries are off (``max_retries=0``) because the router
-owns the only retry loop. Every SDK or HTTP exception is translated here, at the seam, to the
-most specific :class:`~tiered_router.BackendError`.
+One call is one try: the router owns the only retry loop.
 
 Provider differences that would otherwise fail a request are handled by :class:`Quirks`:
 Mercury 2 rejects the ``developer`` role, temperatures outside 0.5..1.0 and more than four
@@ -18,16 +19,18 @@ stop sequences; local diffusion servers take extra per-request fields and may la
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind, Message
-from tiered_router.backends import _dialect
+from tiered_router.backends import _dialect, _wire
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
@@ -40,14 +43,15 @@ from tiered_router.exceptions import (
 from tiered_router.turn import Completion, CompletionChunk
 
 if TYPE_CHECKING:
-    import openai
-
     from tiered_router import _http
     from tiered_router.policy import BackendConfig
 
 __all__ = ["OpenAICompatBackend"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 # request fields the backend sets itself; a request's params cannot override them
 _OWNED = frozenset({"model", "messages", "stream", "tools", "response_format", "timeout"})
@@ -149,8 +153,9 @@ class OpenAICompatBackend:
         self._async_http_client = async_http_client
         self._owns_http = http_client is None
         self._owns_async_http = async_http_client is None
-        self._sdk: openai.OpenAI | None = None
-        self._async_sdk: openai.AsyncOpenAI | None = None
+        self._url = (base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._parsed_url: Any = None
+        self._async_pool: _http.AsyncClient | _http.AsyncBaseTransport | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
         self._warned: set[str] = set()
@@ -184,73 +189,61 @@ class OpenAICompatBackend:
     async def acomplete(self, request: CompletionRequest) -> Completion:
         """Make one call and return the whole completion.
 
+        The whole exchange, body read included, is bounded by ``request.timeout_s``.
+
         Raises:
             BackendError: The most specific subclass for what went wrong.
 
         """
-        kwargs, plan = self._prepare(request, stream=False)
-        client = await self._get_async_sdk()
-        try:
-            raw = await client.chat.completions.create(**kwargs)
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
-        return plan.finish(_convert.completion(raw, backend=self.name))
+        call, plan = self._call(request, stream=False)
+        raw = await _wire.acall(await self._get_async_client(), call)
+        return plan.finish(self._convert(_convert.completion, raw))
 
     def complete(self, request: CompletionRequest) -> Completion:
         """Sync twin of :meth:`acomplete`."""
-        kwargs, plan = self._prepare(request, stream=False)
-        client = self._get_sdk()
-        try:
-            raw = client.chat.completions.create(**kwargs)
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
-        return plan.finish(_convert.completion(raw, backend=self.name))
+        call, plan = self._call(request, stream=False)
+        raw = _wire.call(self._get_client(), call)
+        return plan.finish(self._convert(_convert.completion, raw))
 
     async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
         """Make one streaming call; yield chunks as they arrive.
 
-        Errors (including a dropped connection or an unreadable chunk) are raised from the
-        iterator as :class:`~tiered_router.BackendError` subclasses.
+        Errors (an error status, a dropped connection, an unreadable chunk or an in-band
+        error event, the deadline passing mid-stream) are raised from the iterator as
+        :class:`~tiered_router.BackendError` subclasses.
         """
-        kwargs, plan = self._prepare(request, stream=True)
-        client = await self._get_async_sdk()
+        call, plan = self._call(request, stream=True)
+        client = await self._get_async_client()
         seen, finished = 0, False
         held: list[CompletionChunk] = []
-        try:
-            stream = await client.chat.completions.create(**kwargs)
-            async with stream:
-                async for raw in stream:
-                    chunk = _convert.chunk(raw, backend=self.name)
-                    finished = finished or chunk.finish_reason is not None
-                    if plan.buffers:
-                        held.append(chunk)
-                    else:
-                        yield plan.mark(chunk) if seen == 0 else chunk
-                    seen += 1
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
+        async with contextlib.aclosing(_wire.aevents(client, call)) as events:
+            async for raw in events:
+                chunk = self._convert(_convert.chunk, raw)
+                finished = finished or chunk.finish_reason is not None
+                if plan.buffers:
+                    held.append(chunk)
+                else:
+                    yield plan.mark(chunk) if seen == 0 else chunk
+                seen += 1
         self._check_finished(seen, finished)
         if plan.buffers:
             yield plan.finish_chunks(held, backend=self.name)
 
     def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
         """Sync twin of :meth:`astream`."""
-        kwargs, plan = self._prepare(request, stream=True)
-        client = self._get_sdk()
+        call, plan = self._call(request, stream=True)
+        client = self._get_client()
         seen, finished = 0, False
         held: list[CompletionChunk] = []
-        try:
-            with client.chat.completions.create(**kwargs) as stream:
-                for raw in stream:
-                    chunk = _convert.chunk(raw, backend=self.name)
-                    finished = finished or chunk.finish_reason is not None
-                    if plan.buffers:
-                        held.append(chunk)
-                    else:
-                        yield plan.mark(chunk) if seen == 0 else chunk
-                    seen += 1
-        except _convert.caught_errors() as exc:
-            raise self._translate(exc) from exc
+        with contextlib.closing(_wire.events(client, call)) as events:
+            for raw in events:
+                chunk = self._convert(_convert.chunk, raw)
+                finished = finished or chunk.finish_reason is not None
+                if plan.buffers:
+                    held.append(chunk)
+                else:
+                    yield plan.mark(chunk) if seen == 0 else chunk
+                seen += 1
         self._check_finished(seen, finished)
         if plan.buffers:
             yield plan.finish_chunks(held, backend=self.name)
@@ -260,18 +253,15 @@ class OpenAICompatBackend:
 
         The backend stays usable: the next call opens a new connection pool.
         """
-        sdk, self._sdk = self._sdk, None
-        if self._owns_http:
-            if sdk is not None:
-                sdk.close()
-            self._http_client = None
+        if self._owns_http and self._http_client is not None:
+            client, self._http_client = self._http_client, None
+            client.close()
 
     async def aclose(self) -> None:
         """Close the HTTP clients this backend built (shared ones stay open)."""
-        self._async_sdk = None
         closer, self._closer = self._closer, None
         if self._owns_async_http:
-            self._async_http_client = None
+            self._async_pool = None
             # a pool opened under an event loop that has ended was closed when it ended
             if closer is not None and self._loop is _running_loop():
                 await closer.aclose()
@@ -289,63 +279,97 @@ class OpenAICompatBackend:
                 backend=self.name,
             )
 
-    def _translate(self, exc: BaseException) -> BackendError:
-        return _convert.translate(exc, backend=self.name, secret=self.__key)
+    def _convert(self, convert: Callable[..., _T], raw: Any) -> _T:
+        """Run a converter; a body too odd for it is a response error, never a crash."""
+        try:
+            return convert(raw, backend=self.name)
+        except BackendError:
+            raise
+        except (TypeError, AttributeError, ValueError, RecursionError) as exc:
+            error = BackendResponseError(
+                f"unusable response: {type(exc).__name__}: {exc}", backend=self.name
+            )
+            _wire.scrub(error, self.__key)
+            raise error from exc
 
-    def _sdk_kwargs(self) -> dict[str, Any]:
+    def _api_key(self) -> str:
         key = self.__key
-        if key is None and self.base_url is not None:
-            # never let the SDK fall back to OPENAI_API_KEY for another provider's host
-            key = "none"
-        return {
-            "api_key": key,
-            "base_url": self.base_url,
-            "max_retries": 0,
-            "timeout": self.timeout_s,
-            "default_headers": self._headers or None,
-        }
+        if key is None:
+            if self.base_url is not None:
+                # never send OPENAI_API_KEY to another provider's host
+                return "none"
+            key = os.environ.get("OPENAI_API_KEY")
+            if not key:
+                raise BackendConnectionError(
+                    "no API key: set api_key in the policy or OPENAI_API_KEY", backend=self.name
+                )
+        return key
 
-    def _get_sdk(self) -> openai.OpenAI:
-        if self._sdk is None:
-            import openai
-
+    def _call(
+        self, request: CompletionRequest, *, stream: bool
+    ) -> tuple[_wire.Call, _dialect.Plan]:
+        """Build the HTTP call for ``request`` in the server's dialect, and the reply's plan."""
+        kwargs, plan = self._prepare(request, stream=stream)
+        timeout = kwargs.get("timeout")
+        body, extra_headers = _wire.body_of(kwargs)
+        key = self._api_key()
+        headers = (
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream" if stream else "application/json"),
+            ("user-agent", "tiered-router"),
+            ("authorization", f"Bearer {key}"),
+            *self._headers.items(),
+            *extra_headers.items(),
+        )
+        if self._parsed_url is None:
             from tiered_router import _http
 
-            if self._http_client is None:
-                self._http_client = _http.build_client(timeout_s=self.timeout_s)
-                # close pooled sockets when a never-closed backend is collected
-                weakref.finalize(self, self._http_client.close)
-            try:
-                self._sdk = openai.OpenAI(http_client=self._http_client, **self._sdk_kwargs())
-            except openai.OpenAIError as exc:
-                raise self._translate(exc) from exc
-        return self._sdk
+            self._parsed_url = _http.URL(self._url)
+        return _wire.Call(
+            backend=self.name,
+            url=self._parsed_url,
+            headers=headers,
+            body=body,
+            timeout_s=timeout,
+            secret=None if key == "none" else key,
+        ), plan
 
-    async def _get_async_sdk(self) -> openai.AsyncOpenAI:
+    def _get_client(self) -> _http.Client:
+        if self._http_client is None:
+            from tiered_router import _http
+
+            self._http_client = client = _http.build_client(timeout_s=self.timeout_s)
+            # close pooled sockets when a never-closed backend is collected
+            weakref.finalize(self, client.close)
+        return self._http_client
+
+    async def _get_async_client(self) -> _http.AsyncClient | _http.AsyncBaseTransport:
+        """Return what async calls are sent on: the shared client, or this backend's own pool.
+
+        Its own pool is httpx2's transport, sent on directly (no client work per call);
+        with a proxy in the environment it is an httpx2 client that routes through it.
+        """
+        if not self._owns_async_http:
+            assert self._async_http_client is not None
+            return self._async_http_client
         loop = _running_loop()
-        if self._async_sdk is not None and self._owns_async_http and loop is not self._loop:
+        if self._async_pool is not None and loop is not self._loop:
             # pooled connections belong to the loop that opened them: a backend reused across
             # asyncio.run() calls would fail with "Event loop is closed", so start a new pool
-            logger.debug("backend %s: new event loop, new async HTTP client", self.name)
-            self._async_sdk = self._async_http_client = self._closer = None
-        if self._async_sdk is None:
-            import openai
-
+            logger.debug("backend %s: new event loop, new connection pool", self.name)
+            self._async_pool = self._closer = None
+        if self._async_pool is None:
             from tiered_router import _http
 
             self._loop = loop
-            if self._async_http_client is None:
-                client = _http.build_async_client(timeout_s=self.timeout_s)
-                self._async_http_client = client
-                self._closer = _close_when_loop_ends(client)
-                await self._closer.asend(None)
-            try:
-                self._async_sdk = openai.AsyncOpenAI(
-                    http_client=self._async_http_client, **self._sdk_kwargs()
-                )
-            except openai.OpenAIError as exc:
-                raise self._translate(exc) from exc
-        return self._async_sdk
+            pool: _http.AsyncClient | _http.AsyncBaseTransport | None
+            pool = _http.build_async_transport()
+            if pool is None:
+                pool = _http.build_async_client(timeout_s=self.timeout_s)
+            self._async_pool = pool
+            self._closer = _close_when_loop_ends(pool)
+            await self._closer.asend(None)
+        return self._async_pool
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
@@ -513,7 +537,9 @@ def _running_loop() -> object:
         return None
 
 
-async def _close_when_loop_ends(client: _http.AsyncClient) -> AsyncGenerator[None, None]:
+async def _close_when_loop_ends(
+    client: _http.AsyncClient | _http.AsyncBaseTransport,
+) -> AsyncGenerator[None, None]:
     """Close ``client`` when this generator is closed.
 
     The event loop closes live async generators when it shuts down (``asyncio.run`` does), and

@@ -323,6 +323,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="ANTHROPIC_API_KEY",
             hosts=("api.anthropic.com",),
+            latency=DIALECTS["openai"].latency,
         ),
         "gemini": Preset(
             name="gemini",
@@ -331,6 +332,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="GEMINI_API_KEY",
             hosts=("generativelanguage.googleapis.com",),
+            latency=DIALECTS["openai"].latency,
         ),
         "together": Preset(
             name="together",
@@ -339,6 +341,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="TOGETHER_API_KEY",
             hosts=("api.together.xyz",),
+            latency=DIALECTS["openai"].latency,
         ),
         "groq": Preset(
             name="groq",
@@ -347,6 +350,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="GROQ_API_KEY",
             hosts=("api.groq.com",),
+            latency=DIALECTS["openai"].latency,
         ),
         "fireworks": Preset(
             name="fireworks",
@@ -355,6 +359,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="FIREWORKS_API_KEY",
             hosts=("api.fireworks.ai",),
+            latency=DIALECTS["openai"].latency,
         ),
         "deepinfra": Preset(
             name="deepinfra",
@@ -363,6 +368,7 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="autoregressive",
             api_key_env="DEEPINFRA_API_KEY",
             hosts=("api.deepinfra.com",),
+            latency=DIALECTS["openai"].latency,
         ),
     }
 )

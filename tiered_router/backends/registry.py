@@ -88,9 +88,11 @@ def _replay_check(name: str, config: BackendConfig, /) -> None:
             + ", ".join(_REPLAY_OPTIONS),
             field=f"backends.{name}.options.{unknown[0]}",
         )
-    if not isinstance(config.options.get("data"), str):
+    # `data` may be absent: evaluation binds replay backends to a dataset in code
+    # (`Replay.bind`); building one from the policy alone still needs it (the factory says so)
+    if "data" in config.options and not isinstance(config.options["data"], str):
         raise PolicyError(
-            "a replay backend needs options.data (a dataset file or data name)",
+            "options.data must be a dataset file or data name (a string)",
             field=f"backends.{name}.options.data",
         )
 

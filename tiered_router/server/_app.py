@@ -420,22 +420,12 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return _error(404, f"unknown path {request.url.path}", code="unknown_path")
 
 
-def _backends(
-    policy: Policy, settings: ServerSettings, env: Mapping[str, str] | None
-) -> tuple[dict[str, Backend], Any]:
-    """Build raw-HTTP backends for the policy's ``openai`` tiers, with a shared transport."""
-    if settings.transport != "raw":
-        return {}, None
-    from tiered_router._lean_http import LeanAsyncTransport
-    from tiered_router.backends.raw_http import RawHTTPBackend
+def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backend]:
+    """Build the tiers' backends now (keys looked up in ``env``), each with its own pool."""
+    from tiered_router.backends.registry import build_backend
 
-    transport = LeanAsyncTransport()
-    built: dict[str, Backend] = {}
-    for name in dict.fromkeys((policy.tiers.fast, policy.tiers.frontier)):
-        config = policy.backends[name]
-        if config.type == "openai":
-            built[name] = RawHTTPBackend.from_config(name, config, env=env, transport=transport)
-    return built, transport
+    names = dict.fromkeys((policy.tiers.fast, policy.tiers.frontier))
+    return {name: build_backend(name, policy.backends[name], env=env) for name in names}
 
 
 def build_app(
@@ -449,22 +439,20 @@ def build_app(
 ) -> Starlette:
     """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
     metrics = Metrics()
-    built, transport = _backends(policy, settings, env)
+    built = _backends(policy, env)
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
     proxy = _Proxy(router, settings, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if built:
-            from tiered_router.backends import _openai_convert
+        from tiered_router import _http  # noqa: F401  (imported now, not on the first request)
+        from tiered_router.backends import _openai_convert
 
-            _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
+        _openai_convert.sdk_param_names()
         yield
         # uvicorn runs this after the in-flight requests have finished
         await router.aclose()
-        if transport is not None:
-            await transport.aclose()
 
     app = Starlette(
         routes=[

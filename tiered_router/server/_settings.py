@@ -6,7 +6,6 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy import Policy
@@ -43,7 +42,9 @@ class ServerSettings:
         api_keys: Keys clients must present as ``Authorization: Bearer <key>``; none means
             no authentication, which is only allowed on a loopback address.
         max_body_bytes: Largest request body accepted (larger gets 413).
-        transport: ``raw`` (lean JSON client) or ``sdk`` (openai SDK) for upstream calls.
+        read_timeout_s: Seconds a client may take to send its headers, and again its body.
+        max_tools: Most tools a request may carry.
+        max_schema_bytes: Largest ``response_format`` or tool ``parameters`` schema.
         policy_file: The policy's file name, for error messages.
 
     """
@@ -52,7 +53,9 @@ class ServerSettings:
     port: int = 8000
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = 4 * 1024 * 1024
-    transport: Literal["raw", "sdk"] = "raw"
+    read_timeout_s: float = 10.0
+    max_tools: int = 128
+    max_schema_bytes: int = 256 * 1024
     policy_file: str = "<policy>"
 
     @classmethod
@@ -87,7 +90,9 @@ class ServerSettings:
             port=server.port if port is None else port,
             api_keys=unique,
             max_body_bytes=server.max_body_bytes if max_body_bytes is None else max_body_bytes,
-            transport=server.transport,
+            read_timeout_s=server.read_timeout_s,
+            max_tools=server.max_tools,
+            max_schema_bytes=server.max_schema_bytes,
             policy_file=policy_file,
         )
 
