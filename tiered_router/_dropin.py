@@ -161,7 +161,9 @@ class RawResponse:
                 headers[f"x-tiered-router-{key}"] = (
                     str(value).lower() if isinstance(value, bool) else str(value)
                 )
-        body = parsed.model_dump_json() if hasattr(parsed, "model_dump_json") else "{}"
+        body = (
+            parsed.model_dump_json(warnings=False) if hasattr(parsed, "model_dump_json") else "{}"
+        )
         request = _http.Request("POST", _URL)
         self.http_response = _http.Response(
             200, content=body.encode(), headers=headers, request=request
