@@ -4,6 +4,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from redisfix import RedisServer
 
 from tiered_router.testing import ScriptedServer
 
@@ -18,6 +19,16 @@ def server() -> Iterator[ScriptedServer]:
     """A scripted OpenAI-compatible server on 127.0.0.1, fresh for each test."""
     with ScriptedServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 (skips with a message when it is not installed)."""
+    srv = RedisServer()
+    try:
+        yield srv.start()
+    finally:
+        srv.close()
 
 
 @pytest.fixture(autouse=True)

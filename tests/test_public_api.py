@@ -254,6 +254,9 @@ PINNED: dict[str, frozenset[str]] = {
             "Tiers",
         }
     ),
+    "tiered_router.otel": frozenset(
+        {"configure_otlp", "gen_ai_system", "OTelSink", "TraceContextMiddleware"}
+    ),
     "tiered_router.pricing": frozenset(
         {
             "cost_of",
@@ -268,6 +271,8 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.resilience": frozenset(
         {
+            "breaker_outcome",
+            "BreakerPass",
             "CircuitBreaker",
             "Deadline",
             "RetrySchedule",
@@ -303,6 +308,20 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+        }
+    ),
+    "tiered_router.state": frozenset(
+        {
+            "Admission",
+            "BreakerSnapshot",
+            "BreakerState",
+            "MemoryStateStore",
+            "Outcome",
+            "SafeStateStore",
+            "StateStore",
+            "TaskDelta",
+            "TaskRules",
+            "TaskSnapshot",
         }
     ),
     "tiered_router.server": frozenset(

@@ -187,9 +187,9 @@ async def test_backend_error_escalation_off_raises(server: ScriptedServer) -> No
 
 @pytest.mark.anyio
 async def test_circuit_breaker_routes_around_open_backend(server: ScriptedServer) -> None:
-    server.script([Reply.status(400)] * 5, model="fast-model")
+    server.script([Reply.status(503)] * 5, model="fast-model")
     server.default = Reply.text("frontier ok")
-    router = router_for(server)
+    router = router_for(server, retries=(0, 0))
     for _ in range(5):
         result = await router.acomplete(easy_turn())
         assert result.trace.escalations == ("backend_error",)
@@ -202,9 +202,9 @@ async def test_circuit_breaker_routes_around_open_backend(server: ScriptedServer
 
 @pytest.mark.anyio
 async def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer) -> None:
-    server.script([Reply.status(400)] * 5, model="frontier-model")
+    server.script([Reply.status(503)] * 5, model="frontier-model")
     server.default = Reply.text("fast fallback")
-    router = router_for(server)
+    router = router_for(server, retries=(0, 0))
     for _ in range(5):  # frontier-decided turns; the frontier fails, the fast tier serves
         result = await router.acomplete(easy_turn(final=True))
         assert result.tier == "fast"
@@ -214,7 +214,7 @@ async def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer) -> N
     policy["backends"]["fast"]["tools"] = False
     r2 = tracked(Router(policy))
     for _ in range(5):
-        r2.breaker("frontier").record(False)
+        r2.breaker("frontier").record("failure")
     assert r2.breaker("frontier").state == "open"
     server.script([Reply.text("frontier anyway")], model="frontier-model")
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
@@ -348,7 +348,7 @@ def test_breaker_is_not_routed_around_when_backend_errors_do_not_escalate(
 ) -> None:
     router = router_for(server, escalation={"on_backend_error": False})
     for _ in range(5):
-        router.breaker("fast").record(False)
+        router.breaker("fast").record("failure")
     server.script([Reply.text("fast anyway")], model="fast-model")
     result = router.complete(easy_turn())
     assert result.tier == "fast" and result.trace.escalations == ()

@@ -92,32 +92,22 @@ class TurnRun:
         return self.router.capability_gap(self.policy.backend_for(tier), self.turn) is None
 
     def first_tier(self) -> Tier:
-        tier = self.decision.tier
+        return self.decision.tier
+
+    def route_around(self, tier: Tier) -> Tier | None:
+        """The tier to try when ``tier``'s breaker refuses the call, if the policy allows one."""
         other = _OTHER[tier]
-        name = self.policy.backend_for(tier)
-        may_leave = tier == "frontier" or self.policy.escalation.on_backend_error
-        if (
-            may_leave
-            and not self.router.breaker(name).allow()
-            and self.usable(other)
-            and self.router.breaker(self.policy.backend_for(other)).allow()
-        ):
-            # route around an open backend, but only when the other path is open
-            self.escalations.append("circuit_open")
-            self.attempts.append(
-                Attempt(
-                    tier=tier,
-                    backend=name,
-                    model="",
-                    error=_describe(BackendUnavailable("circuit breaker is open", backend=name)),
-                )
-            )
-            return other
-        return tier
+        if tier == "fast" and not self.policy.escalation.on_backend_error:
+            return None
+        if other in self.tried or not self.usable(other):
+            return None
+        return other
 
     def next_tier(self, tier: Tier, reason: str) -> Tier | None:
         """The tier to try after ``tier`` failed for ``reason``, if any (no side effects)."""
         other = _OTHER[tier]
+        if reason == "circuit_open":
+            return self.route_around(tier)
         if other in self.tried or not self.usable(other):
             return None
         if tier == "fast":
@@ -129,12 +119,15 @@ class TurnRun:
 
     def _next_after_failure(self, tier: Tier, reason: str) -> Tier | None:
         nxt = self.next_tier(tier, reason)
-        if nxt is not None:
+        if nxt is not None and reason == "circuit_open":
+            self.escalations.append(reason)
+        elif nxt is not None:
             self.escalations.append(reason if tier == "fast" else f"frontier_{reason}")
         return nxt
 
     def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
-        nxt = self._next_after_failure(tier, "backend_error")
+        reason = "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
+        nxt = self._next_after_failure(tier, reason)
         if nxt is None and self.last is not None:
             self.returned = self.last  # an earlier draft failed the gate: keep it, lose nothing
         return nxt
@@ -180,14 +173,17 @@ class TurnRun:
         )
 
     def record_error(self, tier: Tier, backend: Backend, exc: BackendError, latency: float) -> None:
-        self.router.breaker(backend.name).record(False)
         self.errors.append(exc)
+        if isinstance(exc, BackendUnavailable):  # refused by its breaker: no call was made
+            self.attempts.append(
+                Attempt(tier=tier, backend=backend.name, model="", error=_describe(exc))
+            )
+            return
         self.attempts.append(self._attempt(tier, backend, latency, error=_describe(exc)))
 
     def record_draft(
         self, tier: Tier, backend: Backend, completion: Completion, latency: float
     ) -> None:
-        self.router.breaker(backend.name).record(True)
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.router.gate.evaluate(completion, self.turn)

@@ -316,18 +316,26 @@ class RetryConfig(_Model):
 
 
 class BreakerConfig(_Model):
-    """Per-backend circuit breaker (opens on a failure ratio over a sliding window)."""
+    """Per-backend circuit breaker: opens on a run of failures or a failure share in a window.
+
+    Timeouts, connection errors, 401/403/408/429, 5xx and unreadable answers are failures;
+    a 4xx the request caused (400, 404, 413, 422...) is not.
+    """
 
     enabled: bool = True
     """Whether breakers are used."""
+    consecutive_failures: int | None = Field(default=5, ge=1)
+    """Open after this many failed calls in a row (``null``: only the window opens it)."""
     failure_ratio: float = Field(default=0.5, gt=0, le=1)
-    """Open when more than this share of recent calls failed..."""
-    min_calls: int = Field(default=5, ge=1)
+    """Also open when more than this share of recent calls failed..."""
+    min_calls: int = Field(default=10, ge=1)
     """...over at least this many calls..."""
-    window_s: float = Field(default=60.0, gt=0)
+    window_s: float = Field(default=10.0, gt=0)
     """...in this window, seconds."""
     cooldown_s: float = Field(default=5.0, ge=0)
     """Then stay open this long before letting one trial call through."""
+    trial_lease_s: float = Field(default=30.0, gt=0)
+    """A trial not recorded after this long (a crashed worker) is given up for a new one."""
 
 
 class ResilienceConfig(_Model):

@@ -14,20 +14,24 @@ Time and randomness are injected: the clock, the sleep functions and the jitter 
 from __future__ import annotations
 
 import random
-import threading
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import tenacity
 
-from tiered_router.exceptions import BackendError
-from tiered_router.policy import BreakerConfig, RetryConfig
+from tiered_router.exceptions import (
+    BackendError,
+    BackendUnavailable,
+    CapabilityError,
+    StreamInterrupted,
+)
+from tiered_router.state import Admission, BreakerSnapshot, BreakerState, Outcome, StateStore
 
-__all__ = ["CircuitBreaker", "Deadline", "RetrySchedule"]
+if TYPE_CHECKING:
+    from tiered_router.policy import BreakerConfig, RetryConfig
 
-BreakerState = Literal["closed", "open", "half_open"]
+__all__ = ["BreakerPass", "CircuitBreaker", "Deadline", "RetrySchedule", "breaker_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,78 +155,160 @@ def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, BackendError) and exc.retryable
 
 
-class CircuitBreaker:
-    """Opens a backend after repeated failures, and lets one trial call through later.
-
-    The breaker opens when, over the last ``window_s`` seconds, at least ``min_calls`` calls
-    were made and more than ``failure_ratio`` of them failed. After ``cooldown_s`` it is
-    half-open: one call may go through; success closes it, failure opens it again.
-    The router routes around an open backend but never cuts off the last usable path.
+def breaker_outcome(exc: BaseException | None, *, progressed: bool = False) -> Outcome:
+    """What a call's end says about its backend, for its circuit breaker.
 
     Args:
+        exc: The exception the call ended with, ``None`` for a normal return.
+        progressed: Whether the backend had already answered (a stream sent content).
+
+    Returns:
+        ``success`` for an answer; ``failure`` for timeouts, connection errors, 401, 403, 408,
+        429, 5xx, unreadable answers and any unexpected exception; ``neutral`` for a 4xx the
+        request caused (400, 404, 413, 422...), an open breaker, a missing capability, and a
+        cancelled or abandoned call (``success`` when the backend had already answered).
+    """
+    if exc is None:
+        return "success"
+    if isinstance(exc, StreamInterrupted):
+        return breaker_outcome(exc.__cause__, progressed=progressed)
+    if not isinstance(exc, Exception):  # cancelled, abandoned (GeneratorExit), interrupted
+        return "success" if progressed else "neutral"
+    if isinstance(exc, (BackendUnavailable, CapabilityError)):
+        return "neutral"
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and 400 <= status < 500 and status not in _BACKEND_4XX:
+        return "neutral"
+    return "failure"
+
+
+_BACKEND_4XX = frozenset({401, 403, 408, 429})
+"""4xx answers that say the backend (its key, its load), not the request, is at fault."""
+
+
+class CircuitBreaker:
+    """The circuit breaker of one backend; its state lives in the router's state store.
+
+    It opens after ``consecutive_failures`` failed calls in a row, or when over the last
+    ``window_s`` seconds at least ``min_calls`` calls were made and more than
+    ``failure_ratio`` of them failed (see :func:`breaker_outcome` for what counts). After
+    ``cooldown_s`` it is half-open: one trial call may go through; success closes it, failure
+    opens it again. The trial is released on every exit path: :meth:`guard` /
+    :meth:`aguard` record the call's outcome however it ends (a cancelled trial is released
+    without a verdict), and a trial out longer than ``trial_lease_s`` is given up.
+
+    Args:
+        name: The backend's name.
+        store: Where the breaker's state lives.
         config: Breaker settings from the policy.
         clock: The router's clock.
     """
 
-    def __init__(self, config: BreakerConfig, *, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, name: str, store: StateStore, config: BreakerConfig, *, clock: Callable[[], float]
+    ) -> None:
+        self.name = name
         self.config = config
+        self._store = store
         self._clock = clock
-        self._events: deque[tuple[float, bool]] = deque()
-        self._failures = 0  # failures among _events, kept as calls come and go
-        self._opened_at: float | None = None
-        self._trial_in_flight = False
-        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"CircuitBreaker({self.name!r}, state={self.state!r})"
 
     @property
     def state(self) -> BreakerState:
         """``closed``, ``open`` or ``half_open``."""
-        with self._lock:
-            return self._state(self._clock())
+        return self.snapshot().state
 
-    def _state(self, now: float) -> BreakerState:
-        if self._opened_at is None:
+    def snapshot(self) -> BreakerSnapshot:
+        """The breaker's state and counts (reserves nothing)."""
+        if not self.config.enabled:
+            return BreakerSnapshot(state="closed")
+        return self._store.breaker_snapshot(self.name, now=self._clock(), config=self.config)
+
+    async def asnapshot(self) -> BreakerSnapshot:
+        """Async twin of :meth:`snapshot`."""
+        if not self.config.enabled:
+            return BreakerSnapshot(state="closed")
+        return await self._store.abreaker_snapshot(self.name, now=self._clock(), config=self.config)
+
+    def allow(self) -> Admission:
+        """Admit a call or refuse it; a half-open trial comes with a token to record."""
+        if not self.config.enabled:
+            return _ADMITTED
+        return self._store.breaker_allow(self.name, now=self._clock(), config=self.config)
+
+    async def aallow(self) -> Admission:
+        """Async twin of :meth:`allow`."""
+        if not self.config.enabled:
+            return _ADMITTED
+        return await self._store.abreaker_allow(self.name, now=self._clock(), config=self.config)
+
+    def record(self, outcome: Outcome, *, token: str | None = None) -> BreakerState:
+        """Record an admitted call's outcome (pass the admission's token back)."""
+        if not self.config.enabled:
             return "closed"
-        if now - self._opened_at >= self.config.cooldown_s:
-            return "half_open"
-        return "open"
+        return self._store.breaker_record(
+            self.name, outcome, now=self._clock(), config=self.config, token=token
+        )
 
-    def allow(self) -> bool:
-        """Whether a call may go to the backend now (reserves the half-open trial)."""
+    async def arecord(self, outcome: Outcome, *, token: str | None = None) -> BreakerState:
+        """Async twin of :meth:`record`."""
         if not self.config.enabled:
-            return True
-        with self._lock:
-            state = self._state(self._clock())
-            if state == "closed":
-                return True
-            if state == "half_open" and not self._trial_in_flight:
-                self._trial_in_flight = True
-                return True
-            return False
+            return "closed"
+        return await self._store.abreaker_record(
+            self.name, outcome, now=self._clock(), config=self.config, token=token
+        )
 
-    def record(self, ok: bool) -> None:
-        """Record the outcome of one call."""
-        if not self.config.enabled:
-            return
-        with self._lock:
-            now = self._clock()
-            if self._opened_at is not None:
-                self._trial_in_flight = False
-                if ok and self._state(now) == "half_open":
-                    self._opened_at = None
-                    self._events.clear()
-                    self._failures = 0
-                elif not ok:
-                    self._opened_at = now
-                return
-            self._events.append((now, ok))
-            self._failures += not ok
-            horizon = now - self.config.window_s
-            while self._events and self._events[0][0] < horizon:
-                self._failures -= not self._events.popleft()[1]
-            calls = len(self._events)
-            ratio = self._failures / calls
-            if calls >= self.config.min_calls and ratio > self.config.failure_ratio:
-                self._opened_at = now
+    def guard(self) -> BreakerPass:
+        """A context manager around one call: admits it on entry, records it on every exit."""
+        return BreakerPass(self)
 
-    def __repr__(self) -> str:
-        return f"CircuitBreaker(state={self.state!r})"
+    def aguard(self) -> BreakerPass:
+        """Async twin of :meth:`guard` (use it with ``async with``)."""
+        return BreakerPass(self)
+
+
+_ADMITTED = Admission(allowed=True, state="closed")
+
+
+class BreakerPass:
+    """One call under a breaker: ``with breaker.guard() as call:`` (or ``async with``).
+
+    On entry the breaker admits or refuses the call (:attr:`admission`; the caller may still
+    call a refused backend when it is the last path). On exit, whatever the way out, the
+    outcome is recorded (:func:`breaker_outcome` of the exception), which releases a
+    half-open trial. Set :attr:`progressed` once the backend has answered (a stream's first
+    content), so that a caller abandoning the call later counts as a success.
+    """
+
+    __slots__ = ("_breaker", "admission", "outcome", "progressed")
+
+    def __init__(self, breaker: CircuitBreaker) -> None:
+        self._breaker = breaker
+        self.admission: Admission = _ADMITTED
+        self.progressed = False
+        self.outcome: Outcome | None = None
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the breaker admitted the call."""
+        return self.admission.allowed
+
+    def __enter__(self) -> BreakerPass:
+        self.admission = self._breaker.allow()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        if self.admission.allowed:
+            self._breaker.record(self.outcome, token=self.admission.token)
+
+    async def __aenter__(self) -> BreakerPass:
+        self.admission = await self._breaker.aallow()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        if self.admission.allowed:
+            await self._breaker.arecord(self.outcome, token=self.admission.token)

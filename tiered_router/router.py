@@ -22,14 +22,13 @@ from tiered_router._run import RoutedResult, TurnRun
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
-from tiered_router.exceptions import (
-    BackendError,
-)
+from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
 from tiered_router.gate import QualityGate
 from tiered_router.policy import BackendConfig, Policy, load_policy
 from tiered_router.resilience import CircuitBreaker, Deadline, RetrySchedule
 from tiered_router.routing import Decision, decide
 from tiered_router.scoring import Scorer, build_scorer
+from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
@@ -67,6 +66,9 @@ class Router:
         record: Record each turn's request and each attempt's output in its trace
             (``True``), through a redaction hook (a callable: record in, what to keep out,
             ``None`` for nothing), or not at all (``False``, the default).
+        state: Where circuit breakers and task totals live (default: this process,
+            :class:`~tiered_router.state.MemoryStateStore`). A failing store never fails a
+            turn: the router falls back to in-process state with a warning.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Router:
         asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         record: RecordOption = False,
+        state: StateStore | None = None,
     ) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.scorer = scorer or build_scorer(self.policy.scoring)
@@ -93,6 +96,13 @@ class Router:
         self._sleep = sleep
         self._asleep = asleep
         self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
+        self.state: StateStore = (
+            MemoryStateStore()
+            if state is None
+            else state
+            if isinstance(state, (MemoryStateStore, SafeStateStore))
+            else SafeStateStore(state)
+        )
         self._breakers: dict[str, CircuitBreaker] = {}
         self._configs: dict[str, BackendConfig | None] = {}
         self.latency = LatencyTracker()
@@ -123,7 +133,7 @@ class Router:
         found = self._breakers.get(name)
         if found is None:
             found = self._breakers[name] = CircuitBreaker(
-                self.policy.resilience.breaker, clock=self._clock
+                name, self.state, self.policy.resilience.breaker, clock=self._clock
             )
         return found
 
@@ -317,12 +327,21 @@ class Router:
         loop = self._retries.aretrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
         )
+        breaker = self.breaker(name)
         async for attempt in loop:
             with attempt:
                 started = self._clock()
                 try:
                     request = run.request(name)
-                    return await once(backend, request, started)
+                    async with breaker.aguard() as call:
+                        if not call.allowed and await self._around(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return await once(backend, request, started)
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise _unexpected(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
@@ -337,16 +356,40 @@ class Router:
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
         )
+        breaker = self.breaker(name)
         for attempt in loop:
             with attempt:
                 started = self._clock()
                 try:
                     request = run.request(name)
-                    return once(backend, request, started)
+                    with breaker.guard() as call:
+                        if not call.allowed and self._around_sync(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return once(backend, request, started)
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise _unexpected(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, backend, exc, self._clock() - started)
                     raise
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    async def _around(self, run: TurnRun, tier: Tier) -> bool:
+        """Whether a turn refused by ``tier``'s breaker may go to the other tier instead."""
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        snapshot = await self.breaker(self.policy.backend_for(other)).asnapshot()
+        return snapshot.state != "open"
+
+    def _around_sync(self, run: TurnRun, tier: Tier) -> bool:
+        """Sync twin of :meth:`_around`."""
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -431,3 +474,10 @@ class Router:
             task.observe(trace)
         for sink in self.sinks:
             sink.emit(trace)
+
+
+def _unexpected(exc: Exception, backend: str) -> BackendError:
+    """A non-BackendError from a backend call (a malformed answer it did not catch)."""
+    return BackendResponseError(
+        f"unexpected {type(exc).__name__} while reading the answer", backend=backend
+    )

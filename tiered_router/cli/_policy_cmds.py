@@ -393,6 +393,13 @@ def serve(
             "--record", help="Record messages and outputs in the traces (for dataset from-traces)."
         ),
     ] = False,
+    otel: Annotated[
+        bool,
+        typer.Option(
+            help="OpenTelemetry spans and metrics over OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT "
+            "(needs the otel extra)."
+        ),
+    ] = False,
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra).
 
@@ -411,6 +418,7 @@ def serve(
             log_level=log_level,
             trace_file=trace_file,
             record=record,
+            otel=otel,
         )
 
 

@@ -10,7 +10,7 @@ client.chat.completions.create(model="auto", messages=[...])
 ```
 
 Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v1/models``,
-``GET /healthz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
+``GET /healthz``, ``GET /readyz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
 ``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
 and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
 ``docs/proxy.md``.
@@ -18,9 +18,12 @@ and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.policy import load_policy
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
+    from tiered_router.otel import OTelSink
     from tiered_router.policy import Policy
     from tiered_router.trace import TraceSink
 
@@ -66,6 +70,7 @@ def create_app(
     backends: Mapping[str, Backend] | None = None,
     env: Mapping[str, str] | None = None,
     record: bool = False,
+    otel: bool | OTelSink = False,
 ) -> Starlette:
     """Build the proxy's ASGI app (serve it with uvicorn or any ASGI server).
 
@@ -84,9 +89,13 @@ def create_app(
         env: Where API keys are looked up; ``os.environ`` when ``None``.
         record: Record each request's messages and outputs in its trace (for
             ``tiered-router dataset from-traces``).
+        otel: Write every turn as OpenTelemetry spans and metrics, parented to the
+            request's ``traceparent``: ``True`` for an :class:`tiered_router.otel.OTelSink`
+            on the global providers, or the sink to use.
 
     Raises:
-        ImportError: When the ``server`` extra is not installed.
+        ImportError: When the ``server`` extra (or, with ``otel``, the ``otel`` extra) is
+            not installed.
         PolicyError: An invalid policy, or a backend missing its model or API key.
 
     """
@@ -96,7 +105,15 @@ def create_app(
     loaded = load_policy(policy, env=env)
     if settings is None:
         settings = ServerSettings.from_policy(loaded, env=env, policy_file=_file_name(policy))
-    return build_app(loaded, settings, sinks=sinks, backends=backends, env=env, record=record)
+    if not otel:
+        return build_app(loaded, settings, sinks=sinks, backends=backends, env=env, record=record)
+    from tiered_router.otel import OTelSink, TraceContextMiddleware
+
+    sink = otel if isinstance(otel, OTelSink) else OTelSink(policy=loaded)
+    all_sinks = [*sinks, sink]
+    app = build_app(loaded, settings, sinks=all_sinks, backends=backends, env=env, record=record)
+    app.add_middleware(TraceContextMiddleware)
+    return app
 
 
 def _app_from_environment() -> Any:
@@ -109,11 +126,17 @@ def _app_from_environment() -> Any:
         loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
     )
     _configure_logging(spec.get("log_level", "info"))
+    otel = bool(spec.get("otel"))
+    if otel:
+        from tiered_router.otel import configure_otlp
+
+        configure_otlp()  # in each worker: exporter threads do not cross processes
     return create_app(
         loaded,
         settings=settings,
         sinks=_trace_sinks(spec.get("trace_file")),
         record=bool(spec.get("record")),
+        otel=otel,
     )
 
 
@@ -140,6 +163,23 @@ def _configure_logging(log_level: str) -> None:
         package.addHandler(handler)
 
 
+@contextlib.contextmanager
+def _metrics_dir() -> Iterator[None]:
+    """A fresh directory for the workers' metrics (kept when the operator set one)."""
+    from tiered_router.server._workers import METRICS_DIR_ENV
+
+    if os.environ.get(METRICS_DIR_ENV):
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="tiered-router-metrics-")
+    os.environ[METRICS_DIR_ENV] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(METRICS_DIR_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def serve(
     policy: Policy | PolicySource,
     *,
@@ -151,6 +191,7 @@ def serve(
     env: Mapping[str, str] | None = None,
     trace_file: str | os.PathLike[str] | None = None,
     record: bool = False,
+    otel: bool = False,
 ) -> None:
     """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
 
@@ -161,12 +202,15 @@ def serve(
         policy: The policy (a path when ``workers`` > 1).
         host: Overrides ``server.host`` (``127.0.0.1`` by default).
         port: Overrides ``server.port`` (8000 by default).
-        workers: Worker processes (each has its own connection pools and metrics).
+        workers: Worker processes (each has its own connection pools; ``/metrics`` adds up
+            the numbers of all of them).
         max_body_bytes: Overrides ``server.max_body_bytes``.
         log_level: uvicorn's and tiered_router's log level.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
         trace_file: Append every trace to this JSONL file (each worker appends its own lines).
         record: Record each request's messages and outputs in its trace.
+        otel: Export OpenTelemetry spans and metrics over OTLP/HTTP (endpoint from the
+            standard ``OTEL_EXPORTER_OTLP_*`` variables); needs the ``otel`` extra.
 
     Raises:
         ImportError: When the ``server`` extra is not installed.
@@ -215,14 +259,23 @@ def serve(
             "trace_file": os.path.abspath(os.fspath(trace_file)) if trace_file else None,
             "record": record,
             "log_level": log_level,
+            "otel": otel,
         }
         os.environ[_POLICY_ENV] = json.dumps(spec)
-        uvicorn.run(
-            "tiered_router.server:_app_from_environment", factory=True, workers=workers, **options
-        )
+        with _metrics_dir():
+            uvicorn.run(
+                "tiered_router.server:_app_from_environment",
+                factory=True,
+                workers=workers,
+                **options,
+            )
         return
+    if otel:
+        from tiered_router.otel import configure_otlp
+
+        configure_otlp()
     sinks = _trace_sinks(trace_file)
-    app = create_app(loaded, settings=settings, env=env, sinks=sinks, record=record)
+    app = create_app(loaded, settings=settings, env=env, sinks=sinks, record=record, otel=otel)
     try:
         uvicorn.run(app, **options)
     finally:

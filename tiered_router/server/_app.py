@@ -38,6 +38,7 @@ from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._settings import ServerSettings
+from tiered_router.server._workers import worker_metrics
 
 if TYPE_CHECKING:
     from tiered_router._openai_wire import RequestOptions
@@ -170,6 +171,7 @@ class _Proxy:
         self.settings = settings
         self.metrics = metrics
         self.keys = KeyChecker(settings.api_keys)
+        self.ready = False
 
     def _denied(self, request: Request) -> Response | None:
         if self.keys.allows(request.headers.get("authorization")):
@@ -341,6 +343,13 @@ class _Proxy:
     async def healthz(self, request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
 
+    async def readyz(self, request: Request) -> Response:
+        # ready between the end of startup and the start of shutdown; a load balancer
+        # stops sending new requests when this turns 503
+        if not self.ready:
+            return Response(b'{"status":"not ready"}', 503, media_type="application/json")
+        return Response(b'{"status":"ready"}', media_type="application/json")
+
     async def metrics_text(self, request: Request) -> Response:
         denied = self._denied(request)
         if denied is not None:
@@ -438,7 +447,7 @@ def build_app(
     record: bool = False,
 ) -> Starlette:
     """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
-    metrics = Metrics()
+    metrics = worker_metrics()
     built = _backends(policy, env)
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
@@ -449,10 +458,13 @@ def build_app(
         from tiered_router import _http  # noqa: F401  (imported now, not on the first request)
         from tiered_router.backends import _openai_convert
 
-        _openai_convert.sdk_param_names()
+        _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
+        proxy.ready = True
         yield
+        proxy.ready = False
         # uvicorn runs this after the in-flight requests have finished
         await router.aclose()
+        metrics.close()
 
     app = Starlette(
         routes=[
@@ -460,6 +472,7 @@ def build_app(
             Route("/chat/completions", proxy.chat, methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
+            Route("/readyz", proxy.readyz, methods=["GET"]),
             Route("/metrics", proxy.metrics_text, methods=["GET"]),
         ],
         exception_handlers={404: _not_found, 405: _not_found, Exception: _server_error},
@@ -467,5 +480,6 @@ def build_app(
     )
     app.state.router = router
     app.state.metrics = metrics
+    app.state.proxy = proxy
     app.state.settings = settings
     return app

@@ -3,7 +3,7 @@
 :class:`Metrics` is fed by the router as a trace sink (one call per routed turn) and by the
 HTTP layer (status codes, overhead, streams). Values live in plain dicts: the proxy serves
 from one event loop per process, so every update runs on one thread. With several workers
-each process has its own numbers (scrape each, or run one worker per port).
+:mod:`tiered_router.server._workers` adds up every worker's numbers on each scrape.
 
 Nothing secret is ever a label: labels are tier, backend names, check names, error types,
 escalation reasons and HTTP status codes.
@@ -157,6 +157,9 @@ class Metrics:
     def response(self, path: str, status: int) -> None:
         """Count one HTTP response."""
         self.responses.inc(path, str(status))
+
+    def close(self) -> None:
+        """Finish up at shutdown (nothing to do in one process)."""
 
     def render(self) -> str:
         """Return every metric in the Prometheus text format."""
