@@ -173,3 +173,27 @@ def test_bad_trace_and_label_files_are_named(tmp_path: Path) -> None:
         read_labels(labels)
     result = CliRunner().invoke(build_app(), ["dataset", "from-traces", str(bad)])
     assert result.exit_code == 1 and "error:" in result.output
+
+
+def test_the_shipped_learned_scorer_on_its_training_data_is_flagged(tmp_path: Path) -> None:
+    policy = tmp_path / "learned.yaml"
+    policy.write_text(
+        "version: 1\n"
+        "backends:\n"
+        "  fast: {type: replay, model: mistralai/Mixtral-8x7B-Instruct-v0.1,"
+        " options: {data: sample}}\n"
+        "  frontier: {type: replay, model: gpt-4-1106-preview, options: {data: sample}}\n"
+        "tiers: {fast: fast, frontier: frontier}\n"
+        "scoring: {type: learned, threshold: 0.5}\n"
+    )
+    runner = CliRunner()
+    shown = runner.invoke(build_app(), ["eval", str(policy)])
+    assert shown.exit_code == 0, shown.output
+    assert "in-sample (optimistic)" in shown.output
+    assert "warning: the data replays" not in shown.output  # the pair is the policy's
+    as_json = runner.invoke(build_app(), ["eval", str(policy), "--json"])
+    assert json.loads(as_json.output)["in_sample"] is True
+    heuristic = policy.read_text().replace("type: learned", "type: heuristic")
+    policy.write_text(heuristic)
+    plain = runner.invoke(build_app(), ["eval", str(policy), "--json"])
+    assert json.loads(plain.output)["in_sample"] is False
