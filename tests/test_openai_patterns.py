@@ -409,3 +409,19 @@ def test_sync_resources_and_wrapped_options_pass_through(
     assert [m.id for m in quick.models.list()][-1] == "scripted"  # the wrapped client's own
     inner.close()
     wrapped.router.close()
+
+
+def test_a_turn_built_with_a_pydantic_class_scores_and_routes() -> None:
+    from tiered_router import Router, Turn
+
+    turn = Turn([{"role": "user", "content": "solve 8x + 31 = 2"}], response_format=MathResponse)
+    assert turn.response_format is not None
+    assert turn.response_format["json_schema"]["name"] == "MathResponse"
+    policy = {
+        "version": 1,
+        "backends": {"f": {"model": "a", "api_key": "k"}, "b": {"model": "b", "api_key": "k"}},
+        "tiers": {"fast": "f", "frontier": "b"},
+    }
+    assert Router(policy).decide(turn).tier in ("fast", "frontier")
+    with pytest.raises(ValueError, match="response_format"):
+        Turn([{"role": "user", "content": "x"}], response_format=int)
