@@ -185,7 +185,8 @@ def test_the_shipped_learned_scorer_on_its_training_data_is_flagged(tmp_path: Pa
         "backends:\n"
         "  fast: {type: replay, model: 'Mixtral-8x7B-Instruct|gpt-4o-mini-FC',"
         " options: {data: sample}}\n"
-        "  frontier: {type: replay, model: 'gpt-4-1106-preview|gpt-4o-FC', options: {data: sample}}\n"
+        "  frontier: {type: replay, model: 'gpt-4-1106-preview|gpt-4o-FC',"
+        " options: {data: sample}}\n"
         "tiers: {fast: fast, frontier: frontier}\n"
         "scoring: {type: learned, threshold: 0.5}\n"
     )
