@@ -78,6 +78,8 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "CompletionRequest",
+            "DialectProfile",
+            "DIALECTS",
             "from_preset",
             "local_diffusion",
             "LOCAL_DIFFUSION_QUIRKS",
@@ -319,6 +321,8 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "TransferModel",
+            "TransferScorer",
         }
     ),
     "tiered_router.state": frozenset(

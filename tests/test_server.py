@@ -22,6 +22,7 @@ from routerkit import make_policy as shared_policy  # noqa: E402
 from tiered_router import _http  # noqa: E402
 from tiered_router.exceptions import PolicyError  # noqa: E402
 from tiered_router.server import ServerSettings, create_app, is_loopback, serve  # noqa: E402
+from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
@@ -37,7 +38,14 @@ def make_policy(upstream: ScriptedServer, **overrides: Any) -> dict[str, Any]:
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; yield its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        http=guarded_protocol(app.state.settings.read_timeout_s),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

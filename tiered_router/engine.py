@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tiered_router._recording import build_record
+from tiered_router._recording import RecordOption, build_record
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.exceptions import (
@@ -43,7 +43,6 @@ from tiered_router.trace import Attempt, Trace
 
 if TYPE_CHECKING:
     from tiered_router._context import TaskHooks
-    from tiered_router._recording import RecordOption
     from tiered_router.gate import QualityGate, Verdict
     from tiered_router.policy import BackendConfig, Policy
     from tiered_router.scoring import Score
@@ -77,13 +76,13 @@ class EnginePorts(Protocol):
         """The router's clock, seconds."""
         ...
 
-    @property
-    def record(self) -> RecordOption:
-        """Whether (and how) to record each turn's request and outputs in its trace."""
+    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
+        """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
         ...
 
-    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
-        """``(what, why)`` when backend ``backend`` cannot take ``turn``, else ``None``."""
+    @property
+    def record(self) -> RecordOption:
+        """Whether (and how) traces record the turn's request and outputs."""
         ...
 
     def backend_config(self, backend: str) -> BackendConfig | None:
@@ -216,7 +215,7 @@ class TurnRun:
     # which tier next ------------------------------------------------------------------------
 
     def usable(self, tier: Tier) -> bool:
-        """Whether ``tier``'s backend can serve this turn (tools, its dialect)."""
+        """Whether ``tier``'s backend can serve this turn (tools, what its dialect expresses)."""
         return self.ports.capability_gap(self.policy.backend_for(tier), self.turn) is None
 
     def first_tier(self) -> Tier:

@@ -105,6 +105,8 @@ class Router:
         )
         self._breakers: dict[str, CircuitBreaker] = {}
         self._configs: dict[str, BackendConfig | None] = {}
+        self.latency = LatencyTracker()
+        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
         self._dispatch = Dispatcher(
             self.policy,
             backend=self.backend,
@@ -118,8 +120,6 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
         )
-        self.latency = LatencyTracker()
-        """Measured latency per backend (EWMA), replacing the latency models in estimates."""
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -175,23 +175,6 @@ class Router:
         config = self.backend_config(name)
         return config.tools if config is not None else True
 
-    def score(self, turn: Turn) -> Score:
-        """Score ``turn`` with the router's scorer (pure)."""
-        return self.scorer.score(turn)
-
-    def now(self) -> float:
-        """The router's clock, seconds."""
-        return self._clock()
-
-    def emit(self, trace: Trace) -> None:
-        """Hand a finished trace to every sink; a failing sink is logged, never raised."""
-        self.latency.observe(trace)
-        for sink in self.sinks:
-            try:
-                sink.emit(trace)
-            except Exception:  # a broken sink must not lose the turn it reports
-                logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
-
     def capability_gap(self, name: str, turn: Turn) -> tuple[str, str] | None:
         """Return ``(what, why)`` when backend ``name`` cannot take ``turn``, else ``None``.
 
@@ -222,11 +205,39 @@ class Router:
             params=turn.params,
         )
 
+    def score(self, turn: Turn) -> Score:
+        """Score ``turn`` with the router's scorer (pure)."""
+        return self.scorer.score(turn)
+
+    def now(self) -> float:
+        """The router's clock, seconds."""
+        return self._clock()
+
+    def emit(self, trace: Trace) -> None:
+        """Hand a finished trace to every sink; a failing sink is logged, never raised."""
+        self.latency.observe(trace)
+        for sink in self.sinks:
+            try:
+                sink.emit(trace)
+            except Exception:  # a broken sink must not lose the turn it reports
+                logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
+
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far (after any shadow runs)."""
+        """Close the HTTP clients of the backends built so far, and the sinks that close.
+
+        Shadow runs still going are waited for first.
+        """
         self._shadows.drain()
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        # a JSONLSink reopens its file on the next trace, so closing it here is always safe
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
             if close is not None:
                 close()
 
@@ -242,6 +253,7 @@ class Router:
                 close = getattr(backend, "close", None)
                 if close is not None:
                     close()
+        self._close_sinks()
 
     def __enter__(self) -> Router:
         return self

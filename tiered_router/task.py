@@ -87,17 +87,17 @@ class TaskHost(Protocol):
         """The router's clock, seconds."""
         ...
 
-    @property
-    def latency(self) -> LatencyTracker:
-        """Measured latency per backend (across tasks)."""
+    def backend_config(self, backend: str) -> BackendConfig | None:
+        """Backend ``backend``'s policy config (preset applied), if it has one."""
         ...
 
     def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
-        """``(what, why)`` when backend ``backend`` cannot take ``turn``, else ``None``."""
+        """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
         ...
 
-    def backend_config(self, backend: str) -> BackendConfig | None:
-        """Backend ``backend``'s policy config (preset applied), if it has one."""
+    @property
+    def latency(self) -> LatencyTracker:
+        """Measured latency per backend, replacing latency models in estimates."""
         ...
 
 
