@@ -346,3 +346,40 @@ def test_the_gate_says_which_turns_need_the_whole_draft() -> None:
 
     assert QualityGate(["non_empty", custom]).needs_whole_draft(plain)
     assert QualityGate(["repetition"]).needs_whole_draft(plain)
+
+
+def test_the_proxy_traces_a_stream_its_client_abandoned(server: ScriptedServer) -> None:
+    import threading
+    import time
+
+    pytest.importorskip("starlette")
+    uvicorn = pytest.importorskip("uvicorn")
+    from tiered_router import _http
+    from tiered_router.server import create_app
+
+    sink = MemorySink()
+    app = create_app(make_policy(server, retries=(0, 0)), sinks=[sink], env={})
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    proxy = uvicorn.Server(config)
+    thread = threading.Thread(target=proxy.run, daemon=True)
+    thread.start()
+    while not proxy.started:
+        assert thread.is_alive()
+        time.sleep(0.01)
+    url = f"http://127.0.0.1:{proxy.servers[0].sockets[0].getsockname()[1]}"
+    slow = Reply.text(PROSE, chunks=12, chunk_delay_s=0.05)
+    server.script([slow], model="frontier-model")
+    body = {"model": "frontier", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    try:
+        with _http.build_client() as http:
+            with http.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+                assert next(response.iter_lines()).startswith("data: ")
+            deadline = time.monotonic() + 10
+            while not sink.traces and time.monotonic() < deadline:
+                time.sleep(0.02)  # the proxy notices the client left and ends the turn
+    finally:
+        proxy.should_exit = True
+        thread.join(10)
+    (trace,) = sink.traces
+    assert trace.interrupted == "abandoned" and trace.decision.rule == "pinned"
+    assert trace.attempts[-1].backend == "frontier" and trace.attempts[-1].error is not None
