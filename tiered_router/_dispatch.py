@@ -122,10 +122,6 @@ class Dispatcher:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def backend_of(self, tier: Tier) -> Backend:
-        """The backend serving ``tier``."""
-        return self.backend(self.policy.backend_for(tier))
-
     async def _may_route_around(self, run: TurnRun, tier: Tier) -> bool:
         other = run.route_around(tier)
         if other is None:
