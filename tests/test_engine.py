@@ -383,3 +383,40 @@ def test_the_proxy_traces_a_stream_its_client_abandoned(server: ScriptedServer) 
     (trace,) = sink.traces
     assert trace.interrupted == "abandoned" and trace.decision.rule == "pinned"
     assert trace.attempts[-1].backend == "frontier" and trace.attempts[-1].error is not None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("policy", [{}, CHEAP], ids=["buffered", "live"])
+async def test_a_backend_that_cannot_stream_still_streams(
+    server: ScriptedServer, policy: dict[str, Any]
+) -> None:
+    from tiered_router.testing import FunctionBackend
+
+    sink = MemorySink()
+    fast = FunctionBackend("fast", lambda request: PROSE)
+    r = router(server, sink, backends={"fast": fast}, policy=policy)
+    text = "".join([c.text async for c in r.astream(easy_turn())])
+    assert text == PROSE and "".join(c.text for c in r.stream(easy_turn())) == PROSE
+    assert [t.tier for t in sink.traces] == ["fast", "fast"] and fast.calls == 2
+
+
+def test_a_stream_that_fails_before_content_escalates_and_is_closed(
+    server: ScriptedServer,
+) -> None:
+    closed: list[str] = []
+
+    class Failing(_Malformed):
+        def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
+            try:
+                yield CompletionChunk(text="")  # a role chunk, no content yet
+                raise TypeError("'bool' object is not iterable")
+            finally:
+                closed.append("closed")
+
+    sink = MemorySink()
+    server.default = Reply.text("frontier ok")
+    r = router(server, sink, backends={"fast": Failing()}, policy=CHEAP)
+    assert "".join(c.text for c in r.stream(easy_turn())) == "frontier ok"
+    assert closed == ["closed"]
+    (trace,) = sink.traces
+    assert trace.escalations == ("backend_error",) and trace.tier == "frontier"
