@@ -45,8 +45,8 @@ def test_import_loads_nothing_heavy() -> None:
 def test_public_import_does_not_load_the_sdk_or_the_cli() -> None:
     code = (
         "import sys; from tiered_router import Router, Turn, load_policy; "
-        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette') "
-        "if m in sys.modules))"
+        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette', 'ruamel', "
+        "'re2', 'yaml', 'jsonschema', 'jsonschema_rs') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
