@@ -238,7 +238,7 @@ BAD: list[Bad] = [
         BASE + "scoring: {type: neural}\n",
         "scoring",
         "scoring.type",
-        "'heuristic' or 'learned'",
+        "'heuristic', 'learned' or 'transfer'",
     ),
     Bad(
         "heuristic-weight-name",
