@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy import load_policy
+from tiered_router._policy_loader import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -181,6 +181,8 @@ def serve(
     _require_server_extra()
     import uvicorn
 
+    from tiered_router.server._protocol import guarded_protocol
+
     loaded = load_policy(policy, env=env)
     settings = ServerSettings.from_policy(
         loaded,
@@ -205,6 +207,7 @@ def serve(
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "server_header": False,
         "proxy_headers": False,
+        "http": guarded_protocol(settings.read_timeout_s),
     }
     if workers > 1:
         if not isinstance(policy, (str, os.PathLike)) or _file_name(policy) == "<policy>":
