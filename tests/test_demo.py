@@ -77,3 +77,14 @@ def test_readme_offline_quick_start_runs_as_written(
     exec(compile(match.group(1), "README.md", "exec"), {})  # noqa: S102 - our own README
     out = capsys.readouterr().out
     assert "frontier True ('gate_failed',)" in out and '{"city": "Lyon"}' in out
+
+
+def test_explain_and_validate_need_no_keys() -> None:
+    runner = CliRunner()
+    policy = str(ROOT / "examples" / "policy.yaml")
+    explained = runner.invoke(build_app(), ["explain", policy, "--prompt", "hi", "--json"])
+    assert explained.exit_code == 0, explained.output
+    assert json.loads(explained.output)["tier"] == "fast"
+    validated = runner.invoke(build_app(), ["validate", policy])
+    assert validated.exit_code == 0, validated.output
+    assert "INCEPTION_API_KEY" in validated.output

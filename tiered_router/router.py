@@ -219,9 +219,17 @@ class Router:
                 logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far."""
+        """Close the HTTP clients of the backends built so far, and the sinks that close."""
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        # a JSONLSink reopens its file on the next trace, so closing it here is always safe
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
             if close is not None:
                 close()
 
@@ -235,6 +243,7 @@ class Router:
                 close = getattr(backend, "close", None)
                 if close is not None:
                     close()
+        self._close_sinks()
 
     def __enter__(self) -> Router:
         return self

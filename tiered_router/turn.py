@@ -190,7 +190,8 @@ class Turn:
     Attributes:
         messages: The conversation, OpenAI-shaped dicts, oldest first.
         tools: Tools the model may call.
-        response_format: OpenAI's ``response_format`` (``json_object`` or ``json_schema``).
+        response_format: OpenAI's ``response_format`` (``json_object`` or ``json_schema``), or a
+            pydantic class (taken as its strict ``json_schema``, as openai's ``parse`` sends it).
         final: The agent says this turn produces its final answer.
         step: The agent's step index (0-based), when it tracks one.
         metadata: Free-form labels; rules can match on them (``when: {metadata: {...}}``).
@@ -213,7 +214,7 @@ class Turn:
         messages: Iterable[Message],
         *,
         tools: Iterable[ToolSpec | Mapping[str, Any]] | None = None,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, Any] | type[Any] | None = None,
         final: bool = False,
         step: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -231,7 +232,7 @@ class Turn:
         set_ = object.__setattr__
         set_(self, "messages", msgs)
         set_(self, "tools", specs or None)
-        set_(self, "response_format", response_format)
+        set_(self, "response_format", _response_format(response_format))
         set_(self, "final", bool(final))
         set_(self, "step", step)
         set_(self, "metadata", dict(metadata or {}))
@@ -270,7 +271,7 @@ class Turn:
         return cls(
             kwargs["messages"],
             tools=kwargs.get("tools") or None,
-            response_format=_response_format(kwargs.get("response_format")),
+            response_format=kwargs.get("response_format"),
             final=bool(signals.get("final", False)),
             step=signals.get("step"),
             metadata=metadata,

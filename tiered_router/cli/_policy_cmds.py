@@ -383,6 +383,16 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="critical, error, warning, info, debug or trace.")
     ] = "info",
+    trace_file: Annotated[
+        Optional[Path],  # noqa: UP045 - see above
+        typer.Option("--trace-file", help="Append every trace to this JSONL file."),
+    ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record", help="Record messages and outputs in the traces (for dataset from-traces)."
+        ),
+    ] = False,
     otel: Annotated[
         bool,
         typer.Option(
@@ -391,7 +401,11 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Serve the OpenAI-compatible proxy (needs the server extra)."""
+    """Serve the OpenAI-compatible proxy (needs the server extra).
+
+    One line per chat request is logged at info: status, tier, score, rule, escalated,
+    latency and cost.
+    """
     with _errors(policy):
         from tiered_router.server import serve as serve_proxy
 
@@ -402,6 +416,8 @@ def serve(
             workers=workers,
             max_body_bytes=max_body_bytes,
             log_level=log_level,
+            trace_file=trace_file,
+            record=record,
             otel=otel,
         )
 
