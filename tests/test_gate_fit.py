@@ -406,3 +406,22 @@ def test_on_bfcl_no_tool_fits_probes_and_text_forms() -> None:
         total += 1
         same += DEFAULT.evaluate(Completion(text=text), row.turn).passed == native
     assert total > 200 and same == total
+
+
+def test_the_policy_can_turn_reading_text_calls_off() -> None:
+    from tiered_router.policy import load_policy
+
+    yaml = """
+version: 1
+backends:
+  fast: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: k, model: m}
+tiers: {fast: fast, frontier: fast}
+gate: {text_tool_calls: false}
+"""
+    policy = load_policy(yaml)
+    assert policy.gate.text_tool_calls is False and GateConfig().text_tool_calls is True
+    turn = _turn("Weather in Paris?", WEATHER)
+    draft = Completion(text="[get_weather(city='Paris')]")
+    assert QualityGate.from_config(GateConfig()).evaluate(draft, turn).passed
+    off = QualityGate.from_config(policy.gate).evaluate(draft, turn)
+    assert off.failed_checks == ("tool_call_in_text",)
