@@ -88,3 +88,22 @@ def test_explain_and_validate_need_no_keys() -> None:
     validated = runner.invoke(build_app(), ["validate", policy])
     assert validated.exit_code == 0, validated.output
     assert "INCEPTION_API_KEY" in validated.output
+    assert "gpt-5.2 (autoregressive), $1.75 in / $14 out per 1M tokens" in validated.output
+
+
+def test_validate_names_a_backend_without_a_price(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\n"
+        "backends:\n"
+        "  mine: {base_url: 'http://127.0.0.1:9/v1', model: my-model, api_key: k}\n"
+        "  big: {model: gpt-4o, api_key: k}\n"
+        "tiers: {fast: mine, frontier: big}\n"
+    )
+    result = CliRunner().invoke(build_app(), ["validate", str(policy), "--json"])
+    assert result.exit_code == 0, result.output
+    backends = json.loads(result.output)["backends"]
+    assert backends["mine"]["price"] is None
+    assert backends["big"]["price"]["output_per_mtok"] == 10.0
+    shown = CliRunner().invoke(build_app(), ["validate", str(policy)])
+    assert "no price: its calls count as $0" in shown.output
