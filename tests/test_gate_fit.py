@@ -232,6 +232,7 @@ def test_a_call_with_no_stated_value_fails() -> None:
         ("Weather in Washington?", {"city": "Washington state"}),  # a word of the value
         ("Plot 4x+7 please", {"city": "4*x+7"}),  # punctuation aside
         ("Weather for a deck of cards?", {"city": "GBP"}),  # an upper-case code
+        ("Weather, any unit?", {"city": "GBP", "unit": "celsius"}),  # an enum is a choice
         ("Weather?", {}),
         ("Data points 3,4,5 and the weather", {"city": ["3", "4", "5"]}),
     ],
@@ -303,7 +304,7 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
     )
     verdict = gate.evaluate(guess, turn)
     assert verdict.failed_checks == ("redundant_tool_calls",)
-    assert "sea_level=0, a value the conversation never states" in verdict.reasons[0]
+    assert "only sea_level changed, to 0 from 5000" in verdict.reasons[0]
     assert QualityGate([{"redundant_tool_calls": {"hedged": False}}]).evaluate(guess, turn)
     both = _turn("Boiling point of water at 5000m and at 0m?", BOIL)
     assert gate.evaluate(guess, both).passed
@@ -313,3 +314,54 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
         ("boiling_point", {"substance": "MSFT", "sea_level": 1}),
     )
     assert gate.evaluate(codes, stocks).passed
+
+
+def test_alternative_tools_with_the_same_arguments_fail_unless_both_are_asked() -> None:
+    data = {"type": "array", "items": {"type": "number"}}
+    tools = [
+        _tool(n, {"data": data}, "Fit.")
+        for n in ("linear_regression", "random_forest_regression", "statistics_median")
+    ]
+    gate = QualityGate(["redundant_tool_calls"])
+    both = _calls(
+        ("linear_regression", {"data": [1, 2]}), ("random_forest_regression", {"data": [1, 2]})
+    )
+    verdict = gate.evaluate(both, _turn("Predict house prices from 1, 2", *tools))
+    assert verdict.failed_checks == ("redundant_tool_calls",)
+    assert "a hedge between alternative tools" in verdict.reasons[0]
+    asked = _turn("Fit a linear and a random forest regression on 1, 2", *tools)
+    assert gate.evaluate(both, asked).passed
+    off = QualityGate([{"redundant_tool_calls": {"alternatives": False}}])
+    assert off.evaluate(both, _turn("Predict house prices from 1, 2", *tools)).passed
+
+
+def test_two_unsaid_words_are_a_guess_and_two_derived_dates_are_not() -> None:
+    gate = QualityGate(["redundant_tool_calls"])
+    phase = _tool("energy", {"mass": {"type": "number"}, "phase": {"type": "string"}}, "E.")
+    turn = _turn("Energy to turn 100g of water from liquid to steam?", phase)
+    guesses = _calls(
+        ("energy", {"mass": 100, "phase": "vaporization"}),
+        ("energy", {"mass": 100, "phase": "melting"}),
+    )
+    assert gate.evaluate(guesses, turn).failed_checks == ("redundant_tool_calls",)
+    days = _turn("Air quality today and yesterday? Today is May 5, 2023", phase)
+    dates = _calls(
+        ("energy", {"mass": 1, "phase": "2023-05-05"}),
+        ("energy", {"mass": 1, "phase": "2023-05-04"}),
+    )
+    assert gate.evaluate(dates, days).passed
+    flags = _calls(
+        ("energy", {"mass": 100, "phase": True}), ("energy", {"mass": 100, "phase": False})
+    )
+    assert gate.evaluate(flags, turn).passed
+
+
+def test_a_tool_whose_name_starts_with_functions_is_read() -> None:
+    tools = [_tool("functions_intersect", {"f": {"type": "string"}}), WEATHER]
+    for text in (
+        "functions_intersect(f='x')",
+        "functions.functions_intersect(f='x')",
+        '{"name": "functions_intersect", "arguments": {"f": "x"}}',
+    ):
+        calls = parse_text_tool_calls(text, tools)
+        assert calls is not None and calls[0].name == "functions_intersect", text

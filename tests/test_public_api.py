@@ -78,6 +78,8 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "CompletionRequest",
+            "DialectProfile",
+            "DIALECTS",
             "from_preset",
             "local_diffusion",
             "LOCAL_DIFFUSION_QUIRKS",
@@ -113,6 +115,15 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "build_app",
             "main",
+        }
+    ),
+    "tiered_router.engine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
         }
     ),
     "tiered_router.evaluation": frozenset(
@@ -308,6 +319,8 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "TransferModel",
+            "TransferScorer",
         }
     ),
     "tiered_router.state": frozenset(
@@ -336,6 +349,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.task": frozenset(
         {
             "Task",
+            "TaskHost",
             "TaskSummary",
         }
     ),

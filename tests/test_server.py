@@ -22,6 +22,7 @@ from routerkit import make_policy as shared_policy  # noqa: E402
 from tiered_router import _http  # noqa: E402
 from tiered_router.exceptions import PolicyError  # noqa: E402
 from tiered_router.server import ServerSettings, create_app, is_loopback, serve  # noqa: E402
+from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
@@ -37,7 +38,14 @@ def make_policy(upstream: ScriptedServer, **overrides: Any) -> dict[str, Any]:
 @contextmanager
 def running(app: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 in a thread; yield its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="on",
+        http=guarded_protocol(app.state.settings.read_timeout_s),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -152,7 +160,7 @@ def test_model_pins_a_tier_and_unknown_model_is_404(proxy: str, server: Scripted
     for model, tier in (("frontier", "frontier"), ("frontier-model", "frontier"), ("fast", "fast")):
         resp = api.create(model=model, messages=MESSAGES)
         assert resp.tiered_router["tier"] == tier  # type: ignore[attr-defined]
-        assert resp.tiered_router["rule"] == f"model:{model}"  # type: ignore[attr-defined]
+        assert resp.tiered_router["rule"] == "pinned"  # type: ignore[attr-defined]
     with pytest.raises(openai.NotFoundError) as info:
         api.create(model="gpt-4o", messages=MESSAGES)
     assert info.value.code == "model_not_found"

@@ -44,6 +44,8 @@ MAX_NODES = 100_000
 if TYPE_CHECKING:
     import yaml
 
+    from tiered_router.gate import CheckRegistry
+
 
 _VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
 _SECRET = re.compile(
@@ -54,7 +56,12 @@ _KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a nu
 _Problem = tuple[int | None, str | None, str]
 
 
-def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None = None) -> Policy:
+def load_policy(
+    source: PolicySource | Policy,
+    *,
+    env: Mapping[str, str] | None = None,
+    check_registry: CheckRegistry | None = None,
+) -> Policy:
     """Load, interpolate and validate a policy.
 
     Validation is one pass: the schema (unknown keys, wrong types, tiers naming missing
@@ -71,6 +78,8 @@ def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None 
             :class:`~tiered_router.policy.Policy` (returned as is).
         env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
             when ``None``.
+        check_registry: Where ``gate.checks`` names are looked up: the process-wide
+            registry when ``None``; pass the private registry a gate will be built with.
 
     Returns:
         The validated policy.
@@ -91,7 +100,7 @@ def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None 
     """
     if isinstance(source, Policy):
         return source
-    loader = _Loader(os.environ if env is None else env)
+    loader = _Loader(os.environ if env is None else env, check_registry)
     if isinstance(source, Mapping):
         return loader.load(source, file="<dict>")
     if isinstance(source, str) and not _is_path(source):
@@ -129,8 +138,9 @@ def _read(file: str) -> str:
 class _Loader:
     """One load: YAML nodes -> data, line of every path, ``${VAR}`` interpolation, validation."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], check_registry: CheckRegistry | None) -> None:
         self.env = env
+        self.check_registry = check_registry
         self.lines: dict[_Loc, int] = {}
         self.templates: dict[_Loc, str] = {}
         self.secrets: set[str] = set()
@@ -247,7 +257,7 @@ class _Loader:
             self._collect(exc, data)
             # `from None`: pydantic's own message repeats the input values, secrets included
             raise self.error(file) from None
-        for path, message in check_policy(policy):
+        for path, message in check_policy(policy, check_registry=self.check_registry):
             self._problem(path, message)
         if self.problems:
             raise self.error(file)

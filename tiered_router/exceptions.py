@@ -10,7 +10,8 @@ TieredRouterError
 │   ├── BackendStatusError      any other non-2xx answer; carries ``status_code``
 │   ├── BackendResponseError    a 2xx answer that could not be read (broken JSON / SSE)
 │   ├── BackendUnavailable      the backend's circuit breaker is open
-│   ├── CapabilityError         the turn needs something the backend lacks (tools: false)
+│   ├── CapabilityError         the turn needs what the backend lacks (tools: false, an image
+│   │                           for a text-only dialect, ...), raised before any call
 │   └── StreamInterrupted       a stream failed after chunks reached the caller
 ├── GateFailed                  the last draft failed the gate and the policy says ``raise``
 └── AllTiersFailed              every tier that could serve the turn failed
@@ -168,7 +169,12 @@ class BackendUnavailable(BackendError):
 
 
 class CapabilityError(BackendError):
-    """The turn needs a capability the backend does not have (for example tools)."""
+    """The turn needs a capability the backend does not have, found before any call.
+
+    Tools for a ``tools: false`` backend, or what its dialect profile cannot express: an
+    image part for a text-only server, ``n > 1``, tools or ``response_format`` where the
+    dialect has none (see ``docs/backends.md``).
+    """
 
 
 class StreamInterrupted(BackendError):

@@ -42,7 +42,6 @@ from tiered_router._openai_wire import (
     completion_body,
     model_ids,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
 )
@@ -214,14 +213,11 @@ class _Completions(_CompletionsBase):
         owner = self._owner
         router = owner.router
         try:
-            with pinned(router.policy, tier, options.model):
-                if options.stream:
-                    stream = router.stream(turn, deadline_s=options.deadline_s)
-                else:
-                    result = router.complete(turn, deadline_s=options.deadline_s)
             if options.stream:
+                stream = router.stream(turn, tier=tier, deadline_s=options.deadline_s)
                 stream.start()
                 return TieredStream(stream, turn, options, owner)
+            result = router.complete(turn, tier=tier, deadline_s=options.deadline_s)
         except TieredRouterError as exc:
             raise _translated(exc) from exc
         owner.last_result = result
@@ -273,12 +269,10 @@ class _AsyncCompletions(_CompletionsBase):
         router = owner.router
         try:
             if options.stream:
-                with pinned(router.policy, tier, options.model):
-                    stream = router.astream(turn, deadline_s=options.deadline_s)
+                stream = router.astream(turn, tier=tier, deadline_s=options.deadline_s)
                 await stream.start()
                 return AsyncTieredStream(stream, turn, options, owner)
-            with pinned(router.policy, tier, options.model):
-                result = await router.acomplete(turn, deadline_s=options.deadline_s)
+            result = await router.acomplete(turn, tier=tier, deadline_s=options.deadline_s)
         except TieredRouterError as exc:
             raise _translated(exc) from exc
         owner.last_result = result

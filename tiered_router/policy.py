@@ -192,8 +192,9 @@ class Tiers(_Model):
 class ScoringConfig(_Model):
     """The scorer and its threshold."""
 
-    type: Literal["heuristic", "learned"] = "heuristic"
-    """Scorer: ``heuristic`` (explainable features) or ``learned`` (trained weights)."""
+    type: Literal["heuristic", "learned", "transfer"] = "heuristic"
+    """Scorer: ``heuristic`` (explainable features), ``learned`` (trained weights) or
+    ``transfer`` (prompt length and option overlap, trained on every source pooled)."""
     threshold: float = Field(default=0.5, ge=0, le=1)
     """A score above it goes to the frontier tier."""
     weights: dict[str, float] = Field(default_factory=dict)

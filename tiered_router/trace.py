@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tiered_router._types import Tier
 from tiered_router.gate._verdict import Verdict
@@ -101,6 +101,10 @@ class Trace:
         metadata: The turn's metadata (labels, task id).
         record: The request and each attempt's output, when the router records them
             (``Router(record=True)`` or a redaction hook); ``None`` otherwise.
+        interrupted: Why the turn ended before it finished, when it did: ``abandoned`` (the
+            caller stopped reading a stream), ``CancelledError``, or the error's type
+            (a stream broken after chunks were sent, an unexpected error). ``None`` for a
+            turn that ran to its end.
     """
 
     turn_id: str
@@ -114,6 +118,7 @@ class Trace:
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
     record: Mapping[str, Any] | None = None
+    interrupted: str | None = None
 
     @property
     def cost(self) -> float:
@@ -134,7 +139,10 @@ class Trace:
         return tuple(a.error for a in self.attempts if a.error is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (what the JSONL sink writes; ``record`` only if any)."""
+        """Return a JSON-ready dict (what the JSONL sink writes).
+
+        ``record`` and ``interrupted`` are included only when set.
+        """
         d = self.decision
         out: dict[str, Any] = {
             "turn_id": self.turn_id,
@@ -164,6 +172,8 @@ class Trace:
         }
         if self.record is not None:
             out["record"] = dict(self.record)
+        if self.interrupted is not None:
+            out["interrupted"] = self.interrupted
         return out
 
     def to_json(self) -> str:
@@ -208,32 +218,60 @@ class MemorySink:
 class JSONLSink:
     """Appends one JSON line per trace to a file.
 
+    Each record goes to the file in one ``write`` on a descriptor opened with ``O_APPEND``, so
+    records from several processes never interleave, and a process killed mid-record (a
+    partial write is finished in a loop, which ``kill -9`` can cut) leaves at most one
+    partial last line: the next process that opens the file ends it with a newline first, so
+    the next record is never glued to it. Records are not fsynced by default (a killed
+    process loses nothing already written; a machine crash can lose the last few seconds
+    the OS had not flushed); ``fsync=True`` syncs each record to disk, at the cost of a
+    disk round trip per turn.
+
     Example:
         ```python
         router = Router(policy, sinks=[JSONLSink("traces.jsonl")])
         ```
+
+    Args:
+        path: The file (created with mode 0600 when missing).
+        fsync: Sync each record to disk before returning.
+
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
         self.path = os.fspath(path)
+        self.fsync = fsync
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        size = os.fstat(fd).st_size
+        if size:
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(fd, b"\n")  # end a partial record left by a killed process
+        return fd
 
     def emit(self, trace: Trace) -> None:
-        """Write the trace as one line and flush."""
-        line = trace.to_json() + "\n"
+        """Write the trace as one line, in one write."""
+        data = (trace.to_json() + "\n").encode("utf-8")
         with self._lock:
-            if self._file is None:
-                self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            self._file.write(line)
-            self._file.flush()
+            if self._fd is None:
+                self._fd = self._open()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            if self.fsync:
+                os.fsync(self._fd)
 
     def close(self) -> None:
         """Close the file (it reopens on the next emit)."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def __repr__(self) -> str:
         return f"JSONLSink({self.path!r})"

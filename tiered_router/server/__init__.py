@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy import load_policy
+from tiered_router._policy_loader import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -221,6 +221,8 @@ def serve(
     _require_server_extra()
     import uvicorn
 
+    from tiered_router.server._protocol import guarded_protocol
+
     loaded = load_policy(policy, env=env)
     settings = ServerSettings.from_policy(
         loaded,
@@ -246,6 +248,7 @@ def serve(
         "server_header": False,
         "proxy_headers": False,
         "access_log": False,  # the proxy logs one richer line per chat request itself
+        "http": guarded_protocol(settings.read_timeout_s),
     }
     _configure_logging(log_level)
     if workers > 1:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -16,17 +17,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from tiered_router import _limits
 from tiered_router._openai_wire import (
     ChunkRenderer,
     UnknownModel,
     completion_body,
     model_ids,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
     stream_route,
 )
+from tiered_router._types import Unset
 from tiered_router.exceptions import (
     AllTiersFailed,
     BackendStatusError,
@@ -38,6 +40,12 @@ from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._settings import ServerSettings
+from tiered_router.server._validate import (
+    BadRequest,
+    check_body,
+    check_header_value,
+    has_lone_surrogate,
+)
 from tiered_router.server._workers import worker_metrics
 
 if TYPE_CHECKING:
@@ -89,6 +97,21 @@ def _error(
 
 class _TooLarge(Exception):
     pass
+
+
+if sys.version_info >= (3, 11):
+
+    def _within(seconds: float) -> contextlib.AbstractAsyncContextManager[Any]:
+        return asyncio.timeout(seconds)
+
+else:  # pragma: no cover - Python 3.10
+
+    @contextlib.asynccontextmanager
+    async def _within(seconds: float) -> AsyncIterator[None]:
+        import anyio
+
+        with anyio.fail_after(seconds):
+            yield
 
 
 class _EventStream(Response):
@@ -203,6 +226,8 @@ class _Proxy:
         self.metrics.in_flight += 1
         try:
             response = await self._chat(request, started)
+        except Exception as exc:  # counted and answered here, so /metrics sees every 500
+            response = await _server_error(request, exc)
         finally:
             self.metrics.in_flight -= 1
         self.metrics.response(_CHAT, response.status_code)
@@ -211,6 +236,13 @@ class _Proxy:
             _access_log(request.url.path, response.status_code, started, trace)
         return response
 
+    def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
+        """A client's ``timeout`` may shorten the policy's deadline, never lengthen it."""
+        limit = self.policy.resilience.deadline_s
+        if isinstance(asked, Unset) or limit is None:
+            return asked
+        return limit if asked is None else min(asked, limit)
+
     async def _chat(self, request: Request, started: float) -> Response:
         denied = self._denied(request)
         if denied is not None:
@@ -218,18 +250,40 @@ class _Proxy:
         if not request.headers.get("content-type", "").lower().startswith("application/json"):
             return _error(415, "send the body as JSON with Content-Type: application/json")
         try:
-            raw = await self._body(request)
+            async with _within(self.settings.read_timeout_s):
+                raw = await self._body(request)
         except _TooLarge:
             limit = self.settings.max_body_bytes
             return _error(
                 413, f"request body is larger than {limit} bytes", code="request_too_large"
             )
+        except TimeoutError:
+            seconds = self.settings.read_timeout_s
+            return _error(
+                408, f"request body not received within {seconds:g} s", code="request_timeout"
+            )
         try:
-            data = json.loads(raw)
+            data = _limits.loads(raw)
+        except _limits.JSONTooDeep as exc:
+            return _error(400, f"request body: {exc}", code="json_too_deep")
         except ValueError as exc:
             return _error(400, f"request body is not valid JSON: {exc}", code="invalid_json")
         if not isinstance(data, dict):
             return _error(400, "request body must be a JSON object", code="invalid_json")
+        if has_lone_surrogate(raw, data):
+            return _error(
+                400,
+                "request body has a string with a lone UTF-16 surrogate (not valid Unicode)",
+                code="invalid_unicode",
+            )
+        try:
+            check_body(
+                data,
+                max_tools=self.settings.max_tools,
+                max_schema_bytes=self.settings.max_schema_bytes,
+            )
+        except BadRequest as exc:
+            return _error(400, str(exc), param=exc.param, code=exc.code)
         forbidden = sorted(_FORBIDDEN & data.keys())
         if forbidden:
             return _error(
@@ -244,7 +298,12 @@ class _Proxy:
         if request.headers.get("x-tiered-router-final", "").lower() in _TRUE:
             signals = {**signals, "final": True}
         try:
+            for name in ("turn_id", "task_id"):
+                if signals.get(name) is not None:
+                    check_header_value(f"tiered_router.{name}", signals[name])
             turn, options = parse_request(data, signals=signals)
+        except BadRequest as exc:
+            return _error(400, str(exc), param=exc.param, code=exc.code)
         except ValueError as exc:
             return _error(400, str(exc))
         try:
@@ -254,8 +313,9 @@ class _Proxy:
         if options.stream:
             return await self._stream(turn, options, tier, started, request.url.path)
         try:
-            with pinned(self.policy, tier, options.model):
-                result = await self.router.acomplete(turn, deadline_s=options.deadline_s)
+            result = await self.router.acomplete(
+                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+            )
         except (AllTiersFailed, GateFailed) as exc:
             request.state.trace = exc.trace
             return _failure(exc)
@@ -276,8 +336,7 @@ class _Proxy:
     async def _stream(
         self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float, path: str
     ) -> Response:
-        with pinned(self.policy, tier, options.model):
-            stream = self.router.astream(turn, deadline_s=options.deadline_s)
+        stream = self.router.astream(turn, tier=tier, deadline_s=self._deadline(options.deadline_s))
         overhead = time.perf_counter() - started
         try:
             await stream.start()
@@ -314,16 +373,17 @@ class _Proxy:
             route = result_route(stream.result)
             tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
-        except TieredRouterError as exc:
-            # bytes already reached the client: end the stream with an in-band error
+        except Exception as exc:
+            # bytes already reached the client: end the stream with an in-band error, never
+            # a silent cut
             self.metrics.interrupted.inc()
-            logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
-            error = {
-                "message": str(exc).splitlines()[0],
-                "type": "upstream_error",
-                "param": None,
-                "code": "stream_interrupted",
-            }
+            if isinstance(exc, TieredRouterError):
+                logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
+                message, kind = str(exc).splitlines()[0], "upstream_error"
+            else:
+                logger.error("stream of turn %s failed", turn.id, exc_info=exc)
+                message, kind = "internal error in the proxy", "server_error"
+            error = {"message": message, "type": kind, "param": None, "code": "stream_interrupted"}
             yield b"data: " + _dumps({"error": error}).encode() + b"\n\n"
         finally:
             self.metrics.in_flight -= 1

@@ -77,7 +77,8 @@ class Reply:
         usage: Explicit usage fields, or ``None`` for an estimate from the request.
         model: The model name to answer with; ``None`` echoes the request's model.
         chunks: How many pieces streamed content and tool arguments are split into.
-        chunk_delay_s: Pause between streamed events (``0`` writes them all at once).
+        chunk_delay_s: Pause between streamed events (``0`` writes them all at once); for a
+            JSON answer, the body is sent in ``chunks`` pieces this far apart (a slow drip).
         status_code: HTTP status for ``status`` and ``raw`` replies.
         message: Error message for ``status`` replies.
         error_type: Error ``type`` for ``status`` replies (``None``: derived from the status).

@@ -498,6 +498,8 @@ class ScriptedServer:
             return not drop and keep_alive
         if not stream:
             data = json.dumps(completion_body(reply, ctx)).encode()
+            if reply.chunk_delay_s > 0:
+                return await self._drip(writer, extra, data, keep_alive, reply)
             return await self._send(writer, 200, extra, data, keep_alive)
         events = stream_events(reply, ctx)
         await self._send_events(
@@ -521,6 +523,26 @@ class ScriptedServer:
         head = http.response_head(status, headers, keep_alive=keep_alive, content_length=len(data))
         writer.write(head + data)
         await writer.drain()
+        return keep_alive
+
+    @staticmethod
+    async def _drip(
+        writer: asyncio.StreamWriter,
+        headers: Iterable[tuple[str, str]],
+        data: bytes,
+        keep_alive: bool,
+        reply: Reply,
+    ) -> bool:
+        """Send a JSON body in ``reply.chunks`` pieces, ``reply.chunk_delay_s`` apart."""
+        head = http.response_head(200, headers, keep_alive=keep_alive, content_length=len(data))
+        writer.write(head)
+        pieces = max(1, reply.chunks)
+        size = -(-len(data) // pieces)
+        for index in range(pieces):
+            if index:
+                await asyncio.sleep(reply.chunk_delay_s)
+            writer.write(data[index * size : (index + 1) * size])
+            await writer.drain()
         return keep_alive
 
     @staticmethod
