@@ -12,8 +12,8 @@ from tiered_router.exceptions import TieredRouterError
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionChunk
 
-    from tiered_router._run import RoutedResult
     from tiered_router._streaming import AsyncRoutedStream, RoutedStream
+    from tiered_router.router import RoutedResult
     from tiered_router.turn import Turn
 
 __all__ = ["AsyncTieredStream", "TieredStream"]
