@@ -62,8 +62,10 @@ def test_traces_to_dataset_to_calibrate_and_write(recorded: Path) -> None:
     )
     assert refused.exit_code == 1
     assert "not writing the threshold" in refused.output
-    assert "warning: the data replays" in refused.output
-    assert "policy's frontier model is gpt-5.2" in refused.output
+    assert (
+        "warning: the data replays gpt-4-1106-preview|gpt-4o-FC on the frontier tier"
+        in refused.output
+    )
     assert load_policy(recorded / "policy.yaml").scoring.threshold == written
     forced = runner.invoke(
         app,
@@ -177,15 +179,13 @@ def test_bad_trace_and_label_files_are_named(tmp_path: Path) -> None:
 
 
 def test_the_shipped_learned_scorer_on_its_training_data_is_flagged(tmp_path: Path) -> None:
-    from tiered_router.evaluation.sources import load_sample
-
-    sample = load_sample()  # the policy replays the sample's own pair: no pair warning
     policy = tmp_path / "learned.yaml"
     policy.write_text(
         "version: 1\n"
         "backends:\n"
-        f"  fast: {{type: replay, model: '{sample.fast_model}', options: {{data: sample}}}}\n"
-        f"  frontier: {{type: replay, model: '{sample.frontier_model}',"
+        "  fast: {type: replay, model: 'Mixtral-8x7B-Instruct|gpt-4o-mini-FC',"
+        " options: {data: sample}}\n"
+        "  frontier: {type: replay, model: 'gpt-4-1106-preview|gpt-4o-FC',"
         " options: {data: sample}}\n"
         "tiers: {fast: fast, frontier: frontier}\n"
         "scoring: {type: learned, threshold: 0.5}\n"

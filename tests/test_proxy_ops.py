@@ -78,7 +78,7 @@ def test_a_preset_model_name_pins_its_tier_in_the_proxy(server: ScriptedServer) 
         client.close()
     assert "mercury-2" in ids
     assert response.choices[0].message.content == "from mercury"
-    assert response.tiered_router["decided_tier"] == "fast"  # type: ignore[attr-defined]
+    assert response.tiered_router["rule"] == "pinned"  # type: ignore[attr-defined]
 
 
 def test_workers_get_the_trace_file_and_recording(

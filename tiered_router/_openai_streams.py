@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionChunk
 
     from tiered_router._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router.router import RoutedResult
+    from tiered_router.engine import RoutedResult
     from tiered_router.turn import Turn
 
 __all__ = ["AsyncTieredStream", "TieredStream"]

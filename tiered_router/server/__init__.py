@@ -221,7 +221,11 @@ def serve(
     _require_server_extra()
     import uvicorn
 
-    from tiered_router.server._protocol import guarded_protocol
+    from tiered_router.server._protocol import (
+        HEADER_TIMEOUT_ENV,
+        WORKER_PROTOCOL,
+        guarded_protocol,
+    )
 
     loaded = load_policy(policy, env=env)
     settings = ServerSettings.from_policy(
@@ -247,8 +251,8 @@ def serve(
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
         "server_header": False,
         "proxy_headers": False,
-        "access_log": False,  # the proxy logs one richer line per chat request itself
         "http": guarded_protocol(settings.read_timeout_s),
+        "access_log": False,  # the proxy logs one richer line per chat request itself
     }
     _configure_logging(log_level)
     if workers > 1:
@@ -265,6 +269,8 @@ def serve(
             "otel": otel,
         }
         os.environ[_POLICY_ENV] = json.dumps(spec)
+        os.environ[HEADER_TIMEOUT_ENV] = repr(settings.read_timeout_s)
+        options["http"] = WORKER_PROTOCOL
         with _metrics_dir():
             uvicorn.run(
                 "tiered_router.server:_app_from_environment",

@@ -61,3 +61,19 @@ def guarded_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
             super().on_headers_complete()
 
     return GuardedHttpToolsProtocol
+
+
+HEADER_TIMEOUT_ENV = "TIERED_ROUTER_HEADER_TIMEOUT_S"
+"""Where ``serve --workers N`` passes the header time limit to its worker processes."""
+
+WORKER_PROTOCOL = "tiered_router.server._protocol:WorkerProtocol"
+"""Import path uvicorn's workers load the guarded protocol from (a class built in a function
+cannot be pickled into a spawned worker; a module attribute can be imported there)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WorkerProtocol":
+        import os
+
+        return guarded_protocol(float(os.environ.get(HEADER_TIMEOUT_ENV, "10")))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
