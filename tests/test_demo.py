@@ -107,3 +107,24 @@ def test_validate_names_a_backend_without_a_price(tmp_path: Path) -> None:
     assert backends["big"]["price"]["output_per_mtok"] == 10.0
     shown = CliRunner().invoke(build_app(), ["validate", str(policy)])
     assert "no price: its calls count as $0" in shown.output
+
+
+def test_readme_cli_commands_run_in_order_with_no_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"Use the CLI .*?```bash\n(.*?)```", readme, re.S)
+    assert match is not None
+    monkeypatch.chdir(tmp_path)
+    app = build_app()
+    for line in match.group(1).splitlines():
+        words = shlex.split(line, comments=True)
+        assert words[0] == "tiered-router", line
+        args = [str(ROOT / w) if w.startswith("examples/") else w for w in words[1:]]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, f"{line}\n{result.output}"
+    assert (tmp_path / "report.html").is_file()
+    assert (tmp_path / "my_traffic.jsonl").is_file()
