@@ -174,6 +174,7 @@ PINNED: dict[str, frozenset[str]] = {
             "PolicyError",
             "StreamInterrupted",
             "TieredRouterError",
+            "UnknownModel",
         }
     ),
     "tiered_router.gate": frozenset(
@@ -263,6 +264,7 @@ PINNED: dict[str, frozenset[str]] = {
             "ScoringConfig",
             "ServerConfig",
             "StateConfig",
+            "ShadowConfig",
             "TaskConfig",
             "Tiers",
         }
@@ -382,6 +384,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.turn": frozenset(
         {
+            "SIGNAL_KEYS",
             "assemble",
             "Completion",
             "CompletionChunk",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tiered_router.resilience import CircuitBreaker, RetrySchedule
     from tiered_router.trace import Trace
 
-__all__ = ["Call", "Dispatcher"]
+__all__ = ["Call", "Dispatcher", "unexpected_error"]
 
 logger = logging.getLogger("tiered_router.router")
 
@@ -32,8 +32,11 @@ Call = tuple[_T, "Backend", float]
 """What a dispatched call returns: its value, the backend that answered, and its start."""
 
 
-def _unexpected(exc: Exception, backend: str) -> BackendError:
-    """A non-BackendError from a backend call (a malformed answer it did not catch)."""
+def unexpected_error(exc: Exception, backend: str) -> BackendError:
+    """The typed error for a non-BackendError from a backend (a malformed answer it missed).
+
+    The message names the exception's type only: its text may quote the upstream answer.
+    """
     return BackendResponseError(
         f"unexpected {type(exc).__name__} while reading the answer", backend=backend
     )
@@ -119,10 +122,6 @@ class Dispatcher:
 
     # -- calls ----------------------------------------------------------------------------
 
-    def backend_of(self, tier: Tier) -> Backend:
-        """The backend serving ``tier``."""
-        return self.backend(self.policy.backend_for(tier))
-
     async def _may_route_around(self, run: TurnRun, tier: Tier) -> bool:
         other = run.route_around(tier)
         if other is None:
@@ -168,7 +167,7 @@ class Dispatcher:
                         except (BackendError, AssertionError):
                             raise
                         except Exception as exc:
-                            raise _unexpected(exc, name) from exc
+                            raise unexpected_error(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, name, backend.model, exc, self.clock() - started)
                     raise
@@ -200,7 +199,7 @@ class Dispatcher:
                         except (BackendError, AssertionError):
                             raise
                         except Exception as exc:
-                            raise _unexpected(exc, name) from exc
+                            raise unexpected_error(exc, name) from exc
                 except BackendError as exc:
                     run.record_error(tier, name, backend.model, exc, self.clock() - started)
                     raise

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tiered_router._types import UNSET, Tier, Unset
+from tiered_router.exceptions import UnknownModel
 from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 
 if TYPE_CHECKING:
@@ -48,21 +49,6 @@ AUTO = "auto"
 
 _FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 _SDK_SENTINELS = frozenset({"NotGiven", "Omit"})
-
-
-class UnknownModel(ValueError):
-    """A ``model`` that is neither ``auto``, a tier, nor a backend serving a tier.
-
-    Attributes:
-        model: The name asked for.
-        known: The names that are accepted.
-
-    """
-
-    def __init__(self, model: str, known: list[str]) -> None:
-        self.model = model
-        self.known = known
-        super().__init__(f"unknown model {model!r}; this router serves: {', '.join(known)}")
 
 
 def _served_model(policy: Policy, backend: str) -> str | None:

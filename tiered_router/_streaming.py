@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+from tiered_router._dispatch import unexpected_error
 from tiered_router._types import Tier
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.resilience import breaker_outcome
@@ -37,6 +38,14 @@ if TYPE_CHECKING:
     from tiered_router.trace import Trace
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
+
+
+def _typed(exc: Exception, backend: Backend) -> BackendError:
+    if isinstance(exc, BackendError):
+        return exc
+    typed = unexpected_error(exc, backend.name)
+    typed.__cause__ = exc
+    return typed
 
 
 def _has_content(chunk: CompletionChunk) -> bool:
@@ -313,11 +322,12 @@ class AsyncRoutedStream(_StreamState):
                         chunks.append(chunk)
                         yield chunk
                         self._check_deadline(serving)
-                except BackendError as exc:
-                    self._broken(serving, backend, exc, started)
-                    await dispatch.breaker(backend.name).arecord(breaker_outcome(exc))
-                    trace = await dispatch.aend(run, exc)
-                    raise self._interrupted(serving, exc, trace) from exc
+                except Exception as raised:  # the upstream broke: a typed error, traced
+                    err = _typed(raised, backend)
+                    self._broken(serving, backend, err, started)
+                    await dispatch.breaker(backend.name).arecord(breaker_outcome(err))
+                    trace = await dispatch.aend(run, err)
+                    raise self._interrupted(serving, err, trace) from err
                 except BaseException as exc:  # the caller stopped reading, or was cancelled
                     run.record_cut(
                         serving, backend.name, backend.model, exc, self._latency(started)
@@ -408,11 +418,12 @@ class RoutedStream(_StreamState):
                         chunks.append(chunk)
                         yield chunk
                         self._check_deadline(serving)
-                except BackendError as exc:
-                    self._broken(serving, backend, exc, started)
-                    dispatch.breaker(backend.name).record(breaker_outcome(exc))
-                    trace = dispatch.end(run, exc)
-                    raise self._interrupted(serving, exc, trace) from exc
+                except Exception as raised:
+                    err = _typed(raised, backend)
+                    self._broken(serving, backend, err, started)
+                    dispatch.breaker(backend.name).record(breaker_outcome(err))
+                    trace = dispatch.end(run, err)
+                    raise self._interrupted(serving, err, trace) from err
                 except BaseException as exc:
                     run.record_cut(
                         serving, backend.name, backend.model, exc, self._latency(started)

@@ -76,10 +76,6 @@ class EnginePorts(Protocol):
         """The router's clock, seconds."""
         ...
 
-    def supports_tools(self, backend: str) -> bool:
-        """Whether backend ``backend`` can be sent a turn with tools."""
-        ...
-
     def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
         """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
         ...
@@ -196,8 +192,10 @@ class TurnRun:
         *,
         started: float,
         task: TaskHooks | None = None,
+        escalate: bool = True,
     ) -> None:
         self.ports = ports
+        self.escalate = escalate
         self.policy = ports.policy
         self.turn = turn
         self.decision = decision
@@ -227,7 +225,7 @@ class TurnRun:
     def route_around(self, tier: Tier) -> Tier | None:
         """The tier to try when ``tier``'s breaker refuses the call, if the policy allows one."""
         other = OTHER_TIER[tier]
-        if tier == "fast" and not self.policy.escalation.on_backend_error:
+        if not self.escalate or (tier == "fast" and not self.policy.escalation.on_backend_error):
             return None
         if other in self.tried or not self.usable(other):
             return None
@@ -238,7 +236,7 @@ class TurnRun:
         if reason == "circuit_open":
             return self.route_around(tier)
         other = OTHER_TIER[tier]
-        if other in self.tried or not self.usable(other):
+        if not self.escalate or other in self.tried or not self.usable(other):
             return None
         if tier == "fast":
             esc = self.policy.escalation

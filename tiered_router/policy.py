@@ -60,6 +60,7 @@ __all__ = [
     "ScoringConfig",
     "ServerConfig",
     "StateConfig",
+    "ShadowConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -261,6 +262,8 @@ class GateConfig(_Model):
     """Checks run on every draft, in order."""
     check_frontier: bool = True
     """Also gate frontier drafts (their verdict lands in the trace)."""
+    text_tool_calls: bool = True
+    """Judge a draft whose whole text is tool calls (``[f(x=1)]``, ``<tool_call>``) as calls."""
 
     @field_validator("checks", mode="before")
     @classmethod
@@ -350,6 +353,26 @@ class ResilienceConfig(_Model):
     """Retry backoff settings."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """Circuit breaker settings."""
+
+
+class ShadowConfig(_Model):
+    """Shadow mode: run the other tier on a sampled share of turns, to label your traffic.
+
+    A shadow run never changes what the caller gets and never fails a turn: it runs after
+    the turn's answer is ready (in the background), and its own trace, with the same
+    ``turn_id`` and ``metadata.shadow: true``, goes to the sinks. ``tiered-router dataset
+    from-traces`` merges it with the turn's trace, so both tiers have an outcome.
+
+    Example:
+        ```yaml
+        shadow: {rate: 0.05}   # 5 % of turns also run on the tier that did not answer
+        ```
+
+    """
+
+    rate: float = Field(default=0.0, ge=0, le=1)
+    """Share of turns (chosen by a hash of the turn id, so the same turn always is or is
+    not) that also run on the other tier; ``0`` turns shadow mode off."""
 
 
 class TaskConfig(_Model):
@@ -518,6 +541,8 @@ class Policy(_Model):
     """The proxy server: bind address, client API keys, request size limit."""
     state: StateConfig = Field(default_factory=StateConfig)
     """Where breakers and task totals live: each process, or Redis shared by all."""
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    """Shadow mode: the other tier on a sampled share of turns (labels from production)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 

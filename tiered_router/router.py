@@ -15,19 +15,19 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router._context import CURRENT_TASK
 from tiered_router._dispatch import Dispatcher
 from tiered_router._latency import LatencyTracker
 from tiered_router._recording import RecordOption
+from tiered_router._shadow import ShadowRunner
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine import RoutedResult, TurnRun, decide_turn, plan_turn
 from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
-from tiered_router.policy import BackendConfig, Policy, load_policy
 from tiered_router.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
@@ -35,6 +35,9 @@ from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
+
+if TYPE_CHECKING:
+    from tiered_router.policy import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -86,7 +89,10 @@ class Router:
         record: RecordOption = False,
         state: StateStore | None = None,
     ) -> None:
-        self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        # imported here: the policy schema (pydantic) stays off the `import Router` path
+        from tiered_router._policy_loader import load_policy
+
+        self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
@@ -121,10 +127,15 @@ class Router:
             asleep=asleep,
             emit=self.emit,
         )
+        self._shadows = ShadowRunner(
+            drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
+        )
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
+        from tiered_router._policy_loader import load_policy
+
         return cls(load_policy(path), **options)
 
     def __repr__(self) -> str:
@@ -224,16 +235,30 @@ class Router:
                 logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far (and a policy-built store)."""
+        """Close the backends' HTTP clients, the sinks that close, and a policy-built store.
+
+        Shadow runs still going are waited for first.
+        """
+        self._shadows.drain()
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
             if close is not None:
                 close()
         if self._own_state is not None:
             self._own_state.close()
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        # a JSONLSink reopens its file on the next trace, so closing it here is always safe
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        await self._shadows.adrain()
+        self._shadows.drain()
         for backend in self._backends.values():
             aclose = getattr(backend, "aclose", None)
             if aclose is not None:
@@ -244,6 +269,7 @@ class Router:
                     close()
         if self._own_state is not None:
             await self._own_state.aclose()
+        self._close_sinks()
 
     def __enter__(self) -> Router:
         return self
@@ -302,6 +328,30 @@ class Router:
         if task is not None:
             await task.arefresh()
         run = self._start(turn, tier, deadline_s)
+        await self._adrive(run)
+        result = await self._dispatch.afinish(run)
+        self._shadows.astart(run)
+        return result
+
+    def complete(
+        self,
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
+    ) -> RoutedResult:
+        """Sync twin of :meth:`acomplete`."""
+        task = CURRENT_TASK.get()
+        if task is not None:
+            task.refresh()
+        run = self._start(turn, tier, deadline_s)
+        self._drive(run)
+        result = self._dispatch.finish(run)
+        self._shadows.start(run)
+        return result
+
+    async def _adrive(self, run: TurnRun) -> None:
+        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
         try:
             nxt: Tier | None = run.first_tier()
             while nxt is not None:
@@ -319,20 +369,9 @@ class Router:
         except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
             await self._dispatch.aend(run, exc)
             raise
-        return await self._dispatch.afinish(run)
 
-    def complete(
-        self,
-        turn: Turn,
-        *,
-        tier: Tier | None = None,
-        deadline_s: float | None | Unset = UNSET,
-    ) -> RoutedResult:
-        """Sync twin of :meth:`acomplete`."""
-        task = CURRENT_TASK.get()
-        if task is not None:
-            task.refresh()
-        run = self._start(turn, tier, deadline_s)
+    def _drive(self, run: TurnRun) -> None:
+        """Sync twin of :meth:`_adrive`."""
         try:
             nxt: Tier | None = run.first_tier()
             while nxt is not None:
@@ -348,7 +387,14 @@ class Router:
         except BaseException as exc:
             self._dispatch.end(run, exc)
             raise
-        return self._dispatch.finish(run)
+
+    def drain_shadows(self, timeout_s: float | None = None) -> None:
+        """Wait for the shadow runs started by the sync path (``close`` does too)."""
+        self._shadows.drain(timeout_s)
+
+    async def adrain_shadows(self) -> None:
+        """Wait for the shadow runs started by the async path (``aclose`` does too)."""
+        await self._shadows.adrain()
 
     # -- streaming ---------------------------------------------------------------------------
 

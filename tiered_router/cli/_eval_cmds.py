@@ -92,6 +92,23 @@ def _price_text(price: Any) -> str:
     return f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per 1M tokens"
 
 
+_ROUTELLM_DATA = ("sample", "mmlu", "gsm8k")
+_IN_SAMPLE = (
+    "the policy uses the shipped learned-scorer weights, trained on RouteLLM MMLU and GSM8K "
+    "rows this data is drawn from: the figures are in-sample (optimistic); docs/scoring.md "
+    "has held-out figures"
+)
+
+
+def _in_sample(policy: Policy, dataset: Dataset) -> bool:
+    """Whether a learned scorer with the shipped weights is replayed on its training data."""
+    scoring = policy.scoring
+    if scoring.type != "learned" or scoring.options.get("path"):
+        return False
+    parts = dataset.name.lower().replace("+", " ").split()
+    return any(part.split(":")[0] in _ROUTELLM_DATA for part in parts)
+
+
 def _pair_notes(
     policy: Policy, result: EvalResult, dataset: Dataset, prices: str, *, quiet: bool
 ) -> list[str]:
@@ -127,9 +144,11 @@ def _pair_notes(
         return warnings
     for line in lines:
         typer.echo(line, err=True)
+    if _in_sample(policy, dataset):
+        typer.echo(f"warning: {_IN_SAMPLE}", err=True)
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if warnings:
-        for warning in warnings:
-            typer.echo(f"warning: {warning}", err=True)
         typer.echo(
             "warning: quality, cost and any threshold found here describe the data's pair, not "
             "your models; pick recorded models with --fast-model/--frontier-model, or build "
@@ -399,6 +418,7 @@ def eval_command(
         out = result.to_dict()
         out["policy"] = str(policy) if policy is not None else "bundled default"
         out["pair_differs_from_policy"] = mismatch
+        out["in_sample"] = _in_sample(loaded, dataset)
         if report is not None:
             out["report"] = str(report)
         typer.echo(json.dumps(out, indent=2))
