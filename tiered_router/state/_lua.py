@@ -21,8 +21,11 @@ __all__ = [
     "BREAKER_SNAPSHOT",
     "LIMIT_ADMIT",
     "LIMIT_SPEND",
+    "TASK_READ",
     "TASK_RECORD",
 ]
+
+TASK_READ = "return redis.call('HGETALL', KEYS[1])"
 
 _CLOCK = """
 local function clock(arg)

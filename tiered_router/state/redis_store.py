@@ -38,8 +38,7 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, Literal
 
 from tiered_router.exceptions import PolicyError, TieredRouterError
 from tiered_router.state import _lua
@@ -51,6 +50,14 @@ from tiered_router.state._base import (
     TaskDelta,
     TaskRules,
     TaskSnapshot,
+)
+from tiered_router.state._redis_replies import (
+    admission_of,
+    breaker_snapshot_of,
+    state_of,
+    task_snapshot_of,
+    text_of,
+    where_of,
 )
 
 try:
@@ -68,7 +75,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisStateStore", "StateStoreUnavailable"]
 
-_T = TypeVar("_T")
 _BUCKETS = 10
 """The breaker's failure window is kept as this many buckets (as in MemoryStateStore)."""
 _MAX_CONNECTIONS = 64
@@ -87,16 +93,6 @@ class StateStoreUnavailable(TieredRouterError):
     def __init__(self, message: str, *, store: str) -> None:
         super().__init__(message)
         self.store = store
-
-
-def _where(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or "?"
-    return f"{host}:{parts.port or 6379}" if parts.scheme != "unix" else parts.path
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class RedisStateStore:
@@ -130,7 +126,7 @@ class RedisStateStore:
         cache_s: float = 0.1,
     ) -> None:
         self._url = url
-        self.where = _where(url)
+        self.where = where_of(url)
         self.prefix = prefix
         self.timeout_s = timeout_s
         self.ttl_ms = max(1, int(ttl_s * 1000))
@@ -265,7 +261,7 @@ class RedisStateStore:
 
     async def _write(self, name: str, args: Sequence[object]) -> None:
         try:
-            state = _state(await self._acall("record", [self.breaker_key(name)], args))
+            state = state_of(await self._acall("record", [self.breaker_key(name)], args))
             self._seen(name, state)
         except StateStoreUnavailable:
             self.background_failures += 1  # the turns are long done; nothing else to tell
@@ -376,7 +372,7 @@ class RedisStateStore:
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
         reply = self._call("allow", [self.breaker_key(name)], self._allow_args(now, config))
-        admission = _admission(reply)
+        admission = admission_of(reply)
         self._seen(name, admission.state)
         return admission
 
@@ -391,23 +387,23 @@ class RedisStateStore:
     ) -> BreakerState:
         """See :meth:`tiered_router.state.StateStore.breaker_record`."""
         args = self._record_args(now, outcome, token, config)
-        state = _state(self._call("record", [self.breaker_key(name)], args))
+        state = state_of(self._call("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
 
     def breaker_snapshot(self, name: str, *, now: float, config: BreakerConfig) -> BreakerSnapshot:
         """See :meth:`tiered_router.state.StateStore.breaker_snapshot`."""
         args = self._snapshot_args(now, config)
-        return _breaker_snapshot(self._call("snapshot", [self.breaker_key(name)], args))
+        return breaker_snapshot_of(self._call("snapshot", [self.breaker_key(name)], args))
 
     def task_record(self, task_id: str, delta: TaskDelta, *, rules: TaskRules) -> TaskSnapshot:
         """See :meth:`tiered_router.state.StateStore.task_record`."""
         reply = self._call("task", [self.task_key(task_id)], self._task_args(delta, rules))
-        return _task_snapshot(reply)
+        return task_snapshot_of(reply)
 
     def task_snapshot(self, task_id: str) -> TaskSnapshot:
         """See :meth:`tiered_router.state.StateStore.task_snapshot`."""
-        return _task_snapshot(self._call("task_read", [self.task_key(task_id)], []))
+        return task_snapshot_of(self._call("task_read", [self.task_key(task_id)], []))
 
     # -- async -------------------------------------------------------------------------------
 
@@ -416,7 +412,7 @@ class RedisStateStore:
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
         reply = await self._acall("allow", [self.breaker_key(name)], self._allow_args(now, config))
-        admission = _admission(reply)
+        admission = admission_of(reply)
         self._seen(name, admission.state)
         return admission
 
@@ -446,7 +442,7 @@ class RedisStateStore:
         if waiting is not None:  # successes before this outcome land before it
             count, earlier = waiting
             await self._write(name, [*earlier[:-1], count])
-        state = _state(await self._acall("record", [self.breaker_key(name)], args))
+        state = state_of(await self._acall("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
 
@@ -455,18 +451,18 @@ class RedisStateStore:
     ) -> BreakerSnapshot:
         """Async twin of :meth:`breaker_snapshot`."""
         args = self._snapshot_args(now, config)
-        return _breaker_snapshot(await self._acall("snapshot", [self.breaker_key(name)], args))
+        return breaker_snapshot_of(await self._acall("snapshot", [self.breaker_key(name)], args))
 
     async def atask_record(
         self, task_id: str, delta: TaskDelta, *, rules: TaskRules
     ) -> TaskSnapshot:
         """Async twin of :meth:`task_record`."""
         args = self._task_args(delta, rules)
-        return _task_snapshot(await self._acall("task", [self.task_key(task_id)], args))
+        return task_snapshot_of(await self._acall("task", [self.task_key(task_id)], args))
 
     async def atask_snapshot(self, task_id: str) -> TaskSnapshot:
         """Async twin of :meth:`task_snapshot`."""
-        return _task_snapshot(await self._acall("task_read", [self.task_key(task_id)], []))
+        return task_snapshot_of(await self._acall("task_read", [self.task_key(task_id)], []))
 
     # -- per-client limits (the proxy's) ----------------------------------------------------
 
@@ -483,14 +479,11 @@ class RedisStateStore:
         keys = [f"{self.prefix}:rate:{client}", f"{self.prefix}:spend:{client}"]
         args = [per_minute or 0, "" if spend_per_day is None else repr(float(spend_per_day))]
         allowed, reason, retry = await self._acall("limit_admit", keys, args)
-        return bool(int(allowed)), _text(reason), float(_text(retry))
+        return bool(int(allowed)), text_of(reason), float(text_of(retry))
 
     async def alimit_spend(self, client: str, usd: float) -> None:
         """Add ``usd`` to ``client``'s spend today."""
         await self._acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])
-
-
-_TASK_READ = "return redis.call('HGETALL', KEYS[1])"
 
 
 def _register(client: Any) -> dict[str, Any]:
@@ -499,65 +492,7 @@ def _register(client: Any) -> dict[str, Any]:
         "record": client.register_script(_lua.BREAKER_RECORD),
         "snapshot": client.register_script(_lua.BREAKER_SNAPSHOT),
         "task": client.register_script(_lua.TASK_RECORD),
-        "task_read": client.register_script(_TASK_READ),
+        "task_read": client.register_script(_lua.TASK_READ),
         "limit_admit": client.register_script(_lua.LIMIT_ADMIT),
         "limit_spend": client.register_script(_lua.LIMIT_SPEND),
     }
-
-
-_STATES: dict[str, BreakerState] = {"closed": "closed", "open": "open", "half_open": "half_open"}
-
-
-def _state(value: Any) -> BreakerState:
-    return _STATES[_text(value)]
-
-
-def _admission(reply: Sequence[Any]) -> Admission:
-    state, allowed, token = reply
-    return Admission(allowed=bool(int(allowed)), state=_state(state), token=_text(token) or None)
-
-
-def _breaker_snapshot(reply: Sequence[Any]) -> BreakerSnapshot:
-    state, consecutive, calls, failures, opened_at, trial = reply
-    opened = _text(opened_at)
-    return BreakerSnapshot(
-        state=_state(state),
-        consecutive_failures=int(consecutive),
-        calls=int(calls),
-        failures=int(failures),
-        opened_at=float(opened) if opened else None,
-        trial_in_flight=bool(int(trial)),
-    )
-
-
-def _task_snapshot(flat: Sequence[Any]) -> TaskSnapshot:
-    fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-    rules: dict[str, int] = {}
-    recent: dict[str, tuple[tuple[float, int], ...]] = {}
-    for name, value in fields.items():
-        if name.startswith("rule:"):
-            rules[name[5:]] = int(value)
-        elif name.startswith("recent:"):
-            pairs = cast("list[list[float]]", json.loads(value))
-            recent[name[7:]] = tuple((float(a), int(b)) for a, b in pairs)
-
-    def ints(key: str) -> int:
-        return int(fields.get(key, "0"))
-
-    return TaskSnapshot(
-        steps=ints("steps"),
-        cost=float(fields.get("cost", "0")),
-        latency_s=float(fields.get("latency_s", "0")),
-        escalations=ints("escalations"),
-        fast_decided=ints("fast_decided"),
-        fast_served=ints("fast_served"),
-        gate_failures=ints("gate_failures"),
-        stalls=ints("stalls"),
-        locked_by=fields.get("locked_by"),
-        clean_streak=ints("clean_streak"),
-        window_failures=ints("window_failures"),
-        rules=rules,
-        input_tokens=ints("input_tokens"),
-        output_tokens=ints("output_tokens"),
-        recent=recent,
-    )
