@@ -43,6 +43,7 @@ class RedisServer:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="tr-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.password: str | None = None  # requirepass, kept across restarts
 
     @property
     def url(self) -> str:
@@ -64,6 +65,8 @@ class RedisServer:
             "--protected-mode",
             "no",
         ]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10.0
         while not self.ping():
@@ -79,7 +82,8 @@ class RedisServer:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                 sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                answer = sock.recv(64)
+                return answer.startswith(b"+PONG") or answer.startswith(b"-NOAUTH")
         except OSError:
             return False
 

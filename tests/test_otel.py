@@ -224,3 +224,35 @@ def test_configure_otlp_installs_providers_once() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_interrupted_turn_and_dialect_conversions(otel: Otel) -> None:
+    from tiered_router.routing import Decision
+    from tiered_router.trace import Attempt, Trace
+    from tiered_router.turn import Usage
+
+    attempt = Attempt(
+        tier="fast",
+        backend="fast",
+        model="fast-model",
+        latency_s=0.2,
+        usage=Usage(input_tokens=3, output_tokens=4),
+        conversions=("system role folded into the first user message",),
+    )
+    trace = Trace(
+        turn_id="t-1",
+        decision=Decision(tier="fast", backend="fast", score=0.1, threshold=0.5),
+        attempts=(attempt,),
+        tier="fast",
+        backend="fast",
+        latency_s=0.3,
+        interrupted="abandoned",
+        metadata={"task_id": "ticket-9"},
+    )
+    otel.sink().emit(trace)
+    turn = next(s for s in otel.spans() if s.name == "route fast")
+    call = next(s for s in otel.spans() if s.name == "chat fast-model")
+    assert turn.status.status_code == otel_trace.StatusCode.ERROR
+    assert (turn.attributes or {})["tiered_router.interrupted"] == "abandoned"
+    assert (turn.attributes or {})["tiered_router.task_id"] == "ticket-9"
+    assert list((call.attributes or {})["tiered_router.conversions"]) == list(attempt.conversions)

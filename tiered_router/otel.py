@@ -176,6 +176,8 @@ class OTelSink:
         )
         if trace.tier is None:
             turn_span.set_status(Status(StatusCode.ERROR, "no tier produced a completion"))
+        elif trace.interrupted is not None:
+            turn_span.set_status(Status(StatusCode.ERROR, f"interrupted: {trace.interrupted}"))
         parent = otel_trace.set_span_in_context(turn_span)
         at = start
         for attempt in trace.attempts:
@@ -220,6 +222,8 @@ class OTelSink:
         if trace.verdict is not None:
             attrs["tiered_router.gate.passed"] = trace.verdict.passed
             attrs["tiered_router.gate.failed_checks"] = list(trace.verdict.failed_checks)
+        if trace.interrupted is not None:
+            attrs["tiered_router.interrupted"] = trace.interrupted
         task_id = trace.metadata.get("task_id")
         if task_id is not None:
             attrs["tiered_router.task_id"] = str(task_id)
@@ -241,6 +245,8 @@ class OTelSink:
             attrs["gen_ai.response.model"] = attempt.model
             attrs["gen_ai.usage.input_tokens"] = attempt.usage.input_tokens
             attrs["gen_ai.usage.output_tokens"] = attempt.usage.output_tokens
+        if attempt.conversions:
+            attrs["tiered_router.conversions"] = list(attempt.conversions)
         error = attempt.error
         if error is not None:
             attrs["error.type"] = str(error.get("type", "error"))

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BackendConfig",
     "BreakerConfig",
+    "ClientLimits",
     "EscalationConfig",
     "GateConfig",
     "LatencyModel",
@@ -59,6 +60,7 @@ __all__ = [
     "ScoringConfig",
     "ServerConfig",
     "ShadowConfig",
+    "StateConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -411,6 +413,66 @@ class TaskConfig(_Model):
     """Output tokens assumed for a turn before any were measured on its backend."""
 
 
+class StateConfig(_Model):
+    """Where circuit breakers and task totals live; see ``docs/deploy.md``.
+
+    ``memory`` keeps them in each process. ``redis`` shares them between every worker and
+    replica (needs the ``redis`` extra); a Redis that is down or slower than ``timeout_s``
+    never fails a turn: the router answers from in-process state, with a warning and the
+    ``tiered_router_state_fallbacks_total`` metric.
+
+    Example:
+        ```yaml
+        state:
+          type: redis
+          url: ${REDIS_URL}         # redis://[:password@]host:6379/0, rediss:// for TLS
+          prefix: tiered_router     # every key starts with "tiered_router:"
+          timeout_s: 0.05           # per command; then in-process state for retry_s
+        ```
+
+    """
+
+    type: Literal["memory", "redis"] = "memory"
+    """``memory`` (each process) or ``redis`` (shared)."""
+    url: SecretStr | None = Field(default=None, repr=False)
+    """Redis URL (it may hold a password, so it is never shown)."""
+    prefix: str = Field(default="tiered_router", min_length=1, max_length=200)
+    """Start of every key, so several deployments can share one Redis."""
+    timeout_s: float = Field(default=0.05, gt=0, le=10)
+    """Longest wait for Redis per command (connect and answer)."""
+    retry_s: float = Field(default=1.0, ge=0, le=300)
+    """After a Redis failure, seconds of in-process state before trying Redis again."""
+    ttl_s: float = Field(default=86_400.0, gt=0)
+    """Lifetime of a task's state after its last turn."""
+    cache_s: float = Field(default=0.1, ge=0, le=10)
+    """How long a breaker seen closed is trusted without asking Redis (0: ask every call)."""
+
+    @model_validator(mode="after")
+    def _url_for_redis(self) -> StateConfig:
+        if self.type == "redis" and (self.url is None or not self.url.get_secret_value()):
+            raise _FieldErrors([(("url",), "required when type is redis")])
+        return self
+
+
+class ClientLimits(_Model):
+    """Limits per client key, counted in the state store (shared by every replica on Redis).
+
+    Example:
+        ```yaml
+        server:
+          limits:
+            requests_per_minute: 600     # per calendar minute; more gets 429 + Retry-After
+            spend_usd_per_day: 20        # per UTC day; once reached, 429 until midnight UTC
+        ```
+
+    """
+
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    """Requests a key may send per calendar minute (``null``: no limit)."""
+    spend_usd_per_day: float | None = Field(default=None, gt=0)
+    """US dollars a key's turns may cost per UTC day (``null``: no limit)."""
+
+
 class ServerConfig(_Model):
     """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
 
@@ -440,6 +502,8 @@ class ServerConfig(_Model):
     """Most tools a request may carry; more gets 400."""
     max_schema_bytes: int = Field(default=256 * 1024, gt=0)
     """Largest ``response_format`` or tool ``parameters`` schema (serialized); larger gets 400."""
+    limits: ClientLimits = Field(default_factory=lambda: ClientLimits())
+    """Per-client-key request rate and daily spend (kept in the state store)."""
 
 
 class Policy(_Model):
@@ -477,6 +541,8 @@ class Policy(_Model):
     """The proxy server: bind address, client API keys, request size limit."""
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
     """Shadow mode: the other tier on a sampled share of turns (labels from production)."""
+    state: StateConfig = Field(default_factory=StateConfig)
+    """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 

@@ -101,6 +101,11 @@ class Router:
         self._clock = clock
         self._sleep = sleep
         self._asleep = asleep
+        self._own_state: Any = None  # a store built from the policy's state: section
+        if state is None and self.policy.state.type == "redis":
+            from tiered_router.state.redis_store import RedisStateStore
+
+            state = self._own_state = RedisStateStore.from_config(self.policy.state)
         self.state: StateStore = (
             MemoryStateStore()
             if state is None
@@ -230,7 +235,7 @@ class Router:
                 logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
 
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far, and the sinks that close.
+        """Close the backends' HTTP clients, the sinks that close, and a policy-built store.
 
         Shadow runs still going are waited for first.
         """
@@ -240,6 +245,8 @@ class Router:
             if close is not None:
                 close()
         self._close_sinks()
+        if self._own_state is not None:
+            self._own_state.close()
 
     def _close_sinks(self) -> None:
         # a JSONLSink reopens its file on the next trace, so closing it here is always safe
@@ -261,6 +268,8 @@ class Router:
                 if close is not None:
                     close()
         self._close_sinks()
+        if self._own_state is not None:
+            await self._own_state.aclose()
 
     def __enter__(self) -> Router:
         return self

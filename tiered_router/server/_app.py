@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -38,6 +39,7 @@ from tiered_router.exceptions import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
+from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._settings import ServerSettings
 from tiered_router.server._validate import (
@@ -194,6 +196,9 @@ class _Proxy:
         self.settings = settings
         self.metrics = metrics
         self.keys = KeyChecker(settings.api_keys)
+        self.limiter = ClientLimiter(
+            self.policy.server.limits, getattr(router.state, "store", router.state)
+        )
         self.ready = False
 
     def _denied(self, request: Request) -> Response | None:
@@ -247,6 +252,11 @@ class _Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        client = client_id(request.headers.get("authorization"))
+        if self.limiter.enabled:
+            allowed, reason, retry_after = await self.limiter.admit(client)
+            if not allowed:
+                return _limited(reason, retry_after)
         if not request.headers.get("content-type", "").lower().startswith("application/json"):
             return _error(415, "send the body as JSON with Content-Type: application/json")
         try:
@@ -311,15 +321,17 @@ class _Proxy:
         except UnknownModel as exc:
             return _error(404, str(exc), param="model", code="model_not_found")
         if options.stream:
-            return await self._stream(turn, options, tier, started, request.url.path)
+            return await self._stream(turn, options, tier, started, request.url.path, client=client)
         try:
-            result = await self.router.acomplete(
-                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
-            )
+            async with self._task(turn):
+                result = await self.router.acomplete(
+                    turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+                )
         except (AllTiersFailed, GateFailed) as exc:
             request.state.trace = exc.trace
             return _failure(exc)
         trace = request.state.trace = result.trace
+        self.limiter.spent(client, trace.cost)
         route = result_route(result)
         body = completion_body(
             result.completion,
@@ -333,10 +345,29 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         return Response(content, headers=headers, media_type="application/json")
 
+    def _task(self, turn: Turn) -> contextlib.AbstractAsyncContextManager[Any]:
+        # a turn naming its task (tiered_router.task_id) runs in it: the task's totals,
+        # lock and budgets live in the router's state store, shared with the other workers
+        # and replicas when that store is Redis
+        task_id = turn.metadata.get("task_id")
+        if task_id is None:
+            return contextlib.nullcontext()
+        return self.router.task(str(task_id))
+
     async def _stream(
-        self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float, path: str
+        self,
+        turn: Turn,
+        options: RequestOptions,
+        tier: Tier | None,
+        started: float,
+        path: str,
+        *,
+        client: str = "anonymous",
     ) -> Response:
-        stream = self.router.astream(turn, tier=tier, deadline_s=self._deadline(options.deadline_s))
+        async with self._task(turn):
+            stream = self.router.astream(
+                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+            )
         overhead = time.perf_counter() - started
         try:
             await stream.start()
@@ -353,7 +384,7 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         headers["cache-control"] = "no-cache"
         headers["x-accel-buffering"] = "no"
-        events = self._events(stream, renderer, turn, (path, started))
+        events = self._events(stream, renderer, turn, (path, started), client=client)
         return _EventStream(events, headers=headers)
 
     async def _events(
@@ -362,6 +393,8 @@ class _Proxy:
         renderer: ChunkRenderer,
         turn: Turn,
         request: tuple[str, float],
+        *,
+        client: str = "anonymous",
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight += 1
         chunks = stream.__aiter__()
@@ -371,6 +404,7 @@ class _Proxy:
                 if objs:
                     yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
             route = result_route(stream.result)
+            self.limiter.spent(client, stream.result.trace.cost)
             tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
         except Exception as exc:
@@ -408,7 +442,15 @@ class _Proxy:
         # stops sending new requests when this turns 503
         if not self.ready:
             return Response(b'{"status":"not ready"}', 503, media_type="application/json")
-        return Response(b'{"status":"ready"}', media_type="application/json")
+        body: dict[str, str] = {"status": "ready"}
+        store = getattr(self.router.state, "store", None)
+        ping = getattr(store, "ping", None)
+        if ping is not None:
+            # a shared store that is down does not make the proxy unready: turns go on with
+            # in-process state; the body says so for the operator
+            up = await asyncio.to_thread(ping)
+            body["state"] = "ok" if up else "unavailable: using in-process state"
+        return Response(_dumps(body), media_type="application/json")
 
     async def metrics_text(self, request: Request) -> Response:
         denied = self._denied(request)
@@ -476,6 +518,26 @@ def _route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str
     return headers
 
 
+def _limited(reason: str, retry_after_s: float) -> Response:
+    """The 429 of a client over its per-key limit."""
+    headers = {"retry-after": str(max(1, math.ceil(retry_after_s)))}
+    if reason == "spend":
+        return _error(
+            429,
+            "this API key reached its spend limit for the day (server.limits.spend_usd_per_day)",
+            error_type="rate_limit_error",
+            code="spend_limit_reached",
+            headers=headers,
+        )
+    return _error(
+        429,
+        "this API key sent more requests this minute than server.limits.requests_per_minute",
+        error_type="rate_limit_error",
+        code="rate_limited",
+        headers=headers,
+    )
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     # the traceback goes to the log; the client gets no internals
     logger.error("unexpected error serving %s", request.url.path, exc_info=exc)
@@ -497,6 +559,15 @@ def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backen
     return {name: build_backend(name, policy.backends[name], env=env) for name in names}
 
 
+def _count_state_fallbacks(metrics: Metrics, router: Router, limiter: ClientLimiter) -> None:
+    """Copy the state store's fallback count into the metrics."""
+    state = router.state
+    fallbacks = int(getattr(state, "failures", 0)) + limiter.failures
+    inner = getattr(state, "store", None)
+    fallbacks += int(getattr(inner, "background_failures", 0))
+    metrics.state_fallbacks.values[()] = float(fallbacks)
+
+
 def build_app(
     policy: Policy,
     settings: ServerSettings,
@@ -512,6 +583,7 @@ def build_app(
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
     proxy = _Proxy(router, settings, metrics)
+    metrics.collectors.append(lambda m: _count_state_fallbacks(m, router, proxy.limiter))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -523,6 +595,7 @@ def build_app(
         yield
         proxy.ready = False
         # uvicorn runs this after the in-flight requests have finished
+        await proxy.limiter.aclose()
         await router.aclose()
         metrics.close()
 

@@ -12,7 +12,7 @@ escalation reasons and HTTP status codes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -130,7 +130,20 @@ class Metrics:
         self.interrupted = _Counter(
             p + "stream_interruptions_total", "Streams ended with an in-band error.", ()
         )
+        self.state_fallbacks = _Counter(
+            p + "state_fallbacks_total",
+            "State-store operations answered from in-process state because the shared store "
+            "failed.",
+            (),
+        )
         self.in_flight = 0
+        self.collectors: list[Callable[[Metrics], None]] = []
+        """Called before each render and snapshot, to copy in numbers kept elsewhere."""
+
+    def collect(self) -> None:
+        """Run the collectors (numbers kept elsewhere, such as the state store's fallbacks)."""
+        for collector in self.collectors:
+            collector(self)
 
     def emit(self, trace: Trace) -> None:
         """Count one finished turn (the router calls this as a trace sink).
@@ -170,6 +183,7 @@ class Metrics:
 
     def render(self) -> str:
         """Return every metric in the Prometheus text format."""
+        self.collect()
         lines: list[str] = []
         for counter in (
             self.turns,
@@ -180,6 +194,7 @@ class Metrics:
             self.tokens,
             self.responses,
             self.interrupted,
+            self.state_fallbacks,
         ):
             lines.extend(counter.render())
         lines.extend(self.latency.render())

@@ -80,6 +80,7 @@ class SharedMetrics(Metrics):
 
     def snapshot(self) -> dict[str, Any]:
         """Return this worker's numbers as a JSON-ready dict."""
+        self.collect()
         counters: dict[str, list[Any]] = {}
         histograms: dict[str, list[Any]] = {}
         for attr, series in self._series().items():

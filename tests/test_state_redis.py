@@ -1,0 +1,290 @@
+"""The Redis state store against a real redis-server: same answers as the in-process store,
+atomic under concurrency, TTLs on every key, and a fast, typed failure when Redis is gone."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("redis")
+
+import redis  # noqa: E402
+from redisfix import RedisServer  # noqa: E402
+
+from tiered_router.policy import BreakerConfig  # noqa: E402
+from tiered_router.state import MemoryStateStore, TaskDelta, TaskRules  # noqa: E402
+from tiered_router.state.redis_store import RedisStateStore, StateStoreUnavailable  # noqa: E402
+
+CONFIG = BreakerConfig(
+    consecutive_failures=3, min_calls=4, failure_ratio=0.5, window_s=10, cooldown_s=5
+)
+HOUR = BreakerConfig(window_s=3600)  # every call of a slow run stays in the window
+RULES = TaskRules(lock_after_gate_failures=2, unlock_after_clean_turns=2, latency_window=3)
+
+
+@pytest.fixture
+def store(redis_server: RedisServer) -> Iterator[RedisStateStore]:
+    s = RedisStateStore(redis_server.url, prefix="t", clock="caller", timeout_s=1.0, cache_s=0)
+    yield s
+    s.close()
+
+
+def client(server: RedisServer) -> redis.Redis:
+    return redis.Redis.from_url(server.url, decode_responses=True)
+
+
+# a script of breaker operations, with the clock value of each
+BREAKER_SCRIPT: list[tuple[str, float, Any]] = [
+    ("allow", 0.0, None),
+    ("record", 0.1, "success"),
+    ("record", 0.2, "failure"),
+    ("record", 0.3, "neutral"),
+    ("record", 0.4, "failure"),
+    ("snapshot", 0.5, None),
+    ("record", 0.6, "failure"),  # third in a row: opens
+    ("allow", 1.0, None),  # open: refused
+    ("record", 1.1, "failure"),  # admitted before it opened: changes nothing
+    ("snapshot", 1.2, None),
+    ("allow", 6.0, None),  # cooldown over: the trial
+    ("allow", 6.1, None),  # a second caller is refused
+    ("record-trial", 6.2, "neutral"),  # the trial ends without a verdict: released
+    ("allow", 6.3, None),  # a new trial
+    ("record-trial", 6.4, "failure"),  # fails: open again
+    ("allow", 6.5, None),
+    ("allow", 11.5, None),  # half-open again
+    ("allow", 50.0, None),  # the trial's lease (30 s) ran out: a new one
+    ("record-trial", 50.1, "success"),  # closes
+    ("snapshot", 50.2, None),
+    ("record", 60.0, "failure"),
+    ("record", 60.1, "failure"),
+    ("record", 60.2, "success"),
+    ("record", 60.3, "failure"),
+    ("snapshot", 60.4, None),
+]
+
+
+def run_breaker_script(s: Any) -> list[Any]:
+    out: list[Any] = []
+    token: str | None = None
+    for op, now, arg in BREAKER_SCRIPT:
+        if op == "allow":
+            admission = s.breaker_allow("fast", now=now, config=CONFIG)
+            token = admission.token or token
+            out.append((op, admission.allowed, admission.state, admission.token is not None))
+        elif op == "record":
+            out.append((op, s.breaker_record("fast", arg, now=now, config=CONFIG)))
+        elif op == "record-trial":
+            out.append((op, s.breaker_record("fast", arg, now=now, config=CONFIG, token=token)))
+            token = None
+        else:
+            snap = s.breaker_snapshot("fast", now=now, config=CONFIG)
+            out.append((op, snap.state, snap.consecutive_failures, snap.trial_in_flight))
+    return out
+
+
+def test_breaker_answers_like_the_memory_store(store: RedisStateStore) -> None:
+    expected = run_breaker_script(MemoryStateStore())
+    assert run_breaker_script(store) == expected
+    # the script went through every state
+    assert {row[2] for row in expected if row[0] == "allow"} == {"closed", "open", "half_open"}
+
+
+TASK_DELTAS = [
+    TaskDelta(cost=0.001, latency_s=0.2, fast_decided=True, fast_served=True, clean=True,
+              input_tokens=10, output_tokens=5, latencies=(("fast", 0.2, 5),)),
+    TaskDelta(cost=0.01, latency_s=1.5, escalated=True, fast_decided=True, gate_failures=1,
+              rule="task.budget.cost", latencies=(("frontier", 1.3, 40),)),
+    TaskDelta(cost=0.02, latency_s=1.0, gate_failures=1, latencies=(("frontier", 1.0, 30),)),
+    TaskDelta(cost=0.0, latency_s=0.1, stalled=True, rule="task.stall"),
+    TaskDelta(cost=0.002, latency_s=0.3, clean=True, rule="task.locked",
+              latencies=(("fast", 0.3, 7), ("fast", 0.1, 2))),
+    TaskDelta(cost=0.002, latency_s=0.3, clean=True, latencies=(("fast", 0.4, 9),)),
+]  # fmt: skip
+
+
+def test_task_totals_and_lock_like_the_memory_store(store: RedisStateStore) -> None:
+    memory = MemoryStateStore()
+    for delta in TASK_DELTAS:
+        want = memory.task_record("t1", delta, rules=RULES)
+        got = store.task_record("t1", delta, rules=RULES)
+        assert got.cost == pytest.approx(want.cost)
+        assert got.latency_s == pytest.approx(want.latency_s)
+        assert got.recent.keys() == want.recent.keys()
+        for backend, pairs in want.recent.items():
+            assert [(pytest.approx(a), b) for a, b in pairs] == list(got.recent[backend])
+        exact = ("cost", "latency_s", "recent")
+        assert {k: v for k, v in vars_of(got).items() if k not in exact} == {
+            k: v for k, v in vars_of(want).items() if k not in exact
+        }
+    final = store.task_snapshot("t1")
+    assert final.steps == len(TASK_DELTAS)
+    assert final.locked_by is None  # locked by the stall, unlocked by two clean turns
+    assert final.rules == {"task.budget.cost": 1, "task.stall": 1, "task.locked": 1}
+    assert len(final.recent["fast"]) == 3  # latency_window
+    assert store.task_snapshot("unknown") == memory.task_snapshot("unknown")
+
+
+def vars_of(snapshot: Any) -> dict[str, Any]:
+    return {name: getattr(snapshot, name) for name in snapshot.__dataclass_fields__}
+
+
+def test_every_key_has_a_ttl(store: RedisStateStore, redis_server: RedisServer) -> None:
+    store.breaker_record("fast", "failure", now=1.0, config=CONFIG)
+    store.task_record("t1", TASK_DELTAS[0], rules=RULES)
+    with client(redis_server) as r:
+        keys = sorted(r.keys("t:*"))
+        assert keys == ["t:breaker:fast", "t:task:t1"]
+        for key in keys:
+            assert 0 < r.pttl(key) <= 86_400_000
+
+
+def test_server_clock_is_shared_and_async_twins_agree(redis_server: RedisServer) -> None:
+    import asyncio
+
+    config = BreakerConfig(consecutive_failures=2, cooldown_s=60)
+    one = RedisStateStore(redis_server.url, prefix="s")
+    two = RedisStateStore(redis_server.url, prefix="s")
+
+    async def main() -> None:
+        # each process passes its own (wildly different) clock: the server's TIME decides
+        await one.abreaker_record("fast", "failure", now=5.0, config=config)
+        await one.abreaker_record("fast", "failure", now=1e9, config=config)
+        assert (await two.abreaker_allow("fast", now=-3.0, config=config)).allowed is False
+        snap = await two.abreaker_snapshot("fast", now=0.0, config=config)
+        assert snap.state == "open" and snap.opened_at is not None
+        assert abs(snap.opened_at - time.time()) < 60
+        task = await two.atask_record("t", TASK_DELTAS[0], rules=RULES)
+        assert (await one.atask_snapshot("t")) == task
+        await one.aclose()
+        await two.aclose()
+
+    asyncio.run(main())
+    assert two.breaker_snapshot("fast", now=0.0, config=config).state == "open"
+    two.close()
+
+
+def test_concurrent_trials_admit_exactly_one(store: RedisStateStore) -> None:
+    for now in (0.0, 0.1, 0.2):
+        store.breaker_record("fast", "failure", now=now, config=CONFIG)
+    tokens: list[str | None] = []
+    start = threading.Barrier(8)
+
+    def ask() -> None:
+        start.wait()
+        tokens.append(store.breaker_allow("fast", now=10.0, config=CONFIG).token)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len([t for t in tokens if t is not None]) == 1
+
+
+def _hammer(url: str, n: int) -> None:
+    s = RedisStateStore(url, prefix="h", timeout_s=2.0)
+    for _ in range(n):
+        s.task_record("shared", TaskDelta(cost=0.25, latency_s=0.5, escalated=True), rules=RULES)
+        s.breaker_record("fast", "success", now=0.0, config=HOUR)
+    s.close()
+
+
+def test_two_processes_updating_one_task_stay_exact(redis_server: RedisServer) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    n = 200
+    procs = [ctx.Process(target=_hammer, args=(redis_server.url, n)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    s = RedisStateStore(redis_server.url, prefix="h")
+    snap = s.task_snapshot("shared")
+    assert snap.steps == 2 * n
+    assert snap.escalations == 2 * n
+    assert snap.cost == 0.25 * 2 * n  # exact: quarters add up exactly in binary
+    assert snap.latency_s == 0.5 * 2 * n
+    assert s.breaker_snapshot("fast", now=0.0, config=HOUR).calls == 2 * n
+    s.close()
+
+
+def test_dead_redis_fails_fast_and_typed_then_recovers(redis_server: RedisServer) -> None:
+    redis_server.stop()
+    redis_server.password = "hunter2"
+    redis_server.start()
+    s = RedisStateStore(
+        redis_server.url.replace("127.0.0.1", ":hunter2@127.0.0.1"),
+        prefix="d",
+        timeout_s=0.2,
+        retry_s=0.3,
+        cache_s=0,
+    )
+    assert s.ping()
+    s.breaker_record("fast", "failure", now=0.0, config=CONFIG)
+    redis_server.stop()
+    with pytest.raises(StateStoreUnavailable) as first:
+        s.breaker_allow("fast", now=0.0, config=CONFIG)
+    assert first.value.store == f"127.0.0.1:{redis_server.port}"
+    assert "hunter2" not in str(first.value) and "hunter2" not in repr(s)
+    # inside retry_s the store refuses without touching the network
+    with pytest.raises(StateStoreUnavailable, match="retrying after"):
+        s.task_snapshot("t")
+    assert not s.ping()
+    redis_server.start()  # back, empty: the scripts are loaded again on first use
+    time.sleep(0.35)
+    assert s.breaker_allow("fast", now=0.0, config=CONFIG).allowed is True
+    assert s.task_record("t", TASK_DELTAS[0], rules=RULES).steps == 1
+    s.close()
+
+
+def test_slow_redis_is_bounded_by_the_timeout(redis_server: RedisServer) -> None:
+    import os
+    import signal
+
+    s = RedisStateStore(redis_server.url, prefix="w", timeout_s=0.1, retry_s=60, cache_s=0)
+    assert s.ping()
+    assert redis_server.process is not None
+    os.kill(redis_server.process.pid, signal.SIGSTOP)  # hung, not dead
+    try:
+        # the read times out after timeout_s (redis-py's own retries are off)
+        with pytest.raises(StateStoreUnavailable, match="TimeoutError"):
+            s.breaker_allow("fast", now=0.0, config=CONFIG)
+    finally:
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+    s.close()
+
+
+def test_closed_breaker_is_cached_and_successes_written_behind(
+    redis_server: RedisServer,
+) -> None:
+    import asyncio
+
+    config = BreakerConfig(consecutive_failures=2, cooldown_s=60)
+    here = RedisStateStore(redis_server.url, prefix="c", cache_s=30)
+    there = RedisStateStore(redis_server.url, prefix="c", cache_s=0)
+
+    async def main() -> None:
+        assert (await here.abreaker_allow("fast", now=0, config=config)).state == "closed"
+        for _ in range(5):
+            assert await here.abreaker_record("fast", "success", now=0, config=config) == "closed"
+        await here.flush()  # the background writes all landed, exactly
+        assert (await there.abreaker_snapshot("fast", now=0, config=config)).calls == 5
+        # another process opens the breaker: this one keeps its cached "closed" for cache_s
+        await there.abreaker_record("fast", "failure", now=0, config=config)
+        await there.abreaker_record("fast", "failure", now=0, config=config)
+        assert (await there.abreaker_allow("fast", now=0, config=config)).allowed is False
+        assert (await here.abreaker_allow("fast", now=0, config=config)).allowed is True
+        # its own failure is awaited and sees the open breaker at once
+        state = await here.abreaker_record("fast", "failure", now=0, config=config)
+        assert state == "open"
+        assert (await here.abreaker_allow("fast", now=0, config=config)).allowed is False
+        await here.aclose()
+        await there.aclose()
+
+    asyncio.run(main())
+    assert here.background_failures == 0

@@ -1,0 +1,253 @@
+"""The Lua scripts of the Redis state store: each store operation is one script, so atomic.
+
+Conventions shared by the scripts:
+
+- ``now`` is the first argument; an empty string means "use the Redis server's clock"
+  (``TIME``), which every worker and replica shares;
+- floats travel as strings (a Lua number returned to Redis is cut to an integer);
+- every write refreshes the key's TTL, so state nobody touches goes away by itself.
+
+The breaker hash holds ``opened_at``, ``consecutive``, ``trial``, ``trial_at``, ``seq`` and
+one ``c:<i>`` / ``f:<i>`` pair (calls, failures) per bucket of ``window_s / buckets``
+seconds. The task hash holds the totals of :class:`~tiered_router.state.TaskSnapshot`, one
+``rule:<name>`` count per task rule and one ``recent:<backend>`` JSON list per backend.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BREAKER_ALLOW",
+    "BREAKER_RECORD",
+    "BREAKER_SNAPSHOT",
+    "LIMIT_ADMIT",
+    "LIMIT_SPEND",
+    "TASK_RECORD",
+]
+
+_CLOCK = """
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function fmt(x) return string.format('%.6f', x) end
+"""
+
+_WINDOW = """
+-- sum the live buckets; with prune, delete the ones that left the window
+local function window(key, now, width, buckets, prune)
+  local current = math.floor(now / width)
+  local flat = redis.call('HGETALL', key)
+  local calls, failures = 0, 0
+  for i = 1, #flat, 2 do
+    local field = flat[i]
+    local kind = string.sub(field, 1, 2)
+    if kind == 'c:' or kind == 'f:' then
+      local index = tonumber(string.sub(field, 3))
+      if index <= current - buckets then
+        if prune then redis.call('HDEL', key, field) end
+      elseif kind == 'c:' then
+        calls = calls + tonumber(flat[i + 1])
+      else
+        failures = failures + tonumber(flat[i + 1])
+      end
+    end
+  end
+  return calls, failures
+end
+local function state_of(opened, now, cooldown)
+  if not opened then return 'closed' end
+  if now - opened >= cooldown then return 'half_open' end
+  return 'open'
+end
+"""
+
+BREAKER_ALLOW = (
+    _CLOCK
+    + _WINDOW
+    + """
+-- KEYS[1] breaker; ARGV: now, cooldown_s, trial_lease_s, ttl_ms
+-- returns {state, allowed (0/1), token}
+local key = KEYS[1]
+local now = clock(ARGV[1])
+local cooldown, lease, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local v = redis.call('HMGET', key, 'opened_at', 'trial', 'trial_at')
+local opened = tonumber(v[1])
+local state = state_of(opened, now, cooldown)
+if state == 'closed' then return {state, 1, ''} end
+if state == 'open' then return {state, 0, ''} end
+if v[2] and now - tonumber(v[3]) < lease then return {state, 0, ''} end
+local token = KEYS[1] .. ':' .. redis.call('HINCRBY', key, 'seq', 1) .. ':' .. fmt(now)
+redis.call('HSET', key, 'trial', token, 'trial_at', fmt(now))
+redis.call('PEXPIRE', key, ttl)
+return {state, 1, token}
+"""
+)
+
+BREAKER_RECORD = (
+    _CLOCK
+    + _WINDOW
+    + """
+-- KEYS[1] breaker; ARGV: now, outcome, token, cooldown_s, consecutive (0: none),
+-- min_calls, failure_ratio, window_s, buckets, ttl_ms
+-- returns the state after the record
+local key = KEYS[1]
+local now = clock(ARGV[1])
+local outcome, token = ARGV[2], ARGV[3]
+local cooldown, run_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local min_calls, ratio = tonumber(ARGV[6]), tonumber(ARGV[7])
+local width = tonumber(ARGV[8]) / tonumber(ARGV[9])
+local buckets, ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
+local v = redis.call('HMGET', key, 'opened_at', 'trial')
+local opened = tonumber(v[1])
+if token ~= '' then
+  if token == v[2] then
+    if outcome == 'success' then
+      redis.call('DEL', key)
+      return 'closed'
+    elseif outcome == 'failure' then
+      redis.call('HSET', key, 'opened_at', fmt(now))
+      opened = now
+    end
+    redis.call('HDEL', key, 'trial', 'trial_at')
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return state_of(opened, now, cooldown)
+end
+if opened or outcome == 'neutral' then return state_of(opened, now, cooldown) end
+local bucket = math.floor(now / width)
+redis.call('HINCRBY', key, 'c:' .. bucket, 1)
+if outcome == 'success' then
+  redis.call('HSET', key, 'consecutive', 0)
+  window(key, now, width, buckets, true)
+  redis.call('PEXPIRE', key, ttl)
+  return 'closed'
+end
+local run = redis.call('HINCRBY', key, 'consecutive', 1)
+redis.call('HINCRBY', key, 'f:' .. bucket, 1)
+local calls, failures = window(key, now, width, buckets, true)
+redis.call('PEXPIRE', key, ttl)
+if (run_limit > 0 and run >= run_limit) or (calls >= min_calls and failures / calls > ratio) then
+  redis.call('HSET', key, 'opened_at', fmt(now))
+  redis.call('HDEL', key, 'trial', 'trial_at')
+  return state_of(now, now, cooldown)
+end
+return 'closed'
+"""
+)
+
+BREAKER_SNAPSHOT = (
+    _CLOCK
+    + _WINDOW
+    + """
+-- KEYS[1] breaker; ARGV: now, cooldown_s, window_s, buckets
+-- returns {state, consecutive, calls, failures, opened_at or '', trial (0/1)}
+local key = KEYS[1]
+local now = clock(ARGV[1])
+local cooldown = tonumber(ARGV[2])
+local buckets = tonumber(ARGV[4])
+local width = tonumber(ARGV[3]) / buckets
+local v = redis.call('HMGET', key, 'opened_at', 'consecutive', 'trial')
+local opened = tonumber(v[1])
+local calls, failures = window(key, now, width, buckets, false)
+local trial = 0
+if v[3] then trial = 1 end
+return {state_of(opened, now, cooldown), tonumber(v[2] or '0'), calls, failures, v[1] or '', trial}
+"""
+)
+
+TASK_RECORD = """
+-- KEYS[1] task; ARGV: ttl_ms, cost, latency_s, escalated, fast_decided, fast_served,
+-- gate_failures, stalled, clean, rule, input_tokens, output_tokens,
+-- lock_after_gate_failures (0: never), lock_on_stall, unlock_after_clean_turns,
+-- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...])
+-- returns HGETALL of the task after the update
+local key = KEYS[1]
+local ttl = tonumber(ARGV[1])
+local gate_failures = tonumber(ARGV[7])
+local stalled, clean = ARGV[8] == '1', ARGV[9] == '1'
+local rule = ARGV[10]
+local lock_after, lock_on_stall = tonumber(ARGV[13]), ARGV[14] == '1'
+local unlock_after, keep = tonumber(ARGV[15]), tonumber(ARGV[16])
+redis.call('HINCRBY', key, 'steps', 1)
+redis.call('HINCRBYFLOAT', key, 'cost', ARGV[2])
+redis.call('HINCRBYFLOAT', key, 'latency_s', ARGV[3])
+redis.call('HINCRBY', key, 'escalations', ARGV[4])
+redis.call('HINCRBY', key, 'fast_decided', ARGV[5])
+redis.call('HINCRBY', key, 'fast_served', ARGV[6])
+redis.call('HINCRBY', key, 'gate_failures', gate_failures)
+redis.call('HINCRBY', key, 'stalls', ARGV[8])
+redis.call('HINCRBY', key, 'input_tokens', ARGV[11])
+redis.call('HINCRBY', key, 'output_tokens', ARGV[12])
+if rule ~= '' then redis.call('HINCRBY', key, 'rule:' .. rule, 1) end
+for _, item in ipairs(cjson.decode(ARGV[17])) do
+  local field = 'recent:' .. item[1]
+  local recent = {}
+  local stored = redis.call('HGET', key, field)
+  if stored then recent = cjson.decode(stored) end
+  table.insert(recent, {item[2], item[3]})
+  while #recent > keep do table.remove(recent, 1) end
+  redis.call('HSET', key, field, cjson.encode(recent))
+end
+local v = redis.call('HMGET', key, 'locked_by', 'window_failures', 'clean_streak')
+local locked_by = v[1]
+local window = tonumber(v[2] or '0') + gate_failures
+local streak = tonumber(v[3] or '0')
+if stalled and lock_on_stall then
+  locked_by, streak = 'a stall', 0
+end
+if gate_failures > 0 and lock_after > 0 and window >= lock_after then
+  locked_by, streak = window .. ' gate failures', 0
+end
+if clean then
+  streak = streak + 1
+  if streak >= unlock_after then
+    locked_by, window = false, 0
+  end
+else
+  streak = 0
+end
+if locked_by then
+  redis.call('HSET', key, 'locked_by', locked_by)
+else
+  redis.call('HDEL', key, 'locked_by')
+end
+redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
+redis.call('PEXPIRE', key, ttl)
+return redis.call('HGETALL', key)
+"""
+
+LIMIT_ADMIT = """
+-- KEYS[1] rate key stem, KEYS[2] spend key stem; ARGV: per_minute (0: none),
+-- spend limit ('' : none)
+-- returns {allowed (0/1), reason ('' | 'rate' | 'spend'), retry_after_s}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if ARGV[2] ~= '' then
+  local day = math.floor(now / 86400)
+  local spent = tonumber(redis.call('GET', KEYS[2] .. ':' .. day) or '0')
+  if spent >= tonumber(ARGV[2]) then
+    return {0, 'spend', string.format('%.3f', (day + 1) * 86400 - now)}
+  end
+end
+local limit = tonumber(ARGV[1])
+if limit > 0 then
+  local minute = math.floor(now / 60)
+  local key = KEYS[1] .. ':' .. minute
+  local n = redis.call('INCR', key)
+  if n == 1 then redis.call('PEXPIRE', key, 120000) end
+  if n > limit then
+    return {0, 'rate', string.format('%.3f', (minute + 1) * 60 - now)}
+  end
+end
+return {1, '', '0'}
+"""
+
+LIMIT_SPEND = """
+-- KEYS[1] spend key stem; ARGV: usd
+local t = redis.call('TIME')
+local key = KEYS[1] .. ':' .. math.floor(tonumber(t[1]) / 86400)
+redis.call('INCRBYFLOAT', key, ARGV[1])
+redis.call('PEXPIRE', key, 172800000)
+return 1
+"""

@@ -1,0 +1,539 @@
+"""Breakers and task totals in Redis, shared by every worker and replica (the ``redis`` extra).
+
+Each :class:`~tiered_router.state.StateStore` operation is one Lua script
+(:mod:`tiered_router.state._lua`), so it runs atomically on the server: two processes
+recording failures at once both count, a half-open trial is handed to one caller only, and
+a task's totals add up exactly. Every key carries a TTL (``ttl_s`` for tasks; a few windows
+for breakers), so nothing piles up.
+
+Time comes from the Redis server (``TIME``) unless ``clock="caller"``: every process then
+reads the same clock, whatever their own monotonic clocks say.
+
+A slow or dead Redis never holds a turn up for long: every command is bounded by
+``timeout_s`` (connect and read), redis-py's own retries are off, and after a failure the
+store refuses at once, without touching the network, for ``retry_s`` seconds. Its errors
+are :class:`StateStoreUnavailable`; the router's :class:`~tiered_router.state.SafeStateStore`
+answers those from in-process state with a warning, so turns go on.
+
+Example:
+    ```yaml
+    state:
+      type: redis
+      url: ${REDIS_URL}            # redis://[:password@]host:6379/0, rediss:// for TLS
+      prefix: tiered_router        # every key starts with "tiered_router:"
+      timeout_s: 0.05
+    ```
+
+    ```python
+    store = RedisStateStore("redis://127.0.0.1:6379/0")
+    router = Router(policy, state=store)
+    ```
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit
+
+from tiered_router.exceptions import PolicyError, TieredRouterError
+from tiered_router.state import _lua
+from tiered_router.state._base import (
+    Admission,
+    BreakerSnapshot,
+    BreakerState,
+    Outcome,
+    TaskDelta,
+    TaskRules,
+    TaskSnapshot,
+)
+
+try:
+    import redis
+    import redis.asyncio as aioredis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'the Redis state store needs the redis extra: install "tiered-router[redis]"'
+    ) from exc
+
+if TYPE_CHECKING:
+    from tiered_router.policy import BreakerConfig, StateConfig
+
+__all__ = ["RedisStateStore", "StateStoreUnavailable"]
+
+_T = TypeVar("_T")
+_BUCKETS = 10
+"""The breaker's failure window is kept as this many buckets (as in MemoryStateStore)."""
+_MAX_CONNECTIONS = 64
+"""Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
+_MAX_BEHIND = 16
+"""Background writes in flight at most; past it a success is written inline (backpressure)."""
+
+
+class StateStoreUnavailable(TieredRouterError):
+    """The shared state store did not answer (down, slow, or refused): use local state.
+
+    Attributes:
+        store: Where the store is (``host:port``; never the password).
+    """
+
+    def __init__(self, message: str, *, store: str) -> None:
+        super().__init__(message)
+        self.store = store
+
+
+def _where(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{host}:{parts.port or 6379}" if parts.scheme != "unix" else parts.path
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisStateStore:
+    """A :class:`~tiered_router.state.StateStore` on Redis.
+
+    Args:
+        url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS, ``unix://``).
+        prefix: Start of every key (``<prefix>:breaker:<backend>``, ``<prefix>:task:<id>``).
+        timeout_s: Longest wait for a connection or an answer, per command.
+        ttl_s: Lifetime of a task's keys after its last update.
+        retry_s: After a failure, how long to answer :class:`StateStoreUnavailable` at once
+            before trying Redis again.
+        clock: ``server`` (Redis ``TIME``, shared by every process) or ``caller`` (the
+            ``now`` each call passes; for tests with a fake clock).
+        cache_s: How long a breaker last seen closed is admitted without asking Redis, and
+            how long a success in that state is written in the background instead of
+            awaited; ``0`` asks Redis on every call. A breaker another process opened is
+            seen here within this time.
+
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "tiered_router",
+        timeout_s: float = 0.05,
+        ttl_s: float = 86_400.0,
+        retry_s: float = 1.0,
+        clock: Literal["server", "caller"] = "server",
+        cache_s: float = 0.1,
+    ) -> None:
+        self._url = url
+        self.where = _where(url)
+        self.prefix = prefix
+        self.timeout_s = timeout_s
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.retry_s = retry_s
+        self.clock = clock
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self._sync: redis.Redis | None = None
+        self._async: aioredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scripts: dict[str, Any] = {}
+        self._ascripts: dict[str, Any] = {}
+        self.cache_s = cache_s
+        self._closed_seen: dict[str, float] = {}  # breaker -> monotonic time seen closed
+        self._pending: set[asyncio.Task[Any]] = set()
+        self.background_failures = 0
+        """Background writes (successes in the closed state) that Redis did not take."""
+
+    @classmethod
+    def from_config(cls, config: StateConfig) -> RedisStateStore:
+        """Build the store from a policy's ``state:`` section (``type: redis``)."""
+        if config.url is None:
+            raise PolicyError("state.url: required when type is redis", field="state.url")
+        return cls(
+            config.url.get_secret_value(),
+            prefix=config.prefix,
+            timeout_s=config.timeout_s,
+            ttl_s=config.ttl_s,
+            retry_s=config.retry_s,
+            cache_s=config.cache_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisStateStore({self.where!r}, prefix={self.prefix!r})"
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "socket_timeout": self.timeout_s,
+            "socket_connect_timeout": self.timeout_s,
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+            "max_connections": _MAX_CONNECTIONS,
+        }
+
+    def _sync_scripts(self) -> dict[str, Any]:
+        if self._sync is None:
+            with self._lock:
+                if self._sync is None:
+                    pool = redis.BlockingConnectionPool.from_url(
+                        self._url, timeout=self.timeout_s, **self._options()
+                    )
+                    client = redis.Redis.from_pool(pool)
+                    self._scripts = _register(client)
+                    self._sync = client
+        return self._scripts
+
+    def _async_scripts(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._loop is not loop:
+            # a redis.asyncio client belongs to the loop it first ran on
+            apool = aioredis.BlockingConnectionPool.from_url(
+                self._url, timeout=self.timeout_s, **self._options()
+            )
+            client = aioredis.Redis.from_pool(apool)
+            self._ascripts = _register(client)
+            self._async, self._loop = client, loop
+        return self._ascripts
+
+    def _check_up(self) -> None:
+        if self._down_until and time.monotonic() < self._down_until:
+            raise StateStoreUnavailable(
+                f"Redis state store at {self.where} is unavailable; retrying after "
+                f"{self.retry_s:g} s",
+                store=self.where,
+            )
+
+    def _failed(self, exc: Exception) -> StateStoreUnavailable:
+        self._down_until = time.monotonic() + self.retry_s
+        return StateStoreUnavailable(
+            f"Redis state store at {self.where} failed: {type(exc).__name__}", store=self.where
+        )
+
+    def _call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        self._check_up()
+        try:
+            return self._sync_scripts()[script](keys=keys, args=args)
+        except (redis.RedisError, OSError) as exc:
+            raise self._failed(exc) from exc
+
+    async def _acall(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        self._check_up()
+        try:
+            return await self._async_scripts()[script](keys=keys, args=args)
+        except (redis.RedisError, OSError) as exc:
+            raise self._failed(exc) from exc
+
+    # -- the closed-state cache ---------------------------------------------------------------
+
+    def _seen(self, name: str, state: BreakerState) -> None:
+        if state == "closed":
+            self._closed_seen[name] = time.monotonic()
+        else:
+            self._closed_seen.pop(name, None)
+
+    def _fresh(self, name: str) -> bool:
+        seen = self._closed_seen.get(name)
+        return seen is not None and time.monotonic() - seen < self.cache_s
+
+    def _background(self, name: str, args: Sequence[object]) -> None:
+        async def write() -> None:
+            try:
+                self._seen(
+                    name, _state(await self._acall("record", [self.breaker_key(name)], args))
+                )
+            except StateStoreUnavailable:
+                self.background_failures += 1  # the turn is long done; nothing else to tell
+
+        task = asyncio.ensure_future(write())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        """Wait for the background writes still in flight."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    async def aclose(self) -> None:
+        """Finish the background writes, then close both clients' connections."""
+        await self.flush()
+        self.close()
+        if self._async is not None:
+            client, self._async = self._async, None
+            if self._loop is asyncio.get_running_loop():
+                await client.aclose()
+
+    def ping(self) -> bool:
+        """Whether Redis answers now (for readiness checks); never raises."""
+        try:
+            self._sync_scripts()
+            assert self._sync is not None
+            return bool(self._sync.ping())
+        except (redis.RedisError, OSError):
+            return False
+
+    # -- keys and arguments -----------------------------------------------------------------
+
+    def breaker_key(self, name: str) -> str:
+        """The key of backend ``name``'s breaker."""
+        return f"{self.prefix}:breaker:{name}"
+
+    def task_key(self, task_id: str) -> str:
+        """The key of task ``task_id``."""
+        return f"{self.prefix}:task:{task_id}"
+
+    def _now(self, now: float) -> str:
+        return repr(float(now)) if self.clock == "caller" else ""
+
+    @staticmethod
+    def _breaker_ttl_ms(config: BreakerConfig) -> int:
+        longest = max(config.window_s, config.cooldown_s, config.trial_lease_s)
+        return int((2 * longest + 60.0) * 1000)
+
+    def _allow_args(self, now: float, config: BreakerConfig) -> list[object]:
+        return [
+            self._now(now),
+            config.cooldown_s,
+            config.trial_lease_s,
+            self._breaker_ttl_ms(config),
+        ]
+
+    def _record_args(
+        self, now: float, outcome: Outcome, token: str | None, config: BreakerConfig
+    ) -> list[object]:
+        return [
+            self._now(now),
+            outcome,
+            token or "",
+            config.cooldown_s,
+            config.consecutive_failures or 0,
+            config.min_calls,
+            config.failure_ratio,
+            config.window_s,
+            _BUCKETS,
+            self._breaker_ttl_ms(config),
+        ]
+
+    def _snapshot_args(self, now: float, config: BreakerConfig) -> list[object]:
+        return [self._now(now), config.cooldown_s, config.window_s, _BUCKETS]
+
+    def _task_args(self, delta: TaskDelta, rules: TaskRules) -> list[object]:
+        return [
+            self.ttl_ms,
+            repr(float(delta.cost)),
+            repr(float(delta.latency_s)),
+            int(delta.escalated),
+            int(delta.fast_decided),
+            int(delta.fast_served),
+            int(delta.gate_failures),
+            int(delta.stalled),
+            int(delta.clean),
+            delta.rule or "",
+            int(delta.input_tokens),
+            int(delta.output_tokens),
+            rules.lock_after_gate_failures or 0,
+            int(rules.lock_on_stall),
+            rules.unlock_after_clean_turns,
+            rules.latency_window,
+            json.dumps([list(item) for item in delta.latencies]),
+        ]
+
+    # -- sync --------------------------------------------------------------------------------
+
+    def breaker_allow(self, name: str, *, now: float, config: BreakerConfig) -> Admission:
+        """See :meth:`tiered_router.state.StateStore.breaker_allow`."""
+        if self._fresh(name):
+            return Admission(allowed=True, state="closed")
+        reply = self._call("allow", [self.breaker_key(name)], self._allow_args(now, config))
+        admission = _admission(reply)
+        self._seen(name, admission.state)
+        return admission
+
+    def breaker_record(
+        self,
+        name: str,
+        outcome: Outcome,
+        *,
+        now: float,
+        config: BreakerConfig,
+        token: str | None = None,
+    ) -> BreakerState:
+        """See :meth:`tiered_router.state.StateStore.breaker_record`."""
+        args = self._record_args(now, outcome, token, config)
+        state = _state(self._call("record", [self.breaker_key(name)], args))
+        self._seen(name, state)
+        return state
+
+    def breaker_snapshot(self, name: str, *, now: float, config: BreakerConfig) -> BreakerSnapshot:
+        """See :meth:`tiered_router.state.StateStore.breaker_snapshot`."""
+        args = self._snapshot_args(now, config)
+        return _breaker_snapshot(self._call("snapshot", [self.breaker_key(name)], args))
+
+    def task_record(self, task_id: str, delta: TaskDelta, *, rules: TaskRules) -> TaskSnapshot:
+        """See :meth:`tiered_router.state.StateStore.task_record`."""
+        reply = self._call("task", [self.task_key(task_id)], self._task_args(delta, rules))
+        return _task_snapshot(reply)
+
+    def task_snapshot(self, task_id: str) -> TaskSnapshot:
+        """See :meth:`tiered_router.state.StateStore.task_snapshot`."""
+        return _task_snapshot(self._call("task_read", [self.task_key(task_id)], []))
+
+    # -- async -------------------------------------------------------------------------------
+
+    async def abreaker_allow(self, name: str, *, now: float, config: BreakerConfig) -> Admission:
+        """Async twin of :meth:`breaker_allow`."""
+        if self._fresh(name):
+            return Admission(allowed=True, state="closed")
+        reply = await self._acall("allow", [self.breaker_key(name)], self._allow_args(now, config))
+        admission = _admission(reply)
+        self._seen(name, admission.state)
+        return admission
+
+    async def abreaker_record(
+        self,
+        name: str,
+        outcome: Outcome,
+        *,
+        now: float,
+        config: BreakerConfig,
+        token: str | None = None,
+    ) -> BreakerState:
+        """Async twin of :meth:`breaker_record`."""
+        args = self._record_args(now, outcome, token, config)
+        if (
+            token is None
+            and outcome == "success"
+            and self._fresh(name)
+            and len(self._pending) < _MAX_BEHIND
+        ):
+            # the common case: a success on a closed breaker changes nothing anyone waits
+            # for, so it goes to Redis in the background, off the turn's path
+            self._check_up()
+            self._background(name, args)
+            return "closed"
+        state = _state(await self._acall("record", [self.breaker_key(name)], args))
+        self._seen(name, state)
+        return state
+
+    async def abreaker_snapshot(
+        self, name: str, *, now: float, config: BreakerConfig
+    ) -> BreakerSnapshot:
+        """Async twin of :meth:`breaker_snapshot`."""
+        args = self._snapshot_args(now, config)
+        return _breaker_snapshot(await self._acall("snapshot", [self.breaker_key(name)], args))
+
+    async def atask_record(
+        self, task_id: str, delta: TaskDelta, *, rules: TaskRules
+    ) -> TaskSnapshot:
+        """Async twin of :meth:`task_record`."""
+        args = self._task_args(delta, rules)
+        return _task_snapshot(await self._acall("task", [self.task_key(task_id)], args))
+
+    async def atask_snapshot(self, task_id: str) -> TaskSnapshot:
+        """Async twin of :meth:`task_snapshot`."""
+        return _task_snapshot(await self._acall("task_read", [self.task_key(task_id)], []))
+
+    # -- per-client limits (the proxy's) ----------------------------------------------------
+
+    async def alimit_admit(
+        self, client: str, *, per_minute: int | None, spend_per_day: float | None
+    ) -> tuple[bool, str, float]:
+        """Count one request of ``client`` and say whether its limits let it through.
+
+        Requests are counted per calendar minute, spend per UTC day (the server's clock).
+
+        Returns:
+            ``(allowed, reason, retry_after_s)``; ``reason`` is ``rate`` or ``spend``.
+        """
+        keys = [f"{self.prefix}:rate:{client}", f"{self.prefix}:spend:{client}"]
+        args = [per_minute or 0, "" if spend_per_day is None else repr(float(spend_per_day))]
+        allowed, reason, retry = await self._acall("limit_admit", keys, args)
+        return bool(int(allowed)), _text(reason), float(_text(retry))
+
+    async def alimit_spend(self, client: str, usd: float) -> None:
+        """Add ``usd`` to ``client``'s spend today."""
+        await self._acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])
+
+
+_TASK_READ = "return redis.call('HGETALL', KEYS[1])"
+
+
+def _register(client: Any) -> dict[str, Any]:
+    return {
+        "allow": client.register_script(_lua.BREAKER_ALLOW),
+        "record": client.register_script(_lua.BREAKER_RECORD),
+        "snapshot": client.register_script(_lua.BREAKER_SNAPSHOT),
+        "task": client.register_script(_lua.TASK_RECORD),
+        "task_read": client.register_script(_TASK_READ),
+        "limit_admit": client.register_script(_lua.LIMIT_ADMIT),
+        "limit_spend": client.register_script(_lua.LIMIT_SPEND),
+    }
+
+
+_STATES: dict[str, BreakerState] = {"closed": "closed", "open": "open", "half_open": "half_open"}
+
+
+def _state(value: Any) -> BreakerState:
+    return _STATES[_text(value)]
+
+
+def _admission(reply: Sequence[Any]) -> Admission:
+    state, allowed, token = reply
+    return Admission(allowed=bool(int(allowed)), state=_state(state), token=_text(token) or None)
+
+
+def _breaker_snapshot(reply: Sequence[Any]) -> BreakerSnapshot:
+    state, consecutive, calls, failures, opened_at, trial = reply
+    opened = _text(opened_at)
+    return BreakerSnapshot(
+        state=_state(state),
+        consecutive_failures=int(consecutive),
+        calls=int(calls),
+        failures=int(failures),
+        opened_at=float(opened) if opened else None,
+        trial_in_flight=bool(int(trial)),
+    )
+
+
+def _task_snapshot(flat: Sequence[Any]) -> TaskSnapshot:
+    fields = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    rules: dict[str, int] = {}
+    recent: dict[str, tuple[tuple[float, int], ...]] = {}
+    for name, value in fields.items():
+        if name.startswith("rule:"):
+            rules[name[5:]] = int(value)
+        elif name.startswith("recent:"):
+            pairs = cast("list[list[float]]", json.loads(value))
+            recent[name[7:]] = tuple((float(a), int(b)) for a, b in pairs)
+
+    def ints(key: str) -> int:
+        return int(fields.get(key, "0"))
+
+    return TaskSnapshot(
+        steps=ints("steps"),
+        cost=float(fields.get("cost", "0")),
+        latency_s=float(fields.get("latency_s", "0")),
+        escalations=ints("escalations"),
+        fast_decided=ints("fast_decided"),
+        fast_served=ints("fast_served"),
+        gate_failures=ints("gate_failures"),
+        stalls=ints("stalls"),
+        locked_by=fields.get("locked_by"),
+        clean_streak=ints("clean_streak"),
+        window_failures=ints("window_failures"),
+        rules=rules,
+        input_tokens=ints("input_tokens"),
+        output_tokens=ints("output_tokens"),
+        recent=recent,
+    )
