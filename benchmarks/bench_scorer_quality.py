@@ -27,7 +27,9 @@ targets of issue 8.
 
 ``--tool-signals`` instead prints, for each BFCL pair of the shared data, how many requests
 fire each up-front signal of the transfer scorer and both models' accuracy on the requests
-that fire it and on the others.
+that fire it and on the others; then the cascade (every turn drafted fast, the bundled
+default policy's gate, escalation on failure) without and with the signals: accuracy and
+cost as % of the frontier model's, and the share of turns that called it.
 
 ``--latency`` times one ``score(turn)`` call of each scorer on every 20th row of every
 source (CPU time of this thread, fastest of 5 calls per turn): ``cold`` with the text
@@ -267,6 +269,46 @@ def tool_signals(data_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+CASCADE = """
+version: 1
+backends:
+  fast: {type: replay, model: fast, kind: diffusion}
+  frontier: {type: replay, model: frontier}
+tiers: {fast: fast, frontier: frontier}
+scoring: {type: transfer, threshold: 0.99, options: {up_front: UP_FRONT}}
+gate: {checks: CHECKS}
+escalation: {on_gate_failure: true, on_backend_error: true}
+"""
+
+
+def cascades(data_dir: Path) -> list[dict[str, Any]]:
+    """The cascade per BFCL pair, with no, one or both up-front signals."""
+    from tiered_router import load_policy
+    from tiered_router.evaluation import evaluate, load_data
+    from tiered_router.evaluation.calibration import load_policy_offline
+    from tiered_router.evaluation.sources import bundled_policy_path
+
+    checks = load_policy_offline(bundled_policy_path()).gate.checks
+    names = [c if isinstance(c, str) else json.dumps(c) for c in checks]
+    out = []
+    for fast, frontier in TOOL_PAIRS:
+        dataset = load_data(f"bfcl:{fast}->{frontier}", data_dir=data_dir)
+        for signals in ([], ["several_targets"], ["several_targets", "no_tool_fits"]):
+            text = CASCADE.replace("UP_FRONT", json.dumps(signals))
+            policy = load_policy(text.replace("CHECKS", "[" + ", ".join(names) + "]"))
+            s = evaluate(policy, dataset).summary
+            out.append(
+                {
+                    "pair": f"{fast} -> {frontier}",
+                    "up_front": ", ".join(signals) or "none",
+                    "accuracy_pct_of_strong": s.quality / s.quality_frontier,
+                    "cost_pct_of_strong": s.cost / s.cost_frontier if s.cost_frontier else None,
+                    "frontier_calls": s.frontier_call_share,
+                }
+            )
+    return out
+
+
 def _cell(row: dict[str, Any], name: str) -> str:
     value = row.get(name)
     if value is None or value != value:
@@ -343,6 +385,18 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {r['pair']} | {r['signal']} | {'yes' if r['fires'] else 'no'} | {r['n']} | "
                 f"{_f3(r['fast_acc'])} | {_f3(r['frontier_acc'])} |"
+            )
+        print(
+            "\n| pair | up-front signals | % of strong accuracy | % of strong cost "
+            "| frontier calls |"
+        )
+        print("| --- | --- | --- | --- | --- |")
+        for r in cascades(data_dir):
+            cost = r["cost_pct_of_strong"]
+            print(
+                f"| {r['pair']} | {r['up_front']} | {100 * r['accuracy_pct_of_strong']:.1f} % | "
+                f"{'n/a' if cost is None else f'{100 * cost:.1f} %'} | "
+                f"{100 * r['frontier_calls']:.1f} % |"
             )
         return 0
     started = time.perf_counter()

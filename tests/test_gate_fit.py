@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tiered_router.evaluation import find_data_dir
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate import QualityGate, lift_text_tool_calls, parse_text_tool_calls
 from tiered_router.policy import GateConfig
@@ -365,3 +366,62 @@ def test_a_tool_whose_name_starts_with_functions_is_read() -> None:
     ):
         calls = parse_text_tool_calls(text, tools)
         assert calls is not None and calls[0].name == "functions_intersect", text
+
+
+# -- on the shared data: calls to tools that do not fit, text forms of recorded calls -------
+
+DATA = find_data_dir()
+
+
+@pytest.mark.skipif(
+    DATA is None or not (DATA / "bfcl_v1_results").is_dir(), reason="shared data absent"
+)
+def test_on_bfcl_no_tool_fits_probes_and_text_forms() -> None:
+    from tiered_router.evaluation.sources import load_bfcl
+
+    assert DATA is not None
+    model = "gpt-4o-mini-2024-07-18-FC"
+    rows = sorted(load_bfcl(DATA, models=[model]).rows, key=lambda r: r.id)[::4]
+    n = len(rows)
+    probes = caught = 0
+    for i, row in enumerate(rows):
+        other = rows[(i + n // 2) % n]
+        names = {t.name for t in row.turn.tools or ()}
+        calls = other.outcomes[model].tool_calls
+        if names & {t.name for t in other.turn.tools or ()} or not calls:
+            continue
+        turn = Turn(row.turn.messages, tools=[t.to_openai() for t in other.turn.tools or ()])
+        probes += 1
+        caught += not DEFAULT.evaluate(Completion(tool_calls=calls), turn).passed
+    assert probes > 200 and caught / probes >= 0.8, (caught, probes)
+
+    same = total = 0
+    for row in rows:
+        outcome = row.outcomes[model]
+        if not outcome.tool_calls:
+            continue
+        native = DEFAULT.evaluate(Completion(tool_calls=outcome.tool_calls), row.turn).passed
+        args = [(c.name, c.parsed_arguments()) for c in outcome.tool_calls]
+        text = json.dumps([{"name": n, "arguments": a} for n, a in args])
+        total += 1
+        same += DEFAULT.evaluate(Completion(text=text), row.turn).passed == native
+    assert total > 200 and same == total
+
+
+def test_the_policy_can_turn_reading_text_calls_off() -> None:
+    from tiered_router.policy import load_policy
+
+    yaml = """
+version: 1
+backends:
+  fast: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: k, model: m}
+tiers: {fast: fast, frontier: fast}
+gate: {text_tool_calls: false}
+"""
+    policy = load_policy(yaml)
+    assert policy.gate.text_tool_calls is False and GateConfig().text_tool_calls is True
+    turn = _turn("Weather in Paris?", WEATHER)
+    draft = Completion(text="[get_weather(city='Paris')]")
+    assert QualityGate.from_config(GateConfig()).evaluate(draft, turn).passed
+    off = QualityGate.from_config(policy.gate).evaluate(draft, turn)
+    assert off.failed_checks == ("tool_call_in_text",)

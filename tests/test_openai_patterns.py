@@ -425,3 +425,14 @@ def test_a_turn_built_with_a_pydantic_class_scores_and_routes() -> None:
     assert Router(policy).decide(turn).tier in ("fast", "frontier")
     with pytest.raises(ValueError, match="response_format"):
         Turn([{"role": "user", "content": "x"}], response_format=int)
+
+
+def test_closing_the_client_closes_what_its_copies_opened(server: ScriptedServer) -> None:
+    client = TieredOpenAI(_policy(server))
+    copy = client.with_options(timeout=5.0)
+    copy.embeddings.create(model="e", input="a")
+    client.embeddings.create(model="e", input="b")
+    opened = [copy._pt, client._pt]
+    assert all(c is not None for c in opened) and opened[0] is not opened[1]
+    client.close()
+    assert all(c.is_closed() for c in opened)

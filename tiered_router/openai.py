@@ -102,6 +102,7 @@ class _Base:
 
         self._options: dict[str, Any] = {}
         self._pt: Any = None
+        self._opened: list[Any] = []  # pass-through clients of this client and its copies
         self._asynchronous = False
 
     def __repr__(self) -> str:
@@ -120,6 +121,7 @@ class _Base:
             except TieredRouterError as exc:
                 raise _translated(exc) from exc
             self._pt = client.with_options(**self._options) if self._options else client
+            self._opened.append(self._pt)
         return self._pt
 
     def __getattr__(self, name: str) -> Any:
@@ -382,9 +384,9 @@ class TieredOpenAI(_Base):
     def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
         self.router.close()
-        if self._pt is not None:
-            self._pt.close()
-            self._pt = None
+        while self._opened:
+            self._opened.pop().close()
+        self._pt = None
 
     def __enter__(self) -> TieredOpenAI:
         return self
@@ -428,9 +430,9 @@ class AsyncTieredOpenAI(_Base):
     async def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
         await self.router.aclose()
-        if self._pt is not None:
-            await self._pt.close()
-            self._pt = None
+        while self._opened:
+            await self._opened.pop().close()
+        self._pt = None
 
     async def __aenter__(self) -> AsyncTieredOpenAI:
         return self

@@ -260,6 +260,8 @@ class GateConfig(_Model):
     """Checks run on every draft, in order."""
     check_frontier: bool = True
     """Also gate frontier drafts (their verdict lands in the trace)."""
+    text_tool_calls: bool = True
+    """Judge a draft whose whole text is tool calls (``[f(x=1)]``, ``<tool_call>``) as calls."""
 
     @field_validator("checks", mode="before")
     @classmethod

@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router._context import CURRENT_TASK
 from tiered_router._dispatch import Dispatcher
@@ -28,7 +28,6 @@ from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine import RoutedResult, TurnRun, decide_turn, plan_turn
 from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
-from tiered_router.policy import BackendConfig, Policy, load_policy
 from tiered_router.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
@@ -36,6 +35,9 @@ from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
+
+if TYPE_CHECKING:
+    from tiered_router.policy import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -87,7 +89,10 @@ class Router:
         record: RecordOption = False,
         state: StateStore | None = None,
     ) -> None:
-        self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        # imported here: the policy schema (pydantic) stays off the `import Router` path
+        from tiered_router._policy_loader import load_policy
+
+        self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
@@ -124,6 +129,8 @@ class Router:
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
+        from tiered_router._policy_loader import load_policy
+
         return cls(load_policy(path), **options)
 
     def __repr__(self) -> str:

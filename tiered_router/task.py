@@ -53,7 +53,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tiered_router._context import CURRENT_TASK, TaskHooks
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.agent_signals import STALL_KEY, AgentSignals, agent_signals, annotate
-from tiered_router.policy import LatencyModel, TaskConfig
 from tiered_router.pricing import cost_of
 from tiered_router.routing import Decision
 from tiered_router.scoring.features import approx_tokens
@@ -63,11 +62,16 @@ from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
     from tiered_router._latency import LatencyTracker
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy import BackendConfig, LatencyModel, Policy, TaskConfig
 
 __all__ = ["Task", "TaskHost", "TaskSummary"]
 
-_DEFAULT_LATENCY = LatencyModel()
+
+def _default_latency() -> LatencyModel:
+    # imported here: the policy schema (pydantic) stays off the `import Router` path
+    from tiered_router.policy import LatencyModel
+
+    return LatencyModel()
 
 
 class TaskHost(Protocol):
@@ -334,7 +338,7 @@ class Task:
             return sum(lat for lat, _ in recent) / len(recent)
         # the policy's latency model, else its preset's (the dialect profile's defaults)
         config = self.router.backend_config(name)
-        model = (config.latency if config is not None else None) or _DEFAULT_LATENCY
+        model = (config.latency if config is not None else None) or _default_latency()
         return self.router.latency.expected(
             name, model, output_tokens=self._output_tokens(name, turn)
         )

@@ -143,7 +143,7 @@ class QualityGate:
         cls, config: GateConfig, *, registry: CheckRegistry | None = None
     ) -> QualityGate:
         """Build the gate a policy's ``gate:`` section describes."""
-        return cls(config.checks, registry=registry)
+        return cls(config.checks, registry=registry, text_tool_calls=config.text_tool_calls)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -221,11 +221,7 @@ def serve(
     _require_server_extra()
     import uvicorn
 
-    from tiered_router.server._protocol import (
-        HEADER_TIMEOUT_ENV,
-        WORKER_PROTOCOL,
-        guarded_protocol,
-    )
+    from tiered_router.server._protocol import HEADER_TIMEOUT_ENV, PROTOCOL_PATH, guarded_protocol
 
     loaded = load_policy(policy, env=env)
     settings = ServerSettings.from_policy(
@@ -269,8 +265,9 @@ def serve(
             "otel": otel,
         }
         os.environ[_POLICY_ENV] = json.dumps(spec)
-        os.environ[HEADER_TIMEOUT_ENV] = repr(settings.read_timeout_s)
-        options["http"] = WORKER_PROTOCOL
+        # worker processes get the protocol by import path and its limit from the environment
+        os.environ[HEADER_TIMEOUT_ENV] = str(settings.read_timeout_s)
+        options["http"] = PROTOCOL_PATH
         with _metrics_dir():
             uvicorn.run(
                 "tiered_router.server:_app_from_environment",
