@@ -19,7 +19,10 @@ Three measurements:
   cleared before each call): the cost of the code itself, without the noise of a shared
   machine (preemption, cache misses, GC).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_decide.py [--repeat 20]``
+``--scorer transfer`` times the transfer scorer (the bundled default policy's) instead of
+the heuristic one.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_decide.py [--repeat 20] [--scorer transfer]``
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from tiered_router.policy import Policy
 from tiered_router.routing import Decision, decide
-from tiered_router.scoring import HeuristicScorer
+from tiered_router.scoring import HeuristicScorer, Scorer, TransferScorer, transfer
 from tiered_router.scoring.features import normalised_words, text_signals
 from tiered_router.turn import Turn
 
@@ -202,7 +205,7 @@ class Timer:
         self.wall: list[int] = []
         self.cpu: list[int] = []
 
-    def run(self, turn: Turn, scorer: HeuristicScorer, policy: Policy) -> Decision:
+    def run(self, turn: Turn, scorer: Scorer, policy: Policy) -> Decision:
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
         decision = decide(turn, scorer.score(turn), policy)
         w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
@@ -220,6 +223,8 @@ class Timer:
 def clear_caches() -> None:
     text_signals.cache_clear()
     normalised_words.cache_clear()
+    transfer._choice_features.cache_clear()
+    transfer._content_stems.cache_clear()
 
 
 def main() -> None:
@@ -227,6 +232,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--scorer", choices=("heuristic", "transfer"), default="heuristic")
     args = parser.parse_args()
 
     policy = Policy.model_validate(
@@ -241,7 +247,8 @@ def main() -> None:
             ],
         }
     )
-    scorer = HeuristicScorer()
+    scorer: Scorer = HeuristicScorer() if args.scorer == "heuristic" else TransferScorer.default()
+    print(f"scorer: {args.scorer}")
     turns = trajectories(random.Random(args.seed), args.turns)
     sizes = sorted(sum(len(str(m.get("content") or "")) for m in t.messages) for t in turns)
     tool_counts = [len(t.tools or ()) for t in turns]

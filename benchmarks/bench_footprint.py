@@ -1,6 +1,7 @@
 """Install size, import time of ``tiered_router`` and the memory a warmed Router adds.
 
-    python benchmarks/bench_footprint.py [--runs 15] [--install-size [--extras cli]] [--keep]
+    python benchmarks/bench_footprint.py [--runs 15] [--install-size [--extras cli]
+                                         [--compare PYTHON]] [--keep]
 
 1. ``python -c "import tiered_router"`` in fresh interpreters: median and best wall time
    (target < 0.3 s), and what the import pulls in (openai and httpx2 must not be loaded);
@@ -14,6 +15,8 @@
    prints the size the install adds over the bare venv (target <= 40 MB; apparent size of the
    files, and disk usage in blocks), the largest packages, and the median time of
    ``from tiered_router import Router`` in that clean install (no PYTHONPATH, no dev tree).
+   ``--compare PYTHON`` then times the same import alternately in that install and in another
+   interpreter (a venv with an older tree installed), which stays fair on a loaded machine.
 """
 
 from __future__ import annotations
@@ -147,14 +150,33 @@ def router_import_times(python: Path, runs: int, env: dict[str, str]) -> list[fl
     return [
         float(
             subprocess.run(
-                [str(python), "-c", code], env=env, capture_output=True, text=True, check=True
+                [str(python), "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=tempfile.gettempdir(),  # not the checkout: `-c` puts the cwd on sys.path
             ).stdout
         )
         for _ in range(runs)
     ]
 
 
-def install_size(extras: str, runs: int, keep: bool) -> None:
+def compare_import(python: Path, other: str, runs: int, env: dict[str, str]) -> None:
+    """Time the Router import in ``python`` and ``other`` alternately (fair under load)."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(runs):
+        ours += router_import_times(python, 1, env)
+        theirs += router_import_times(Path(other), 1, env)
+    for label, times in (("this tree", ours), (other, theirs)):
+        print(
+            f"  interleaved, {label}: median {statistics.median(times) * 1000:.0f} ms, "
+            f"best {min(times) * 1000:.0f} ms"
+        )
+
+
+def install_size(extras: str, runs: int, keep: bool, compare: str | None = None) -> None:
     """Install this tree into a fresh venv and compare it with a bare one."""
     work = Path(tempfile.mkdtemp(prefix="tiered-router-footprint-"))
     try:
@@ -190,6 +212,8 @@ def install_size(extras: str, runs: int, keep: bool) -> None:
             f"{statistics.median(times) * 1000:.0f} ms, best {min(times) * 1000:.0f} ms   "
             "(target <= 150 ms)"
         )
+        if compare:
+            compare_import(full / "bin" / "python", compare, runs, env)
     finally:
         if keep:
             print(f"  venvs kept in {work}")
@@ -205,10 +229,16 @@ def main() -> None:
     )
     parser.add_argument("--extras", default="", help="extras to install, e.g. cli,server")
     parser.add_argument("--keep", action="store_true", help="keep the /tmp venvs")
+    parser.add_argument(
+        "--compare",
+        metavar="PYTHON",
+        help="with --install-size: also time the Router import alternately in this "
+        "interpreter (e.g. a venv with an older release installed)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     if args.install_size:
-        install_size(args.extras, args.runs, args.keep)
+        install_size(args.extras, args.runs, args.keep, args.compare)
     times, router_times, loaded = import_times(args.runs)
     print(f"import tiered_router ({args.runs} fresh interpreters, Python {sys.version.split()[0]})")
     print(

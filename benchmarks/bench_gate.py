@@ -1,7 +1,7 @@
 """Latency of the quality gate on realistic drafts (target: p99 <= 300 us).
 
-Runs the policy's default gate (non_empty, not_truncated, no_refusal, repetition,
-json_schema, tool_arguments) on four drafts that pass, and prints p50/p99 in microseconds:
+Runs the policy's default gate (the ten default checks, listed in the output) on five
+drafts that pass, and prints p50/p99 in microseconds:
 
     PYTHONPATH=. python benchmarks/bench_gate.py [--n 5000] [--engine auto|jsonschema|jsonschema-rs]
 """
@@ -205,6 +205,11 @@ def _cases() -> list[tuple[str, Completion, Turn]]:
         ),
         Turn([{"role": "user", "content": "Find me a flight to NYC on 14 March."}], tools=TOOLS),
     )
+    text_call = (
+        "tool call written as text",
+        Completion(text='[get_weather(city="New York", unit="celsius")]', finish_reason="stop"),
+        Turn([{"role": "user", "content": "Weather in New York, in celsius?"}], tools=TOOLS),
+    )
     draft = _json_draft()
     fmt = {"type": "json_schema", "json_schema": {"name": "products", "schema": PRODUCT_SCHEMA}}
     big = (
@@ -212,7 +217,7 @@ def _cases() -> list[tuple[str, Completion, Turn]]:
         Completion(text=draft, finish_reason="stop"),
         Turn([{"role": "user", "content": "List products."}], response_format=fmt),
     )
-    return [short, prose, tool, big]
+    return [short, prose, tool, text_call, big]
 
 
 def _measure(fn: Callable[[], object], n: int) -> tuple[float, float, float, float]:

@@ -3,13 +3,15 @@
     cd /work/main && PYTHONPATH=. python benchmarks/bench_routers.py [--data-dir DIR] [--json]
 
 Part 1 (RouteLLM MMLU and GSM8K, Mixtral-8x7B -> GPT-4-Turbo): APGR, CPT(50%), CPT(80%) of
-plain score-threshold routers -- the default heuristic scorer, a random router (mean over
-20 seeds), the prompt-length router and the oracle -- and of the bundled default policy
-run through the router (rules, gate, escalation) over the same rows.
+plain score-threshold routers -- the bundled default policy's scorer (the transfer scorer,
+whose weights were trained on these development rows: in-sample, see
+``benchmarks/bench_scorer_quality.py`` for held-out figures), the heuristic scorer, a random
+router (mean over 20 seeds), the prompt-length router and the oracle -- and of the bundled
+default policy run through the router (rules, gate, escalation) over the same rows.
 
 Part 2 (BFCL v1, gpt-4o-mini -> gpt-4o and gpt-3.5-turbo -> gpt-4-turbo, function-calling
 mode): a cascade policy (every turn drafted on the fast tier, gate = json_schema +
-tool_arguments + non_empty, escalate on failure) and the default heuristic threshold:
+tool_arguments + non_empty, escalate on failure) and the default policy's scorer and threshold:
 accuracy as % of the strong model's, cost as % of the strong model's, the gate's catch
 rate of wrong calls and its false-alarm rate on right calls.
 
@@ -32,6 +34,7 @@ from tiered_router.evaluation.metrics import apgr, cpt, oracle_curve, threshold_
 from tiered_router.evaluation.runner import Replay, score_rows
 from tiered_router.evaluation.sources import bundled_policy_path
 from tiered_router.policy import load_policy
+from tiered_router.scoring import HeuristicScorer
 from tiered_router.turn import message_text
 
 SEEDS = 20
@@ -42,7 +45,7 @@ backends:
   fast: {type: replay, model: fast, kind: diffusion}
   frontier: {type: replay, model: frontier}
 tiers: {fast: fast, frontier: frontier}
-scoring: {type: heuristic, threshold: THRESHOLD}
+scoring: {type: SCORER, threshold: THRESHOLD}
 gate: {checks: [non_empty, json_schema, tool_arguments, tool_call_in_text, redundant_tool_calls,
                 argument_grounding, requested_tools]}  # requested_tools: single-response tool use
 escalation: {on_gate_failure: true, on_backend_error: true}
@@ -71,9 +74,16 @@ def routellm_part(data_dir: Path) -> list[dict[str, Any]]:
         weak = [r.outcomes[replay.fast_model].quality for r in dataset.rows]
         strong = [r.outcomes[replay.frontier_model].quality for r in dataset.rows]
         q_weak, q_strong = sum(weak) / len(weak), sum(strong) / len(strong)
-        heuristic = score_rows(replay)
+        default_scores = score_rows(replay)
+        kind = policy.scoring.type
+        trained = kind in ("transfer", "learned")
+        mark = " (in-sample: trained on these rows)" if trained else ""
+        heuristic = [HeuristicScorer().score(r.turn).value for r in dataset.rows]
         length = [float(sum(len(message_text(m)) for m in r.turn.messages)) for r in dataset.rows]
         rows = {
+            f"default policy's scorer, {kind}{mark}": _metrics(
+                threshold_curve(default_scores, weak, strong), q_weak, q_strong
+            ),
             "heuristic scorer": _metrics(
                 threshold_curve(heuristic, weak, strong), q_weak, q_strong
             ),
@@ -90,7 +100,7 @@ def routellm_part(data_dir: Path) -> list[dict[str, Any]]:
         rows["oracle"] = _metrics(oracle_curve(weak, strong, steps=1000), q_weak, q_strong)
         result = evaluate(policy, dataset)
         s = result.summary
-        rows["default policy (router run, gate)"] = {
+        rows[f"default policy (router run, gate){mark}"] = {
             "apgr": s.apgr,
             "cpt50": s.cpt50,
             "cpt80": s.cpt80,
@@ -116,14 +126,16 @@ def _mean(values: list[float | None]) -> float | None:
 
 def bfcl_part(data_dir: Path) -> list[dict[str, Any]]:
     out = []
-    default_threshold = load_policy_offline(bundled_policy_path()).scoring.threshold
+    default = load_policy_offline(bundled_policy_path()).scoring
+    default_threshold = default.threshold
     for fast, frontier in BFCL_PAIRS:
         dataset = load_data(f"bfcl:{fast}->{frontier}", data_dir=data_dir)
         for label, threshold in (
             ("cascade (all drafted fast)", 1.0),
-            (f"heuristic threshold {default_threshold:g}", default_threshold),
+            (f"{default.type} threshold {default_threshold:g}", default_threshold),
         ):
-            policy = load_policy(CASCADE_POLICY.replace("THRESHOLD", str(threshold)))
+            text = CASCADE_POLICY.replace("THRESHOLD", str(threshold))
+            policy = load_policy(text.replace("SCORER", default.type))
             s = evaluate(policy, dataset).summary
             g = s.gate
             out.append(
@@ -191,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_pct(r['catch_rate'])} | {_pct(r['false_alarm_rate'])} |"
         )
     print()
-    print("| pair | APGR, heuristic policy sweep (random 0.5) | CPT(50%) | APGR oracle |")
+    print("| pair | APGR, default scorer's policy sweep (random 0.5) | CPT(50%) | APGR oracle |")
     print("| --- | --- | --- | --- |")
     for r in bfcl[::2]:
         print(f"| {r['pair']} | {_f(r['apgr'])} | {_pct(r['cpt50'])} | {_f(r['apgr_oracle'])} |")

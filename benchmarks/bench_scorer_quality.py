@@ -1,39 +1,39 @@
-"""Scorer quality on RouteLLM MMLU and GSM8K, held out: heuristic vs learned vs baselines.
+"""Scorer quality on sources never trained on: leave-one-source-out over the shared data.
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_scorer_quality.py [--json]
-        [--data-dir DIR] [--folds 7] [--seed 0] [--target gain] [--l2 0.01]
-        [--hash-buckets 0] [--word-pairs]
+        [--data-dir DIR] [--bootstrap 200] [--groups 7] [--seed 0] [--no-learned]
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_scorer_quality.py --latency
 
-Protocol (no row is scored by a model that trained on it):
+Protocol (no figure is computed on rows a model was fitted or tuned on):
 
-- MMLU: group k-fold by subject. The 49 subjects of the development data are shuffled
-  (``random.Random(seed)``) and dealt round-robin into ``--folds`` groups (7 by default:
-  about 7 subjects per fold, like the 8 subjects of the held-out part).
-- GSM8K: the rows are shuffled the same way and split in two halves.
-- Fold by fold, the learned scorer is trained (``fit_model`` with the command's settings,
-  the shipped defaults unless changed) on every development row outside the fold (both
-  benchmarks) and scores the fold's rows.
+- **Leave one source out.** The sources and pairs are those of
+  ``tiered_router.scoring._transfer_fit.SOURCE_PAIRS`` (MMLU, GSM8K, ARC-Challenge x2,
+  MBPP x2, Winogrande x2, BFCL, AlpacaEval). For each source, the trained scorers are
+  fitted on every row of every *other* source (all their pairs pooled) and score the
+  held-out source's rows: ``transfer`` (``fit_transfer``, the shipped settings) and
+  ``learned`` (``fit_model``, target ``gain``, the shipped settings).
+- **Leave a subject group out (MMLU).** MMLU's 49 subjects are shuffled
+  (``random.Random(seed)``) and dealt into ``--groups`` groups; each group is scored by
+  scorers fitted on every other source plus MMLU's other groups (the held-out part of the
+  data has other subjects of the same source). The out-of-group scores are ranked together.
+- Untrained routers on the same rows: ``heuristic`` (hand-set weights), ``prompt length``
+  (characters of the messages), ``random`` (mean of 20 seeds).
 
-Reported per benchmark and router (plain score-threshold routers, Mixtral-8x7B-Instruct ->
-GPT-4-1106-preview, decontaminated rows; metric code from ``tiered_router.evaluation``):
+Reported per source and pair: APGR (plain score-threshold router, metric code of
+``tiered_router.evaluation.metrics``) with a 95 % percentile bootstrap interval over rows
+(``--bootstrap`` resamples, seeded), and the paired bootstrap interval of
+``transfer - prompt length``. The summary gives each router's mean over the pairs and the
+targets of issue 8.
 
-- ``APGR held-out``: APGR within each fold (one model ranks the fold's rows, as the
-  independent check does on its held-out subjects), averaged over folds weighted by rows,
-  with the lowest and highest fold (over all repeats);
-- ``APGR pooled``: APGR of all out-of-fold scores ranked together;
-- ``CPT(50%)``: within each fold, averaged like APGR;
-- with ``--repeats R`` every figure is the mean over R fold assignments (seeds);
-- ``AUC``: pooled out-of-fold ROC AUC of the score for "the frontier model is right and
-  the fast model wrong" (the rows where routing up pays).
+``--tool-signals`` instead prints, for each BFCL pair of the shared data, how many requests
+fire each up-front signal of the transfer scorer and both models' accuracy on the requests
+that fire it and on the others; then the cascade (every turn drafted fast, the bundled
+default policy's gate, escalation on failure) without and with the signals: accuracy and
+cost as % of the frontier model's, and the share of turns that called it.
 
-The same per-fold computation is applied to the untrained routers (heuristic, prompt
-length, random with 20 seeds, oracle). The shipped weights scored on their own training
-rows are shown last, marked in-sample (optimistic; not a held-out figure).
-
-``--latency`` instead times one ``score(turn)`` call of each scorer on every 20th row (CPU
-time of this thread, the fastest of 5 calls per turn): ``cold`` with the text-analysis
-caches cleared before each call (a request never seen), ``warm`` right after (an agent
-re-sending its conversation); medians and 90th percentiles in microseconds.
+``--latency`` times one ``score(turn)`` call of each scorer on every 20th row of every
+source (CPU time of this thread, fastest of 5 calls per turn): ``cold`` with the text
+caches cleared before each call, ``warm`` right after; median, p90 and p99 in microseconds.
 
 Skips (exit 0, a message) when the shared data folder is absent.
 """
@@ -49,275 +49,377 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tiered_router.evaluation import find_data_dir, load_data
-from tiered_router.evaluation.metrics import apgr, cpt, oracle_curve, threshold_curve
+from tiered_router.evaluation import find_data_dir
+from tiered_router.evaluation.metrics import apgr, threshold_curve
 from tiered_router.scoring import HeuristicScorer, LearnedScorer
+from tiered_router.scoring._transfer_fit import SOURCE_PAIRS, Example, fit_transfer, load_examples
 from tiered_router.scoring.learned import fit_model
-from tiered_router.turn import Turn, message_text
+from tiered_router.scoring.transfer import UP_FRONT_SIGNALS, TransferScorer
+from tiered_router.turn import Turn
 
 SEEDS = 20
+ScoreFn = Callable[[Turn], float]
 
 
-class Rows:
-    """Decontaminated rows of one benchmark with both outcomes and a fold label."""
-
-    def __init__(
-        self, name: str, turns: list[Turn], strong: list[float], weak: list[float], folds: list[int]
-    ) -> None:
-        self.name = name
-        self.turns = turns
-        self.strong = strong
-        self.weak = weak
-        self.folds = folds
+def apgr_of(scores: Sequence[float], weak: Sequence[float], strong: Sequence[float]) -> float:
+    """APGR of a score-threshold router (``nan`` when the frontier model is not better)."""
+    n = len(scores)
+    q_w, q_s = sum(weak) / n, sum(strong) / n
+    if q_s <= q_w:
+        return float("nan")
+    return apgr(threshold_curve(scores, weak, strong), q_weak=q_w, q_strong=q_s)
 
 
-def load(data_dir: Path, *, n_folds: int, seed: int) -> list[Rows]:
-    out = []
-    for name in ("mmlu", "gsm8k"):
-        dataset = load_data(name, data_dir=data_dir)
-        fast, frontier = dataset.fast_model, dataset.frontier_model
-        assert fast and frontier
-        turns = [r.turn for r in dataset.rows]
-        strong = [r.outcomes[frontier].quality for r in dataset.rows]
-        weak = [r.outcomes[fast].quality for r in dataset.rows]
-        if name == "mmlu":
-            subjects = sorted({str(t.metadata["subject"]) for t in turns})
-            random.Random(seed).shuffle(subjects)
-            group = {s: i % n_folds for i, s in enumerate(subjects)}
-            folds = [group[str(t.metadata["subject"])] for t in turns]
-        else:
-            order = list(range(len(turns)))
-            random.Random(seed).shuffle(order)
-            half = set(order[: len(order) // 2])
-            folds = [0 if i in half else 1 for i in range(len(turns))]
-        out.append(Rows(name, turns, strong, weak, folds))
-    return out
+def _trainers(use_learned: bool) -> dict[str, Callable[[list[Example]], ScoreFn]]:
+    def transfer(train: list[Example]) -> ScoreFn:
+        scorer = TransferScorer(fit_transfer(train))
+        return lambda t: scorer.score(t).value
 
-
-def auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
-    """ROC AUC with ties counted half (Mann-Whitney U)."""
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    n_pos = sum(positive)
-    n_neg = len(positive) - n_pos
-    rank_sum = sum(r for r, p in zip(ranks, positive, strict=True) if p)
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
-
-
-def _subset(values: Sequence[float], idx: Sequence[int]) -> list[float]:
-    return [values[i] for i in idx]
-
-
-def metrics(rows: Rows, scores: Sequence[float]) -> dict[str, Any]:
-    per_fold = []
-    for f in sorted(set(rows.folds)):
-        idx = [i for i, g in enumerate(rows.folds) if g == f]
-        w, s = _subset(rows.weak, idx), _subset(rows.strong, idx)
-        q_w, q_s = sum(w) / len(w), sum(s) / len(s)
-        curve = threshold_curve(_subset(scores, idx), w, s)
-        per_fold.append(
-            (
-                len(idx),
-                apgr(curve, q_weak=q_w, q_strong=q_s),
-                cpt(curve, 0.5, q_weak=q_w, q_strong=q_s),
-            )
-        )
-    n = sum(k for k, _, _ in per_fold)
-    q_w, q_s = sum(rows.weak) / len(rows.weak), sum(rows.strong) / len(rows.strong)
-    pooled = threshold_curve(scores, rows.weak, rows.strong)
-    cpts = [c for _, _, c in per_fold]
-    return {
-        "apgr_heldout": sum(k * a for k, a, _ in per_fold) / n,
-        "apgr_fold_min": min(a for _, a, _ in per_fold),
-        "apgr_fold_max": max(a for _, a, _ in per_fold),
-        "apgr_pooled": apgr(pooled, q_weak=q_w, q_strong=q_s),
-        "cpt50": (None if None in cpts else sum(k * (c or 0.0) for k, _, c in per_fold) / n),
-        "auc": auc(scores, [s > w for s, w in zip(rows.strong, rows.weak, strict=True)]),
-    }
-
-
-def out_of_fold(
-    benchmarks: list[Rows], train: Callable[[list[Turn], list[float], list[float]], LearnedScorer]
-) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for rows in benchmarks:
-        scores = [0.0] * len(rows.turns)
-        for f in sorted(set(rows.folds)):
-            turns: list[Turn] = []
-            strong: list[float] = []
-            weak: list[float] = []
-            for other in benchmarks:
-                for i, g in enumerate(other.folds):
-                    if other is rows and g == f:
-                        continue
-                    turns.append(other.turns[i])
-                    strong.append(other.strong[i])
-                    weak.append(other.weak[i])
-            scorer = train(turns, strong, weak)
-            for i, g in enumerate(rows.folds):
-                if g == f:
-                    scores[i] = scorer.score(rows.turns[i]).value
-        out[rows.name] = scores
-    return out
-
-
-def _mean_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    out = dict(rows[0])
-    for key, value in rows[0].items():
-        if isinstance(value, float):
-            got = [r[key] for r in rows]
-            if None in got:
-                out[key] = None
-            elif key == "apgr_fold_min":
-                out[key] = min(got)
-            elif key == "apgr_fold_max":
-                out[key] = max(got)
-            else:
-                out[key] = sum(got) / len(got)
-    return out
-
-
-def run(data_dir: Path, args: argparse.Namespace, *, seed: int) -> list[dict[str, Any]]:
-    benchmarks = load(data_dir, n_folds=args.folds, seed=seed)
-
-    def train(turns: list[Turn], strong: list[float], weak: list[float]) -> LearnedScorer:
+    def learned(train: list[Example]) -> ScoreFn:
         model = fit_model(
-            turns,
-            strong=strong,
-            weak=weak,
-            target=args.target,
-            l2=args.l2,
-            hash_buckets=args.hash_buckets,
-            word_pairs=args.word_pairs,
+            [e.turn for e in train], strong=[e.strong for e in train], weak=[e.weak for e in train]
         )
-        return LearnedScorer(model)
+        scorer = LearnedScorer(model)
+        return lambda t: scorer.score(t).value
 
-    learned = out_of_fold(benchmarks, train)
+    def transfer_up_front(train: list[Example]) -> ScoreFn:
+        scorer = TransferScorer(fit_transfer(train), up_front=UP_FRONT_SIGNALS)
+        return lambda t: scorer.score(t).value
+
+    out = {"transfer": transfer, "transfer + up-front": transfer_up_front}
+    if use_learned:
+        out["learned"] = learned
+    return out
+
+
+def held_out_scores(
+    examples: list[Example], *, groups: int, seed: int, use_learned: bool
+) -> dict[str, dict[str, list[float]]]:
+    """Scores of each trained scorer on each pair's rows, by a model that never saw them.
+
+    Returns ``{scorer: {fold key: scores}}`` where the fold keys are the pairs (leave one
+    source out) and ``mmlu (subject groups)``.
+    """
+    trainers = _trainers(use_learned)
+    out: dict[str, dict[str, list[float]]] = {name: {} for name in trainers}
+    for source in dict.fromkeys(e.source for e in examples):
+        train = [e for e in examples if e.source != source]
+        test = [e for e in examples if e.source == source]
+        for name, trainer in trainers.items():
+            score = trainer(train)
+            for pair in dict.fromkeys(e.pair for e in test):
+                out[name][pair] = [score(e.turn) for e in test if e.pair == pair]
+    mmlu = [e for e in examples if e.source == "mmlu"]
+    if mmlu and groups > 1:
+        subjects = sorted({e.group for e in mmlu})
+        random.Random(seed).shuffle(subjects)
+        group_of = {s: i % groups for i, s in enumerate(subjects)}
+        for name, trainer in trainers.items():
+            scores = [0.0] * len(mmlu)
+            for g in range(groups):
+                train = [e for e in examples if e.source != "mmlu" or group_of[e.group] != g]
+                score = trainer(train)
+                for i, e in enumerate(mmlu):
+                    if group_of[e.group] == g:
+                        scores[i] = score(e.turn)
+            out[name]["mmlu (subject groups)"] = scores
+    return out
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    got = sorted(v for v in values if v == v)
+    if not got:
+        return float("nan"), float("nan")
+    return got[int(0.025 * (len(got) - 1))], got[int(0.975 * (len(got) - 1))]
+
+
+def evaluate(
+    examples: list[Example], held: dict[str, dict[str, list[float]]], *, bootstrap: int, seed: int
+) -> list[dict[str, Any]]:
+    """Per fold key and router: APGR, bootstrap interval; plus transfer - length."""
     heuristic = HeuristicScorer()
-    shipped = LearnedScorer.default()
+    keys = list(next(iter(held.values())))
     results = []
-    for rows in benchmarks:
-        length = [float(sum(len(message_text(m)) for m in t.messages)) for t in rows.turns]
-        routers: dict[str, dict[str, Any]] = {
-            "learned (held-out folds)": metrics(rows, learned[rows.name]),
-            "heuristic": metrics(rows, [heuristic.score(t).value for t in rows.turns]),
-            "prompt length": metrics(rows, length),
-        }
-        runs = []
-        for seed in range(SEEDS):
-            rng = random.Random(seed)
-            runs.append(metrics(rows, [rng.random() for _ in rows.turns]))
-        routers[f"random (mean of {SEEDS} seeds)"] = {
-            key: sum(r[key] for r in runs) / SEEDS for key in runs[0]
-        }
-        q_w = sum(rows.weak) / len(rows.weak)
-        q_s = sum(rows.strong) / len(rows.strong)
-        oracle = oracle_curve(rows.weak, rows.strong, steps=1000)
-        routers["oracle"] = {
-            "apgr_pooled": apgr(oracle, q_weak=q_w, q_strong=q_s),
-            "cpt50": cpt(oracle, 0.5, q_weak=q_w, q_strong=q_s),
-        }
-        routers["shipped weights, in-sample (optimistic)"] = metrics(
-            rows, [shipped.score(t).value for t in rows.turns]
-        )
-        for router, m in routers.items():
-            results.append({"data": rows.name, "n": len(rows.turns), "router": router, **m})
+    for key in keys:
+        pair = "mmlu" if key == "mmlu (subject groups)" else key
+        rows = [e for e in examples if e.pair == pair]
+        weak = [e.weak for e in rows]
+        strong = [e.strong for e in rows]
+        routers: dict[str, list[float]] = {name: scores[key] for name, scores in held.items()}
+        routers["heuristic"] = [heuristic.score(e.turn).value for e in rows]
+        routers["prompt length"] = [float(e.turn.prompt_chars) for e in rows]
+        rng = random.Random(seed)
+        n = len(rows)
+        samples = [[rng.randrange(n) for _ in range(n)] for _ in range(bootstrap)]
+        row: dict[str, Any] = {"data": key, "n": n, "q_weak": sum(weak) / n}
+        row["q_strong"] = sum(strong) / n
+        boots: dict[str, list[float]] = {}
+        for name, scores in routers.items():
+            row[name] = apgr_of(scores, weak, strong)
+            boots[name] = [
+                apgr_of([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s])
+                for s in samples
+            ]
+            row[f"{name} ci"] = _interval(boots[name])
+        diffs = [a - b for a, b in zip(boots["transfer"], boots["prompt length"], strict=True)]
+        row["transfer - length"] = row["transfer"] - row["prompt length"]
+        row["transfer - length ci"] = _interval(diffs)
+        runs = [
+            apgr_of([random.Random(s).random() for _ in rows], weak, strong) for s in range(SEEDS)
+        ]
+        row["random"] = sum(runs) / SEEDS
+        results.append(row)
     return results
 
 
-def latency(data_dir: Path) -> list[dict[str, Any]]:
-    from tiered_router.scoring import _text
+def latency(examples: list[Example]) -> list[dict[str, Any]]:
+    """Cold and warm ``score`` times of each scorer, microseconds."""
+    from tiered_router.scoring import _text, transfer
     from tiered_router.scoring.learned import _features
 
     def clear() -> None:
         _text.text_signals.cache_clear()
         _features._structure.cache_clear()
         _features.hashed_words.cache_clear()
+        transfer._choice_features.cache_clear()
+        transfer._content_stems.cache_clear()
 
-    turns = [t for rows in load(data_dir, n_folds=7, seed=0) for t in rows.turns[::20]]
+    turns = [e.turn for e in examples[::20]]
     out = []
-    for name, scorer in (("heuristic", HeuristicScorer()), ("learned", LearnedScorer.default())):
+    scorers = (
+        ("transfer", TransferScorer.default()),
+        ("heuristic", HeuristicScorer()),
+        ("learned", LearnedScorer.default()),
+    )
+    for name, scorer in scorers:
         cold: list[float] = []
         warm: list[float] = []
         for t in turns:
+            fresh = Turn(list(t.messages), tools=t.tools)  # prompt_chars is cached per Turn
             best_cold = best_warm = float("inf")
             for _ in range(5):
                 clear()
+                fresh = Turn(list(t.messages), tools=t.tools)
                 started = time.thread_time_ns()
-                scorer.score(t)
+                scorer.score(fresh)
                 best_cold = min(best_cold, time.thread_time_ns() - started)
                 started = time.thread_time_ns()
-                scorer.score(t)
+                scorer.score(fresh)
                 best_warm = min(best_warm, time.thread_time_ns() - started)
             cold.append(best_cold / 1000)
             warm.append(best_warm / 1000)
         cold.sort()
         warm.sort()
+
+        def q(values: list[float], p: float) -> float:
+            return values[min(len(values) - 1, int(p * len(values)))]
+
         out.append(
             {
                 "scorer": name,
                 "turns": len(turns),
-                "cold_median_us": cold[len(cold) // 2],
-                "cold_p90_us": cold[int(0.9 * len(cold))],
-                "warm_median_us": warm[len(warm) // 2],
-                "warm_p90_us": warm[int(0.9 * len(warm))],
+                **{f"cold_p{int(p * 100)}_us": q(cold, p) for p in (0.5, 0.9, 0.99)},
+                **{f"warm_p{int(p * 100)}_us": q(warm, p) for p in (0.5, 0.9, 0.99)},
             }
         )
     return out
 
 
-def _f(v: float | None) -> str:
-    return "" if v is None else f"{v:.3f}"
+TOOL_PAIRS = (
+    ("gpt-4o-mini-2024-07-18-FC", "gpt-4o-2024-08-06-FC"),
+    ("gpt-3.5-turbo-0125-FC", "gpt-4-turbo-2024-04-09-FC"),
+    ("gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06"),
+)
+"""The BFCL pairs whose both models have recorded answers in the shared data."""
 
 
-def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:.1f} %"
+def tool_signals(data_dir: Path) -> list[dict[str, Any]]:
+    """Fast and frontier accuracy on BFCL requests that fire each up-front signal, or not."""
+    from tiered_router.evaluation.sources import load_bfcl
+    from tiered_router.scoring.features import focus_text
+    from tiered_router.scoring.transfer import several_targets, tool_fit
+
+    dataset = load_bfcl(data_dir)
+    fired = {
+        row.id: {
+            "several_targets": several_targets(focus_text(row.turn)) >= 2,
+            "no_tool_fits": tool_fit(row.turn) == 0.0,
+        }
+        for row in dataset.rows
+    }
+    out = []
+    for fast, frontier in TOOL_PAIRS:
+        rows = [r for r in dataset.rows if fast in r.outcomes and frontier in r.outcomes]
+        for signal in ("several_targets", "no_tool_fits"):
+            for fires in (True, False):
+                got = [r for r in rows if fired[r.id][signal] == fires]
+                n = len(got)
+                out.append(
+                    {
+                        "pair": f"{fast} -> {frontier}",
+                        "signal": signal,
+                        "fires": fires,
+                        "n": n,
+                        "fast_acc": sum(r.outcomes[fast].quality for r in got) / n if n else None,
+                        "frontier_acc": (
+                            sum(r.outcomes[frontier].quality for r in got) / n if n else None
+                        ),
+                    }
+                )
+    return out
+
+
+CASCADE = """
+version: 1
+backends:
+  fast: {type: replay, model: fast, kind: diffusion}
+  frontier: {type: replay, model: frontier}
+tiers: {fast: fast, frontier: frontier}
+scoring: {type: transfer, threshold: 0.99, options: {up_front: UP_FRONT}}
+gate: {checks: CHECKS}
+escalation: {on_gate_failure: true, on_backend_error: true}
+"""
+
+
+def cascades(data_dir: Path) -> list[dict[str, Any]]:
+    """The cascade per BFCL pair, with no, one or both up-front signals."""
+    from tiered_router import load_policy
+    from tiered_router.evaluation import evaluate, load_data
+    from tiered_router.evaluation.calibration import load_policy_offline
+    from tiered_router.evaluation.sources import bundled_policy_path
+
+    checks = load_policy_offline(bundled_policy_path()).gate.checks
+    names = [c if isinstance(c, str) else json.dumps(c) for c in checks]
+    out = []
+    for fast, frontier in TOOL_PAIRS:
+        dataset = load_data(f"bfcl:{fast}->{frontier}", data_dir=data_dir)
+        for signals in ([], ["several_targets"], ["several_targets", "no_tool_fits"]):
+            text = CASCADE.replace("UP_FRONT", json.dumps(signals))
+            policy = load_policy(text.replace("CHECKS", "[" + ", ".join(names) + "]"))
+            s = evaluate(policy, dataset).summary
+            out.append(
+                {
+                    "pair": f"{fast} -> {frontier}",
+                    "up_front": ", ".join(signals) or "none",
+                    "accuracy_pct_of_strong": s.quality / s.quality_frontier,
+                    "cost_pct_of_strong": s.cost / s.cost_frontier if s.cost_frontier else None,
+                    "frontier_calls": s.frontier_call_share,
+                }
+            )
+    return out
+
+
+def _cell(row: dict[str, Any], name: str) -> str:
+    value = row.get(name)
+    if value is None or value != value:
+        return "n/a"
+    lo, hi = row.get(f"{name} ci", (float("nan"), float("nan")))
+    return f"{value:.3f} [{lo:.2f}, {hi:.2f}]" if lo == lo else f"{value:.3f}"
+
+
+def _f3(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def print_table(results: list[dict[str, Any]], routers: list[str]) -> None:
+    """Print the per-source table and the summary against the targets."""
+    print("| held-out rows (n) | " + " | ".join(routers) + " | transfer - length |")
+    print("| --- " * (len(routers) + 2) + "|")
+    for r in results:
+        cells = " | ".join(_cell(r, name) for name in routers)
+        print(f"| {r['data']} ({r['n']}) | {cells} | {_cell(r, 'transfer - length')} |")
+    loso = [
+        r
+        for r in results
+        if r["data"] != "mmlu (subject groups)" and r["transfer"] == r["transfer"]
+    ]
+    print(f"\nmean over the {len(loso)} pairs held out by source (APGR defined):")
+    means = {}
+    for name in routers:
+        vals = [r[name] for r in loso]
+        means[name] = sum(vals) / len(vals)
+        print(f"  {name}: {means[name]:.3f}")
+    by_key = {r["data"]: r for r in results}
+    checks = [
+        ("MMLU (source held out) transfer >= 0.65", by_key["mmlu"]["transfer"] >= 0.65),
+        ("GSM8K transfer >= 0.65", by_key["gsm8k"]["transfer"] >= 0.65),
+        (
+            "mean transfer >= mean prompt length + 0.05",
+            means["transfer"] >= means["prompt length"] + 0.05,
+        ),
+        (
+            "no pair below random (transfer)",
+            all(r["transfer"] >= r["random"] for r in loso),
+        ),
+    ]
+    if "mmlu (subject groups)" in by_key:
+        value = by_key["mmlu (subject groups)"]["transfer"]
+        checks.insert(1, ("MMLU (subject groups held out) transfer >= 0.65", value >= 0.65))
+    for label, ok in checks:
+        print(f"  target {label}: {'met' if ok else 'NOT met'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--folds", type=int, default=7, help="MMLU subject groups")
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--groups", type=int, default=7, help="MMLU subject groups")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--repeats", type=int, default=1, help="fold assignments (seeds seed, seed+1, ...)"
-    )
-    parser.add_argument("--target", default="gain")
-    parser.add_argument("--l2", type=float, default=0.01)
-    parser.add_argument("--hash-buckets", type=int, default=0)
-    parser.add_argument("--word-pairs", action="store_true")
+    parser.add_argument("--no-learned", action="store_true", help="skip the learned scorer")
     parser.add_argument("--latency", action="store_true", help="time score() instead")
+    parser.add_argument("--tool-signals", action="store_true", help="up-front signals on BFCL")
     args = parser.parse_args(argv)
     data_dir = args.data_dir or find_data_dir()
     if data_dir is None:
         print("skipped: the shared data folder was not found (set TIERED_ROUTER_DATA_DIR)")
         return 0
-    if args.latency:
-        timings = latency(data_dir)
+    if args.tool_signals:
+        signals = tool_signals(data_dir)
         if args.json:
-            print(json.dumps(timings, indent=2))
+            print(json.dumps(signals, indent=2))
             return 0
-        print("| scorer | turns | cold median | cold p90 | warm median | warm p90 |")
+        print("| pair | signal | fires | requests | fast accuracy | frontier accuracy |")
         print("| --- | --- | --- | --- | --- | --- |")
-        for r in timings:
+        for r in signals:
             print(
-                f"| {r['scorer']} | {r['turns']} | {r['cold_median_us']:.1f} us | "
-                f"{r['cold_p90_us']:.1f} us | {r['warm_median_us']:.1f} us | "
-                f"{r['warm_p90_us']:.1f} us |"
+                f"| {r['pair']} | {r['signal']} | {'yes' if r['fires'] else 'no'} | {r['n']} | "
+                f"{_f3(r['fast_acc'])} | {_f3(r['frontier_acc'])} |"
+            )
+        print(
+            "\n| pair | up-front signals | % of strong accuracy | % of strong cost "
+            "| frontier calls |"
+        )
+        print("| --- | --- | --- | --- | --- |")
+        for r in cascades(data_dir):
+            cost = r["cost_pct_of_strong"]
+            print(
+                f"| {r['pair']} | {r['up_front']} | {100 * r['accuracy_pct_of_strong']:.1f} % | "
+                f"{'n/a' if cost is None else f'{100 * cost:.1f} %'} | "
+                f"{100 * r['frontier_calls']:.1f} % |"
             )
         return 0
     started = time.perf_counter()
-    repeats = [run(data_dir, args, seed=args.seed + r) for r in range(args.repeats)]
-    results = [_mean_row([rep[i] for rep in repeats]) for i in range(len(repeats[0]))]
+    examples = load_examples(data_dir, pairs=SOURCE_PAIRS)
+    if args.latency:
+        timings = latency(examples)
+        if args.json:
+            print(json.dumps(timings, indent=2))
+            return 0
+        print(
+            "| scorer | turns | cold p50 | cold p90 | cold p99 | warm p50 | warm p90 | warm p99 |"
+        )
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in timings:
+            cells = " | ".join(
+                f"{r[f'{k}_p{p}_us']:.1f} us" for k in ("cold", "warm") for p in (50, 90, 99)
+            )
+            print(f"| {r['scorer']} | {r['turns']} | {cells} |")
+        return 0
+    held = held_out_scores(
+        examples, groups=args.groups, seed=args.seed, use_learned=not args.no_learned
+    )
+    results = evaluate(examples, held, bootstrap=args.bootstrap, seed=args.seed)
     elapsed = time.perf_counter() - started
     if args.json:
         print(
@@ -328,16 +430,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    print("| data | router | APGR held-out (fold min-max) | APGR pooled | CPT(50%) | AUC |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in results:
-        spread = (
-            f" ({r['apgr_fold_min']:.3f}-{r['apgr_fold_max']:.3f})" if "apgr_fold_min" in r else ""
-        )
-        print(
-            f"| {r['data']} (n={r['n']}) | {r['router']} | {_f(r.get('apgr_heldout'))}{spread} | "
-            f"{_f(r.get('apgr_pooled'))} | {_pct(r.get('cpt50'))} | {_f(r.get('auc'))} |"
-        )
+    routers = list(held) + ["heuristic", "prompt length", "random"]
+    print_table(results, routers)
     print(f"\n({elapsed:.0f} s; settings: {vars(args)})")
     return 0
 

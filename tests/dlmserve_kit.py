@@ -49,7 +49,7 @@ def require_dlmserve() -> Path:
     if where is None:
         pytest.skip(
             f"dlmserve is not installed: pip install --no-deps dlmserve=={VERSION} "
-            "(the test extra's conformance step; needs Python >= 3.11)"
+            "(pip install --no-deps -r tests/conformance-requirements.txt; Python >= 3.11)"
         )
     return where
 

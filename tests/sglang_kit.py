@@ -61,7 +61,8 @@ def load_protocol() -> types.ModuleType:
     if root is None:
         pytest.skip(
             f"sglang is not installed: pip install --no-deps sglang=={VERSION} "
-            "(the test extra's conformance step; Linux x86_64, Python >= 3.11)"
+            "(pip install --no-deps -r tests/conformance-requirements.txt; Linux x86_64, "
+            "Python 3.11 or 3.12)"
         )
     pytest.importorskip("msgspec", reason="SGLang's protocol module imports msgspec")
     saved = {n: sys.modules[n] for n in ("sglang", "sglang.utils") if n in sys.modules}

@@ -365,3 +365,40 @@ def test_a_disabled_breaker_never_opens(server: ScriptedServer) -> None:
         assert r.complete(easy_turn()).trace.escalations == ("backend_error",)
     assert r.breaker("fast").state == "closed"
     assert len(server.requests_for("fast-model")) == 8
+
+
+@pytest.mark.anyio
+async def test_the_safe_store_answers_every_operation_locally_while_the_store_is_down() -> None:
+    broken: StateStore = BrokenStore()
+    safe = SafeStateStore(broken, warn_every_s=3600)
+    rules = TaskRules()
+    for _ in range(5):
+        assert safe.breaker_allow("b", now=0.0, config=CONFIG).allowed
+        await safe.abreaker_record("b", "failure", now=0.0, config=CONFIG)
+    assert (await safe.abreaker_snapshot("b", now=0.0, config=CONFIG)).state == "open"
+    trial = await safe.abreaker_allow("b", now=5.0, config=CONFIG)
+    assert trial.allowed and trial.token is not None and trial.token.startswith("local|")
+    assert safe.breaker_record("b", "success", now=5.0, config=CONFIG, token=trial.token) == (
+        "closed"
+    )
+    for _ in range(5):
+        safe.breaker_record("b", "failure", now=6.0, config=CONFIG)
+    again = safe.breaker_allow("b", now=11.0, config=CONFIG)
+    state = await safe.abreaker_record("b", "failure", now=11.0, config=CONFIG, token=again.token)
+    assert state == "open" and safe.breaker_snapshot("b", now=11.0, config=CONFIG).state == "open"
+    assert safe.task_record("t", TaskDelta(cost=1.0), rules=rules).steps == 1
+    assert (await safe.atask_record("t", TaskDelta(cost=1.0), rules=rules)).cost == 2.0
+    assert safe.task_snapshot("t").steps == 2 and (await safe.atask_snapshot("t")).steps == 2
+    assert safe.failures == 23 and "BrokenStore" in repr(safe)  # trial releases go local
+
+
+@pytest.mark.anyio
+async def test_the_safe_store_passes_through_a_working_store() -> None:
+    inner = MemoryStateStore()
+    safe = SafeStateStore(inner)
+    trial_free = await safe.abreaker_allow("b", now=0.0, config=CONFIG)
+    assert trial_free.allowed and trial_free.token is None
+    assert await safe.abreaker_record("b", "failure", now=0.0, config=CONFIG) == "closed"
+    assert inner.breaker_snapshot("b", now=0.0, config=CONFIG).consecutive_failures == 1
+    await safe.atask_record("t", TaskDelta(), rules=TaskRules())
+    assert inner.task_snapshot("t").steps == 1 and safe.failures == 0

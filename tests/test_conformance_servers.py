@@ -2,9 +2,9 @@
 
 - SGLang: every request validates with SGLang's own ``ChatCompletionRequest`` (loaded from the
   installed package without GPU dependencies, see ``sglang_kit``).
-- vLLM and Mercury 2: no request model can be loaded here (vLLM's protocol module imports
-  torch; Mercury 2 is a hosted service), so the requests are checked against the documented
-  facts in ../shared/PROVIDERS.md.
+- vLLM and Mercury 2: checked against the documented facts in ../shared/PROVIDERS.md
+  (Mercury 2 is a hosted service with no published request model; vLLM's was not loaded
+  here).
 """
 
 from __future__ import annotations
@@ -143,3 +143,32 @@ def test_mercury_requests_follow_the_documented_facts(server: ScriptedServer) ->
     # text only
     with pytest.raises(CapabilityError, match="'image_url' part"):
         backend.complete(CompletionRequest(messages=[IMAGE], tools=[WEATHER]))
+
+
+def test_what_the_quirks_change_is_recorded_too(server: ScriptedServer) -> None:
+    backend = make("mercury-2", server.base_url, model="mercury-2")
+    server.script([Reply.text("ok")])
+    done = backend.complete(
+        CompletionRequest(
+            messages=[{"role": "developer", "content": "Be terse."}, USER],
+            tools=[WEATHER],
+            params={
+                "temperature": 0,
+                "stop": list("abcde"),
+                "diffusing": True,
+                "max_completion_tokens": 90_000,
+                "tool_choice": "none",
+            },
+            timeout_s=5,
+        )
+    )
+    assert done.conversions == (
+        "messages[0]: developer -> system (mercury quirks)",
+        "dropped: diffusing (mercury quirks)",
+        "temperature: 0 -> 0.5 (mercury quirks)",
+        "stop: kept the first 4 of 5 (mercury quirks)",
+        "max_completion_tokens -> max_tokens (mercury quirks)",
+        "max_tokens: 90000 -> 50000 (mercury quirks)",
+        'tool_choice "none" -> 0 tool(s) (mercury quirks)',
+    )
+    assert "tools" not in server.requests[-1].body

@@ -77,3 +77,54 @@ def test_readme_offline_quick_start_runs_as_written(
     exec(compile(match.group(1), "README.md", "exec"), {})  # noqa: S102 - our own README
     out = capsys.readouterr().out
     assert "frontier True ('gate_failed',)" in out and '{"city": "Lyon"}' in out
+
+
+def test_explain_and_validate_need_no_keys() -> None:
+    runner = CliRunner()
+    policy = str(ROOT / "examples" / "policy.yaml")
+    explained = runner.invoke(build_app(), ["explain", policy, "--prompt", "hi", "--json"])
+    assert explained.exit_code == 0, explained.output
+    assert json.loads(explained.output)["tier"] == "fast"
+    validated = runner.invoke(build_app(), ["validate", policy])
+    assert validated.exit_code == 0, validated.output
+    assert "INCEPTION_API_KEY" in validated.output
+    assert "gpt-5.2 (autoregressive), $1.75 in / $14 out per 1M tokens" in validated.output
+
+
+def test_validate_names_a_backend_without_a_price(tmp_path: Path) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "version: 1\n"
+        "backends:\n"
+        "  mine: {base_url: 'http://127.0.0.1:9/v1', model: my-model, api_key: k}\n"
+        "  big: {model: gpt-4o, api_key: k}\n"
+        "tiers: {fast: mine, frontier: big}\n"
+    )
+    result = CliRunner().invoke(build_app(), ["validate", str(policy), "--json"])
+    assert result.exit_code == 0, result.output
+    backends = json.loads(result.output)["backends"]
+    assert backends["mine"]["price"] is None
+    assert backends["big"]["price"]["output_per_mtok"] == 10.0
+    shown = CliRunner().invoke(build_app(), ["validate", str(policy)])
+    assert "no price: its calls count as $0" in shown.output
+
+
+def test_readme_cli_commands_run_in_order_with_no_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"Use the CLI .*?```bash\n(.*?)```", readme, re.S)
+    assert match is not None
+    monkeypatch.chdir(tmp_path)
+    app = build_app()
+    for line in match.group(1).splitlines():
+        words = shlex.split(line, comments=True)
+        assert words[0] == "tiered-router", line
+        args = [str(ROOT / w) if w.startswith("examples/") else w for w in words[1:]]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, f"{line}\n{result.output}"
+    assert (tmp_path / "report.html").is_file()
+    assert (tmp_path / "my_traffic.jsonl").is_file()

@@ -305,6 +305,7 @@ def test_every_python_block_runs_or_is_a_compiled_fragment(
     fragment: bool,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import ast
 
@@ -318,3 +319,9 @@ def test_every_python_block_runs_or_is_a_compiled_fragment(
     module = types.ModuleType(f"docs_block_{line}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compiled, module.__dict__)  # noqa: S102 - our own docs
+    expected = _documented_output(code)
+    if expected:  # the block shows what it prints: it must print that
+        printed = capsys.readouterr().out.splitlines()
+        assert len(printed) == len(expected), printed
+        for got, shown in zip(printed, expected, strict=True):
+            assert _shown_as(shown).fullmatch(got), f"printed {got!r}, the page shows {shown!r}"

@@ -100,32 +100,42 @@ def test_outcome_without_recorded_answer_is_not_recorded() -> None:
 # -- bundled sample ------------------------------------------------------------------------
 
 
-def test_bundled_sample_is_routellm_mmlu_and_gsm8k() -> None:
+def test_bundled_sample_is_exams_and_tool_calls() -> None:
+    from tiered_router.evaluation._sample import FAST_KEY, FRONTIER_KEY
+
     ds = load_sample()
-    assert len(ds) == 500
+    assert len(ds) == 700
     sources = [r.turn.metadata["source"] for r in ds.rows]
-    assert sources.count("routellm/mmlu") == 300
-    assert sources.count("routellm/gsm8k") == 200
-    assert ds.models == ("gpt-4-1106-preview", "mistralai/Mixtral-8x7B-Instruct-v0.1")
-    assert "Apache-2.0" in ds.license
+    assert sources.count("mmlu") == 300
+    assert sources.count("gsm8k") == 200
+    assert sources.count("bfcl") == 200
+    assert set(ds.models) == {FRONTIER_KEY, FAST_KEY}
+    assert "ATTRIBUTION.md" in ds.license
     gsm = next(r for r in ds.rows if r.id.startswith("gsm8k"))
-    assert gsm.outcomes["gpt-4-1106-preview"].text  # responses are kept for GSM8K
+    assert gsm.outcomes[FRONTIER_KEY].text  # responses are kept for GSM8K
     mmlu = next(r for r in ds.rows if r.id.startswith("mmlu"))
-    assert not mmlu.outcomes["gpt-4-1106-preview"].recorded
+    assert not mmlu.outcomes[FRONTIER_KEY].recorded
+    tool = next(r for r in ds.rows if r.turn.metadata["source"] == "bfcl")
+    assert tool.turn.tools and tool.outcomes[FAST_KEY].cost is not None
+    # every outcome is priced at its own model's list price, and timed by the policy
+    assert all(
+        o.cost is not None and o.latency_s is None for r in ds.rows for o in r.outcomes.values()
+    )
 
 
 def test_bundled_sample_has_its_attribution() -> None:
     notice = Path(__file__).parents[1] / "tiered_router" / "evaluation" / "data" / "ATTRIBUTION.md"
     text = notice.read_text()
     assert "lm-sys/RouteLLM" in text and "Apache" in text
+    assert "ShishirPatil/gorilla" in text and "BFCL-Result" in text
 
 
 def test_load_data_sample_and_unknown_name() -> None:
-    assert load_data("sample").fast_model == "mistralai/Mixtral-8x7B-Instruct-v0.1"
+    assert load_data("sample").fast_model == "Mixtral-8x7B-Instruct|gpt-4o-mini-FC"
     with pytest.raises(DatasetError, match="known name"):
         load_data("no-such-data")
     with pytest.raises(DatasetError, match="no outcomes for model 'nope'"):
-        load_data("sample:nope->gpt-4-1106-preview")
+        load_data("sample:nope->gpt-4-1106-preview|gpt-4o-FC")
 
 
 # -- shared data (skipped when absent) -----------------------------------------------------
@@ -409,8 +419,33 @@ def test_sample_builder_is_reproducible(tmp_path: Path) -> None:
     from tiered_router.evaluation._sample import build_sample
 
     assert DATA is not None
-    built = build_sample(DATA, tmp_path / "s.jsonl.gz")
-    assert len(built) == 500
-    bundled = Path(__file__).parents[1] / "tiered_router/evaluation/data/routellm_sample.jsonl.gz"
+    built = build_sample(DATA, tmp_path / "s.jsonl.gz", calibration=tmp_path / "c.jsonl.gz")
+    assert len(built) == 700
+    calibration = read_dataset(tmp_path / "c.jsonl.gz")
+    # the default policy is calibrated on rows the sample does not contain
+    assert not {r.id for r in calibration.rows} & {r.id for r in built.rows}
+    assert len(calibration) > 10_000
+    bundled = Path(__file__).parents[1] / "tiered_router/evaluation/data/sample.jsonl.gz"
     fresh = gzip.decompress((tmp_path / "s.jsonl.gz").read_bytes())
     assert fresh == gzip.decompress(bundled.read_bytes())
+
+
+def test_baselines_at_the_policys_frontier_share() -> None:
+    from tiered_router.evaluation.baselines import baselines
+
+    # rows 1-3 are free (no rule); row 4 was sent to the frontier by a rule
+    # frontier share 2/4: the ruled row plus one free row
+    got = {b.name: b for b in baselines(ROWS, [10, 30, 20, 99], frontier_share=0.5)}
+    length = got["prompt length"]
+    # the longest free prompt (row 2, fast wrong) goes up: rows 1 (fast right), 3 (fast wrong)
+    assert length.frontier_share == 0.5
+    assert length.quality == (1.0 + 1.0 + 0.0 + 1.0) / 4
+    assert length.cost == 1.0 + 10.0 + 1.0 + 10.0
+    rand = got["random"]
+    # a third of the free rows on average: quality (1 + 0 + 0) + 1/3 * 2, plus the ruled 1
+    assert rand.frontier_share == 0.5
+    assert math.isclose(rand.quality, (1.0 + 2 / 3 + 1.0) / 4)
+    assert math.isclose(rand.cost, 3.0 + 9.0 + 10.0)
+    assert baselines([], [], frontier_share=0.5) == ()
+    with pytest.raises(ValueError, match="prompt lengths"):
+        baselines(ROWS, [1], frontier_share=0.5)

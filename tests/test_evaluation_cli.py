@@ -30,7 +30,7 @@ def _invoke(*args: str) -> tuple[int, str]:
 def test_eval_with_no_arguments_prints_real_figures() -> None:
     code, out = _invoke("eval")
     assert code == 0, out
-    assert "default policy on sample (500 turns)" in out
+    assert "default policy on sample (700 turns)" in out
     for metric in (
         "quality retained",
         "cost saved",
@@ -41,7 +41,13 @@ def test_eval_with_no_arguments_prints_real_figures() -> None:
     ):
         assert metric in out
     assert re.search(r"quality retained\s*│\s*\d+\.\d%", out)
-    assert "mistralai/Mixtral-8x7B-Instruct-v0.1" in out
+    assert "Mixtral-8x7B-Instruct|gpt-4o-mini-FC" in out
+    # the sample's tool turns exercise the gate and escalation
+    assert re.search(r"escalations: gate_failed \d+", out)
+    # the policy's row is marked in the sweep, and compared with baselines at its share
+    assert "policy ->" in out
+    assert "at the policy's frontier share" in out and "prompt length" in out
+    assert "verdict: the policy keeps" in out
 
 
 def test_eval_main_job_runs_as_a_module_without_keys() -> None:
@@ -57,7 +63,7 @@ def test_eval_main_job_runs_as_a_module_without_keys() -> None:
     )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["summary"]["n"] == 500
+    assert data["summary"]["n"] == 700
     assert done.stderr == ""  # no progress bar when not a terminal
 
 
@@ -66,7 +72,11 @@ def test_eval_json_output_parses(tmp_path: Path) -> None:
     assert code == 0
     data = json.loads(out)
     s = data["summary"]
-    assert data["dataset"] == "sample" and s["n"] == 500
+    assert data["dataset"] == "sample" and s["n"] == 700
+    names = [b["name"] for b in data["baselines"]]
+    assert names == ["random", "prompt length"]
+    for b in data["baselines"]:
+        assert abs(b["frontier_share"] - s["frontier_call_share"]) < 0.01
     assert 0 < s["quality"] <= s["quality_frontier"] <= 1
     assert s["apgr_random"] == 0.5 and s["apgr"] is not None and s["cpt50"] is not None
     assert {"p_wrong_given_pass", "p_fail_given_wrong", "p_fail_given_right"} <= set(s["gate"])
@@ -103,7 +113,7 @@ def test_eval_errors_are_clear() -> None:
 def test_eval_reports_a_policy_the_router_cannot_build(tmp_path: Path) -> None:
     path = _policy_copy(tmp_path)
     path.write_text(
-        path.read_text().replace("type: heuristic", "type: heuristic\n  weights: {nope: 1}")
+        path.read_text().replace("type: transfer", "type: transfer\n  options: {nope: 1}")
     )
     code, out = _invoke("eval", str(path))
     assert code == 1 and "nope" in out and "Traceback" not in out
@@ -147,7 +157,7 @@ def test_calibrate_write_preserves_comments(tmp_path: Path) -> None:
     assert code == 0, out
     after = policy.read_text()
     assert after != before
-    assert "# hand-set, to calibrate" in after and "# list price, 2024-08" in after
+    assert "# hand-set, to calibrate" in after and "# used only where the data" in after
     assert after.splitlines()[0] == before.splitlines()[0]  # the header comment is kept
     threshold = load_policy(str(policy)).scoring.threshold
     assert threshold != 0.5 and f"wrote scoring.threshold: {threshold:g}" in out.replace("\n", "")
@@ -212,7 +222,7 @@ def test_eval_price_and_latency_options() -> None:
     assert code == 2 and "--latency" in out
     code, out = _invoke("eval", "--json", "--prices", "policy", "--latency", "model")
     assert code == 0
-    assert json.loads(out)["summary"]["n"] == 500
+    assert json.loads(out)["summary"]["n"] == 700
 
 
 def test_eval_on_shared_bfcl_data_uses_recorded_latency() -> None:
@@ -235,12 +245,39 @@ def test_eval_picks_models_by_option() -> None:
         "eval",
         "--json",
         "--fast-model",
-        "gpt-4-1106-preview",
+        "gpt-4-1106-preview|gpt-4o-FC",
         "--frontier-model",
-        "gpt-4-1106-preview",
+        "gpt-4-1106-preview|gpt-4o-FC",
     )
     assert code == 0, out
     s = json.loads(out)["summary"]
     assert s["q_weak"] == s["q_strong"] and s["apgr"] is None
     code, out = _invoke("eval", "--fast-model", "nope")
     assert code == 1 and "no outcomes for model 'nope'" in out
+
+
+def test_eval_suggests_calibrate_or_another_scorer_when_a_baseline_wins(tmp_path: Path) -> None:
+    path = _policy_copy(tmp_path)
+    # a scorer that ranks turns backwards by length loses to the prompt-length router
+    path.write_text(
+        path.read_text().replace(
+            "type: transfer", "type: heuristic\n  weights: {prompt_tokens: -8.0, bias: 2.0}"
+        )
+    )
+    code, out = _invoke("calibrate", str(path), "--target-fast-share", "0.6", "--write")
+    assert code == 0, out
+    code, out = _invoke("eval", str(path))
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "verdict: the policy keeps LESS quality than" in flat
+    assert "tiered-router calibrate" in flat and "another scorer" in flat
+
+
+def test_eval_verdict_when_the_threshold_sends_every_turn_to_one_tier(tmp_path: Path) -> None:
+    path = _policy_copy(tmp_path)
+    path.write_text(path.read_text().replace("threshold: 0.5 ", "threshold: 1.0 "))
+    code, out = _invoke("eval", str(path))
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "sends every turn to the fast tier on this data" in flat
+    assert "tiered-router calibrate" in flat

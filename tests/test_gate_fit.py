@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tiered_router.evaluation import find_data_dir
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate import QualityGate, lift_text_tool_calls, parse_text_tool_calls
 from tiered_router.policy import GateConfig
@@ -232,6 +233,7 @@ def test_a_call_with_no_stated_value_fails() -> None:
         ("Weather in Washington?", {"city": "Washington state"}),  # a word of the value
         ("Plot 4x+7 please", {"city": "4*x+7"}),  # punctuation aside
         ("Weather for a deck of cards?", {"city": "GBP"}),  # an upper-case code
+        ("Weather, any unit?", {"city": "GBP", "unit": "celsius"}),  # an enum is a choice
         ("Weather?", {}),
         ("Data points 3,4,5 and the weather", {"city": ["3", "4", "5"]}),
     ],
@@ -303,7 +305,7 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
     )
     verdict = gate.evaluate(guess, turn)
     assert verdict.failed_checks == ("redundant_tool_calls",)
-    assert "sea_level=0, a value the conversation never states" in verdict.reasons[0]
+    assert "only sea_level changed, to 0 from 5000" in verdict.reasons[0]
     assert QualityGate([{"redundant_tool_calls": {"hedged": False}}]).evaluate(guess, turn)
     both = _turn("Boiling point of water at 5000m and at 0m?", BOIL)
     assert gate.evaluate(guess, both).passed
@@ -313,3 +315,113 @@ def test_a_second_guess_fails_and_stated_targets_pass() -> None:
         ("boiling_point", {"substance": "MSFT", "sea_level": 1}),
     )
     assert gate.evaluate(codes, stocks).passed
+
+
+def test_alternative_tools_with_the_same_arguments_fail_unless_both_are_asked() -> None:
+    data = {"type": "array", "items": {"type": "number"}}
+    tools = [
+        _tool(n, {"data": data}, "Fit.")
+        for n in ("linear_regression", "random_forest_regression", "statistics_median")
+    ]
+    gate = QualityGate(["redundant_tool_calls"])
+    both = _calls(
+        ("linear_regression", {"data": [1, 2]}), ("random_forest_regression", {"data": [1, 2]})
+    )
+    verdict = gate.evaluate(both, _turn("Predict house prices from 1, 2", *tools))
+    assert verdict.failed_checks == ("redundant_tool_calls",)
+    assert "a hedge between alternative tools" in verdict.reasons[0]
+    asked = _turn("Fit a linear and a random forest regression on 1, 2", *tools)
+    assert gate.evaluate(both, asked).passed
+    off = QualityGate([{"redundant_tool_calls": {"alternatives": False}}])
+    assert off.evaluate(both, _turn("Predict house prices from 1, 2", *tools)).passed
+
+
+def test_two_unsaid_words_are_a_guess_and_two_derived_dates_are_not() -> None:
+    gate = QualityGate(["redundant_tool_calls"])
+    phase = _tool("energy", {"mass": {"type": "number"}, "phase": {"type": "string"}}, "E.")
+    turn = _turn("Energy to turn 100g of water from liquid to steam?", phase)
+    guesses = _calls(
+        ("energy", {"mass": 100, "phase": "vaporization"}),
+        ("energy", {"mass": 100, "phase": "melting"}),
+    )
+    assert gate.evaluate(guesses, turn).failed_checks == ("redundant_tool_calls",)
+    days = _turn("Air quality today and yesterday? Today is May 5, 2023", phase)
+    dates = _calls(
+        ("energy", {"mass": 1, "phase": "2023-05-05"}),
+        ("energy", {"mass": 1, "phase": "2023-05-04"}),
+    )
+    assert gate.evaluate(dates, days).passed
+    flags = _calls(
+        ("energy", {"mass": 100, "phase": True}), ("energy", {"mass": 100, "phase": False})
+    )
+    assert gate.evaluate(flags, turn).passed
+
+
+def test_a_tool_whose_name_starts_with_functions_is_read() -> None:
+    tools = [_tool("functions_intersect", {"f": {"type": "string"}}), WEATHER]
+    for text in (
+        "functions_intersect(f='x')",
+        "functions.functions_intersect(f='x')",
+        '{"name": "functions_intersect", "arguments": {"f": "x"}}',
+    ):
+        calls = parse_text_tool_calls(text, tools)
+        assert calls is not None and calls[0].name == "functions_intersect", text
+
+
+# -- on the shared data: calls to tools that do not fit, text forms of recorded calls -------
+
+DATA = find_data_dir()
+
+
+@pytest.mark.skipif(
+    DATA is None or not (DATA / "bfcl_v1_results").is_dir(), reason="shared data absent"
+)
+def test_on_bfcl_no_tool_fits_probes_and_text_forms() -> None:
+    from tiered_router.evaluation.sources import load_bfcl
+
+    assert DATA is not None
+    model = "gpt-4o-mini-2024-07-18-FC"
+    rows = sorted(load_bfcl(DATA, models=[model]).rows, key=lambda r: r.id)[::4]
+    n = len(rows)
+    probes = caught = 0
+    for i, row in enumerate(rows):
+        other = rows[(i + n // 2) % n]
+        names = {t.name for t in row.turn.tools or ()}
+        calls = other.outcomes[model].tool_calls
+        if names & {t.name for t in other.turn.tools or ()} or not calls:
+            continue
+        turn = Turn(row.turn.messages, tools=[t.to_openai() for t in other.turn.tools or ()])
+        probes += 1
+        caught += not DEFAULT.evaluate(Completion(tool_calls=calls), turn).passed
+    assert probes > 200 and caught / probes >= 0.8, (caught, probes)
+
+    same = total = 0
+    for row in rows:
+        outcome = row.outcomes[model]
+        if not outcome.tool_calls:
+            continue
+        native = DEFAULT.evaluate(Completion(tool_calls=outcome.tool_calls), row.turn).passed
+        args = [(c.name, c.parsed_arguments()) for c in outcome.tool_calls]
+        text = json.dumps([{"name": n, "arguments": a} for n, a in args])
+        total += 1
+        same += DEFAULT.evaluate(Completion(text=text), row.turn).passed == native
+    assert total > 200 and same == total
+
+
+def test_the_policy_can_turn_reading_text_calls_off() -> None:
+    from tiered_router.policy import load_policy
+
+    yaml = """
+version: 1
+backends:
+  fast: {type: openai, base_url: "http://127.0.0.1:9/v1", api_key: k, model: m}
+tiers: {fast: fast, frontier: fast}
+gate: {text_tool_calls: false}
+"""
+    policy = load_policy(yaml)
+    assert policy.gate.text_tool_calls is False and GateConfig().text_tool_calls is True
+    turn = _turn("Weather in Paris?", WEATHER)
+    draft = Completion(text="[get_weather(city='Paris')]")
+    assert QualityGate.from_config(GateConfig()).evaluate(draft, turn).passed
+    off = QualityGate.from_config(policy.gate).evaluate(draft, turn)
+    assert off.failed_checks == ("tool_call_in_text",)

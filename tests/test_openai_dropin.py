@@ -109,7 +109,7 @@ def test_model_pins_a_tier_and_signals_apply(
     client = tiered()
     pinned = client.chat.completions.create(model="frontier", messages=MESSAGES)
     assert pinned.tiered_router["tier"] == "frontier"
-    assert pinned.tiered_router["rule"] == "model:frontier"
+    assert pinned.tiered_router["rule"] == "pinned"
     by_backend = client.chat.completions.create(model="frontier-model", messages=MESSAGES)
     assert by_backend.tiered_router["tier"] == "frontier"
     final = client.chat.completions.create(

@@ -362,3 +362,77 @@ def test_wrapped_async_parse_and_other_models_go_to_the_wrapped_client(
     completion = asyncio.run(main())
     assert completion.choices[0].message.parsed.final_answer == "-29/8"
     assert not hasattr(completion, "tiered_router")
+
+
+def test_async_parse_with_options_and_resources_passed_through(server: ScriptedServer) -> None:
+    server.script([Reply.text(json.dumps(ANSWER))], model=FAST)
+
+    async def main() -> tuple[Any, Any]:
+        async with AsyncTieredOpenAI(_policy(server)) as client:
+            quick = client.with_options(timeout=5.0)
+            completion = await quick.beta.chat.completions.parse(
+                model="auto",
+                messages=[{"role": "user", "content": "solve 8x + 31 = 2"}],
+                response_format=MathResponse,
+            )
+            raw = await client.chat.completions.with_raw_response.parse(
+                model="frontier",
+                messages=[{"role": "user", "content": "solve"}],
+                response_format=MathResponse,
+            )
+            return completion, raw
+
+    server.script([Reply.text(json.dumps(ANSWER))], model=FRONTIER)
+    completion, raw = asyncio.run(main())
+    assert completion.choices[0].message.parsed.final_answer == "-29/8"
+    assert raw.parse().choices[0].message.parsed.final_answer == "-29/8"
+    assert raw.headers["x-tiered-router-tier"] == "frontier"
+
+
+def test_sync_resources_and_wrapped_options_pass_through(
+    server: ScriptedServer, client: TieredOpenAI
+) -> None:
+    # chat.completions.<other>, chat.<other>, models.<other> and beta.<other> are the SDK's
+    assert callable(client.chat.completions.retrieve)
+    assert client.chat.completions.with_streaming_response is not None
+    assert client.models.retrieve is not None and client.beta.assistants is not None
+    with pytest.raises(AttributeError):
+        client.chat._private  # noqa: B018 - private names are never passed through
+    inner = OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    wrapped = wrap_openai(inner, _policy(server))
+    quick = wrapped.with_options(timeout=3.0)
+    server.script([Reply.text("ok!")], model=FAST)
+    response = quick.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "x"}]
+    )
+    assert response.choices[0].message.content == "ok!"
+    assert [m.id for m in quick.models.list()][-1] == "scripted"  # the wrapped client's own
+    inner.close()
+    wrapped.router.close()
+
+
+def test_a_turn_built_with_a_pydantic_class_scores_and_routes() -> None:
+    from tiered_router import Router, Turn
+
+    turn = Turn([{"role": "user", "content": "solve 8x + 31 = 2"}], response_format=MathResponse)
+    assert turn.response_format is not None
+    assert turn.response_format["json_schema"]["name"] == "MathResponse"
+    policy = {
+        "version": 1,
+        "backends": {"f": {"model": "a", "api_key": "k"}, "b": {"model": "b", "api_key": "k"}},
+        "tiers": {"fast": "f", "frontier": "b"},
+    }
+    assert Router(policy).decide(turn).tier in ("fast", "frontier")
+    with pytest.raises(ValueError, match="response_format"):
+        Turn([{"role": "user", "content": "x"}], response_format=int)
+
+
+def test_closing_the_client_closes_what_its_copies_opened(server: ScriptedServer) -> None:
+    client = TieredOpenAI(_policy(server))
+    copy = client.with_options(timeout=5.0)
+    copy.embeddings.create(model="e", input="a")
+    client.embeddings.create(model="e", input="b")
+    opened = [copy._pt, client._pt]
+    assert all(c is not None for c in opened) and opened[0] is not opened[1]
+    client.close()
+    assert all(c.is_closed() for c in opened)

@@ -45,8 +45,21 @@ def test_import_loads_nothing_heavy() -> None:
 def test_public_import_does_not_load_the_sdk_or_the_cli() -> None:
     code = (
         "import sys; from tiered_router import Router, Turn, load_policy; "
-        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette') "
-        "if m in sys.modules))"
+        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette', 'ruamel', "
+        "'re2', 'yaml', 'jsonschema', 'jsonschema_rs') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_importing_the_router_does_not_load_pydantic() -> None:
+    # the policy schema is pydantic; it loads when a policy is, not with `import Router`
+    code = (
+        "import sys; from tiered_router import Router, Turn; "
+        "print(sorted(m for m in ('pydantic', 'tiered_router.policy') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(

@@ -238,7 +238,7 @@ BAD: list[Bad] = [
         BASE + "scoring: {type: neural}\n",
         "scoring",
         "scoring.type",
-        "'heuristic' or 'learned'",
+        "'heuristic', 'learned' or 'transfer'",
     ),
     Bad(
         "heuristic-weight-name",
@@ -306,11 +306,18 @@ BAD: list[Bad] = [
         "odd",
     ),
     Bad(
-        "replay-data-not-a-string",
-        BASE.replace("    model: large\n", "    type: replay\n    options: {data: 3}\n"),
+        "replay-data-not-a-name",
+        BASE.replace("    model: large\n", "    type: replay\n    options: {data: [a, b]}\n"),
         "options: {data",
         "backends.big.options.data",
-        "must be a dataset file or data name",
+        "must be a dataset file or data name, got list",
+    ),
+    Bad(
+        "replay-option",
+        BASE.replace("    model: large\n", "    type: replay\n    options: {dataset: bfcl}\n"),
+        "options: {dataset",
+        "backends.big.options.dataset",
+        "unknown option 'dataset' for a replay backend",
     ),
     # size and depth
     Bad("deep-flow", deep_flow(1000), "extra_body", None, f"deeper than {MAX_DEPTH} levels"),
@@ -527,3 +534,76 @@ def test_validate_ok_exactly_when_router_accepts(
         assert json.loads(out)["ok"] is True
     else:
         assert "Traceback" not in out and out.startswith(f"{path}:")
+
+
+def test_a_private_check_registry_is_used_for_the_names() -> None:
+    from tiered_router.gate import default_registry
+
+    registry = default_registry().copy()
+    registry.register("test_private_only", lambda completion, turn: None)
+    text = checks("non_empty", "test_private_only")
+    with pytest.raises(PolicyError, match="unknown check 'test_private_only'"):
+        load_policy(text)
+    assert load_policy(text, check_registry=registry).gate.checks[1] == "test_private_only"
+
+
+def test_load_policy_is_public_at_the_top_and_in_the_schema_module() -> None:
+    import tiered_router
+    import tiered_router.policy as schema
+
+    assert tiered_router.load_policy is schema.load_policy is load_policy
+    assert Policy.from_yaml(BASE).tiers.frontier == "big"
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        schema.nothing_here  # noqa: B018 - the attribute access is the test
+
+
+def test_the_cli_without_its_extra_names_the_extra() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['typer'] = None\n"
+        "from tiered_router.cli import main\n"
+        "main(['validate', 'x.yaml'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "tiered-router: the tiered-router command line needs 'typer', from the cli extra: "
+        'pip install "tiered-router[cli]"'
+    )
+
+
+def test_writing_a_threshold_without_ruamel_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from tiered_router.evaluation.calibration import write_threshold
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "ruamel.yaml", None)
+    with pytest.raises(ImportError, match=r'pip install "tiered-router\[cli\]"'):
+        write_threshold(path, 0.4)
+    assert path.read_text(encoding="utf-8") == BASE
+
+
+def test_main_without_the_cli_extra_exits_1_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from tiered_router.cli import main
+
+    monkeypatch.setitem(sys.modules, "typer", None)
+    with pytest.raises(SystemExit) as info:
+        main(["validate", "policy.yaml"])
+    assert info.value.code == 1
+    assert 'pip install "tiered-router[cli]"' in capsys.readouterr().err

@@ -116,7 +116,7 @@ def test_a_router_and_decide_need_no_keys_and_the_first_call_names_the_variable(
     assert router.decide(turn).tier == "fast"
     with pytest.raises(PolicyError, match="INCEPTION_API_KEY") as info:
         router.complete(turn)
-    assert "first call" in str(info.value)
+    assert "api_key" in str(info.value)
 
 
 def test_a_key_set_after_loading_is_read_at_the_first_call(

@@ -78,6 +78,8 @@ PINNED: dict[str, frozenset[str]] = {
             "BackendRegistry",
             "build_backend",
             "CompletionRequest",
+            "DialectProfile",
+            "DIALECTS",
             "from_preset",
             "local_diffusion",
             "LOCAL_DIFFUSION_QUIRKS",
@@ -113,6 +115,15 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "build_app",
             "main",
+        }
+    ),
+    "tiered_router.engine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
         }
     ),
     "tiered_router.evaluation": frozenset(
@@ -163,6 +174,7 @@ PINNED: dict[str, frozenset[str]] = {
             "PolicyError",
             "StreamInterrupted",
             "TieredRouterError",
+            "UnknownModel",
         }
     ),
     "tiered_router.gate": frozenset(
@@ -250,6 +262,7 @@ PINNED: dict[str, frozenset[str]] = {
             "RuleCondition",
             "ScoringConfig",
             "ServerConfig",
+            "ShadowConfig",
             "TaskConfig",
             "Tiers",
         }
@@ -308,6 +321,8 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "TransferModel",
+            "TransferScorer",
         }
     ),
     "tiered_router.state": frozenset(
@@ -336,6 +351,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.task": frozenset(
         {
             "Task",
+            "TaskHost",
             "TaskSummary",
         }
     ),
@@ -366,6 +382,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.turn": frozenset(
         {
+            "SIGNAL_KEYS",
             "assemble",
             "Completion",
             "CompletionChunk",

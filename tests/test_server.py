@@ -160,7 +160,7 @@ def test_model_pins_a_tier_and_unknown_model_is_404(proxy: str, server: Scripted
     for model, tier in (("frontier", "frontier"), ("frontier-model", "frontier"), ("fast", "fast")):
         resp = api.create(model=model, messages=MESSAGES)
         assert resp.tiered_router["tier"] == tier  # type: ignore[attr-defined]
-        assert resp.tiered_router["rule"] == f"model:{model}"  # type: ignore[attr-defined]
+        assert resp.tiered_router["rule"] == "pinned"  # type: ignore[attr-defined]
     with pytest.raises(openai.NotFoundError) as info:
         api.create(model="gpt-4o", messages=MESSAGES)
     assert info.value.code == "model_not_found"

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tiered_router._policy_loader import load_policy
     from tiered_router._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router.exceptions import (
         AllTiersFailed,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
         TieredRouterError,
     )
     from tiered_router.gate import CheckFailure, QualityGate, Verdict, register_check
-    from tiered_router.policy import Policy, load_policy
+    from tiered_router.policy import Policy
     from tiered_router.router import RoutedResult, Router
     from tiered_router.routing import Decision
     from tiered_router.scoring import HeuristicScorer, Score, Scorer
@@ -119,7 +120,7 @@ _LAZY: dict[str, str] = {
     "GateFailed": "tiered_router.exceptions",
     "HeuristicScorer": "tiered_router.scoring",
     "JSONLSink": "tiered_router.trace",
-    "load_policy": "tiered_router.policy",
+    "load_policy": "tiered_router._policy_loader",
     "LoggingSink": "tiered_router.trace",
     "MemorySink": "tiered_router.trace",
     "Policy": "tiered_router.policy",

@@ -28,6 +28,18 @@ class TaskHooks(Protocol):
         """Take the finished turn's trace into the task's totals."""
         ...
 
+    async def aobserve(self, trace: Trace) -> None:
+        """Async twin of :meth:`observe`."""
+        ...
+
+    def refresh(self) -> None:
+        """Read the task's shared totals again (a turn is about to be decided)."""
+        ...
+
+    async def arefresh(self) -> None:
+        """Async twin of :meth:`refresh`."""
+        ...
+
 
 CURRENT_TASK: ContextVar[TaskHooks | None] = ContextVar("tiered_router_task", default=None)
 """The task whose turns are being routed in this context, if any."""

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ROUTE_HEADERS",
     "AsyncModelList",
+    "AsyncRawCompletions",
+    "RawCompletions",
     "RawResponse",
     "model_page",
     "parse_arguments",
@@ -161,7 +163,9 @@ class RawResponse:
                 headers[f"x-tiered-router-{key}"] = (
                     str(value).lower() if isinstance(value, bool) else str(value)
                 )
-        body = parsed.model_dump_json() if hasattr(parsed, "model_dump_json") else "{}"
+        body = (
+            parsed.model_dump_json(warnings=False) if hasattr(parsed, "model_dump_json") else "{}"
+        )
         request = _http.Request("POST", _URL)
         self.http_response = _http.Response(
             200, content=body.encode(), headers=headers, request=request
@@ -289,3 +293,37 @@ def passthrough_client(router: Router, *, asynchronous: bool) -> Any:
         base_url=kw["base_url"],
         default_headers=dict(kw["headers"]) or None,
     )
+
+
+class RawCompletions:
+    """``chat.completions.with_raw_response`` of the sync client."""
+
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    def create(self, **kwargs: Any) -> Any:
+        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
+        out = self._completions.create(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+    def parse(self, **kwargs: Any) -> Any:
+        """Like ``parse``, returning a raw response."""
+        out = self._completions.parse(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+
+class AsyncRawCompletions:
+    """``chat.completions.with_raw_response`` of the async client."""
+
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    async def create(self, **kwargs: Any) -> Any:
+        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
+        out = await self._completions.create(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))
+
+    async def parse(self, **kwargs: Any) -> Any:
+        """Like ``parse``, returning a raw response."""
+        out = await self._completions.parse(**kwargs)
+        return RawResponse(out, getattr(out, "tiered_router", None))

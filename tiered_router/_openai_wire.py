@@ -6,7 +6,6 @@ as plain dicts (the proxy serialises them; the client validates them into the SD
 
 - :func:`parse_request`: arguments -> a :class:`~tiered_router.Turn` and the call options;
 - :func:`resolve_model`: ``model`` -> routed (``auto``) or pinned to a tier;
-- :func:`pinned`: pins the decision of the turns routed inside it;
 - :func:`completion_body` and :class:`ChunkRenderer`: our completion -> OpenAI's objects;
 - :func:`route_summary`: the routing decision as a small JSON object.
 
@@ -16,21 +15,19 @@ Nothing here imports ``openai``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._context import CURRENT_TASK, TaskHooks
 from tiered_router._types import UNSET, Tier, Unset
+from tiered_router.exceptions import UnknownModel
 from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router._run import RoutedResult
     from tiered_router._streaming import AsyncRoutedStream, RoutedStream
+    from tiered_router.engine import RoutedResult
     from tiered_router.policy import Policy
     from tiered_router.routing import Decision
-    from tiered_router.trace import Trace
 
 __all__ = [
     "result_route",
@@ -42,7 +39,6 @@ __all__ = [
     "completion_body",
     "model_ids",
     "parse_request",
-    "pinned",
     "resolve_model",
     "route_summary",
     "usage_dict",
@@ -53,21 +49,6 @@ AUTO = "auto"
 
 _FINISH = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 _SDK_SENTINELS = frozenset({"NotGiven", "Omit"})
-
-
-class UnknownModel(ValueError):
-    """A ``model`` that is neither ``auto``, a tier, nor a backend serving a tier.
-
-    Attributes:
-        model: The name asked for.
-        known: The names that are accepted.
-
-    """
-
-    def __init__(self, model: str, known: list[str]) -> None:
-        self.model = model
-        self.known = known
-        super().__init__(f"unknown model {model!r}; this router serves: {', '.join(known)}")
 
 
 def _served_model(policy: Policy, backend: str) -> str | None:
@@ -114,50 +95,6 @@ def resolve_model(policy: Policy, model: str | None) -> Tier | None:
         if model == name or model == _served_model(policy, name):
             return tier
     raise UnknownModel(model, model_ids(policy))
-
-
-class _Pin:
-    """Task hooks that fix the tier of a decision, wrapping the caller's own task if any."""
-
-    def __init__(self, tier: Tier, backend: str, model: str, outer: TaskHooks | None) -> None:
-        self.tier, self.backend, self.model, self.outer = tier, backend, model, outer
-
-    def prepare(self, turn: Turn) -> Turn:
-        return self.outer.prepare(turn) if self.outer is not None else turn
-
-    def adjust(self, turn: Turn, decision: Decision) -> Decision:
-        if self.outer is not None:
-            decision = self.outer.adjust(turn, decision)
-        if decision.rule == "capability.tools":
-            return decision  # the pinned backend cannot call tools: never send it a tool turn
-        return replace(
-            decision,
-            tier=self.tier,
-            backend=self.backend,
-            rule=f"model:{self.model}",
-            reasons=(f"pinned to the {self.tier} tier by model={self.model!r}", *decision.reasons),
-        )
-
-    def observe(self, trace: Trace) -> None:
-        if self.outer is not None:
-            self.outer.observe(trace)
-
-
-@contextmanager
-def pinned(policy: Policy, tier: Tier | None, model: str) -> Iterator[None]:
-    """Pin the tier of turns decided inside the block (``tier=None`` changes nothing).
-
-    The router still gates the pinned tier's draft and escalates by the policy's rules;
-    the decision's rule reads ``model:<name>``.
-    """
-    if tier is None:
-        yield
-        return
-    token = CURRENT_TASK.set(_Pin(tier, policy.backend_for(tier), model, CURRENT_TASK.get()))
-    try:
-        yield
-    finally:
-        CURRENT_TASK.reset(token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

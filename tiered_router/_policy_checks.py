@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from tiered_router.exceptions import PolicyError
 
 if TYPE_CHECKING:
+    from tiered_router.gate import CheckRegistry
     from tiered_router.policy import BackendConfig, GateConfig, Policy, ScoringConfig, _Loc
 
 __all__ = ["check_policy"]
@@ -30,10 +31,14 @@ _PREFIXED = re.compile(r"(scoring(?:\.[A-Za-z_][A-Za-z0-9_]*)*): (.*)", re.DOTAL
 Problems = list[tuple["_Loc", str]]
 
 
-def check_policy(policy: Policy) -> Problems:
-    """Return every problem the router would meet building ``policy``, with its data path."""
+def check_policy(policy: Policy, *, check_registry: CheckRegistry | None = None) -> Problems:
+    """Return every problem the router would meet building ``policy``, with its data path.
+
+    ``check_registry`` is where gate check names are looked up (the process-wide one when
+    ``None``).
+    """
     return [
-        *_gate_problems(policy.gate),
+        *_gate_problems(policy.gate, check_registry),
         *_scoring_problems(policy.scoring),
         *(p for name, c in policy.backends.items() for p in _backend_problems(name, c)),
     ]
@@ -58,10 +63,10 @@ def _from_error(exc: PolicyError, prefix: _Loc, dotted: str) -> Problems:
     return [(_path(field, prefix, dotted), message) for _, field, message in exc.problems]
 
 
-def _gate_problems(gate: GateConfig) -> Problems:
+def _gate_problems(gate: GateConfig, registry: CheckRegistry | None) -> Problems:
     from tiered_router.gate import default_registry
 
-    registry = default_registry()
+    registry = registry if registry is not None else default_registry()
     problems: Problems = []
     for i, item in enumerate(gate.checks):
         name, options = (item, {}) if isinstance(item, str) else next(iter(item.items()))

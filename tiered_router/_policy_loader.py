@@ -10,7 +10,6 @@ router builds from it (``_policy_checks``), so a policy that loads is one ``Rout
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import types
@@ -22,6 +21,15 @@ from typing import TYPE_CHECKING, Any, Union
 from pydantic import BaseModel, ValidationError
 
 from tiered_router._policy_checks import check_policy
+from tiered_router._policy_limits import (
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_POLICY_CHARS,
+    TooDeep,
+    depth_limited_loader,
+    measure,
+    too_long,
+)
 from tiered_router._types import PolicySource
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy import (
@@ -34,15 +42,11 @@ from tiered_router.policy import (
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_POLICY_CHARS", "load_policy"]
 
-MAX_POLICY_CHARS = 1_048_576
-"""Longest policy text read, in characters (1 MiB of ASCII)."""
-MAX_DEPTH = 64
-"""Deepest nesting of mappings and lists, counted after aliases are expanded."""
-MAX_NODES = 100_000
-"""Most values (mappings, lists and scalars) in a policy, counted after aliases are expanded."""
 
 if TYPE_CHECKING:
     import yaml
+
+    from tiered_router.gate import CheckRegistry
 
 
 _VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
@@ -54,7 +58,12 @@ _KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a nu
 _Problem = tuple[int | None, str | None, str]
 
 
-def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None = None) -> Policy:
+def load_policy(
+    source: PolicySource | Policy,
+    *,
+    env: Mapping[str, str] | None = None,
+    check_registry: CheckRegistry | None = None,
+) -> Policy:
     """Load, interpolate and validate a policy.
 
     Validation is one pass: the schema (unknown keys, wrong types, tiers naming missing
@@ -71,6 +80,8 @@ def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None 
             :class:`~tiered_router.policy.Policy` (returned as is).
         env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
             when ``None``.
+        check_registry: Where ``gate.checks`` names are looked up: the process-wide
+            registry when ``None``; pass the private registry a gate will be built with.
 
     Returns:
         The validated policy.
@@ -91,7 +102,7 @@ def load_policy(source: PolicySource | Policy, *, env: Mapping[str, str] | None 
     """
     if isinstance(source, Policy):
         return source
-    loader = _Loader(os.environ if env is None else env)
+    loader = _Loader(os.environ if env is None else env, check_registry)
     if isinstance(source, Mapping):
         return loader.load(source, file="<dict>")
     if isinstance(source, str) and not _is_path(source):
@@ -116,7 +127,7 @@ def _read(file: str) -> str:
     try:
         size = os.stat(file).st_size
         if size > 4 * MAX_POLICY_CHARS:  # more characters than the limit, whatever the encoding
-            raise PolicyError(_too_long(size, "bytes"), file=file)
+            raise PolicyError(too_long(size, "bytes"), file=file)
         return Path(file).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PolicyError("no such policy file", file=file) from None
@@ -129,8 +140,9 @@ def _read(file: str) -> str:
 class _Loader:
     """One load: YAML nodes -> data, line of every path, ``${VAR}`` interpolation, validation."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], check_registry: CheckRegistry | None) -> None:
         self.env = env
+        self.check_registry = check_registry
         self.lines: dict[_Loc, int] = {}
         self.templates: dict[_Loc, str] = {}
         self.secrets: set[str] = set()
@@ -141,10 +153,10 @@ class _Loader:
         import yaml  # here, not at the top: most imports of tiered_router never read YAML
 
         if len(text) > MAX_POLICY_CHARS:
-            raise PolicyError(_too_long(len(text), "characters"), file=file)
+            raise PolicyError(too_long(len(text), "characters"), file=file)
         loader: yaml.SafeLoader | None = None
         try:
-            loader = _depth_limited_loader()(text)  # reads (and checks) the characters at once
+            loader = depth_limited_loader()(text)  # reads (and checks) the characters at once
             root = loader.get_single_node()
             if root is None:
                 raise PolicyError("the policy is empty", file=file, line=1)
@@ -160,7 +172,7 @@ class _Loader:
                 message += " (quote values that use ${VAR} inside { } or [ ])"
             # `from None`: PyYAML's own message quotes the source line, which may hold a key
             raise PolicyError(message, file=file, line=line) from None
-        except _TooDeep as exc:
+        except TooDeep as exc:
             raise PolicyError(
                 f"nested deeper than {MAX_DEPTH} levels", file=file, line=exc.line
             ) from None
@@ -230,7 +242,7 @@ class _Loader:
                 self._record_lines(loader, item, sub, seen)
 
     def load(self, data: Mapping[str, Any], *, file: str) -> Policy:
-        too_big = _measure(data)
+        too_big = measure(data)
         if too_big is not None:  # before anything recurses over the data
             self._problem(*too_big)
             raise self.error(file)
@@ -247,7 +259,7 @@ class _Loader:
             self._collect(exc, data)
             # `from None`: pydantic's own message repeats the input values, secrets included
             raise self.error(file) from None
-        for path, message in check_policy(policy):
+        for path, message in check_policy(policy, check_registry=self.check_registry):
             self._problem(path, message)
         if self.problems:
             raise self.error(file)
@@ -358,110 +370,6 @@ class _Loader:
 
 def _is_backend_key(path: _Loc) -> bool:
     return len(path) == 3 and path[0] == "backends" and path[2] == "api_key"
-
-
-def _too_long(size: int, unit: str) -> str:
-    return f"the policy is {size} {unit} long; the limit is {MAX_POLICY_CHARS} characters"
-
-
-class _TooDeep(Exception):
-    def __init__(self, line: int) -> None:
-        self.line = line
-
-
-@functools.cache
-def _depth_limited_loader() -> type[yaml.SafeLoader]:
-    import yaml
-
-    class DepthLimitedLoader(yaml.SafeLoader):
-        """PyYAML's safe loader, refusing nesting deeper than :data:`MAX_DEPTH`.
-
-        PyYAML composes nodes recursively: a policy nested ~1,000 deep would otherwise end
-        in a ``RecursionError`` before any check could run.
-        """
-
-        _depth = 0
-
-        def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-            self._depth += 1
-            try:
-                if self._depth > MAX_DEPTH + 1:  # + 1: the scalar at the deepest level
-                    # PyYAML's stubs leave peek_event untyped
-                    event = self.peek_event()  # type: ignore[no-untyped-call]
-                    raise _TooDeep(event.start_mark.line + 1)
-                return super().compose_node(parent, index)
-            finally:
-                self._depth -= 1
-
-    return DepthLimitedLoader
-
-
-def _measure(root: Any) -> tuple[_Loc, str] | None:
-    """Check the size and depth of ``root`` with aliases expanded, without recursion.
-
-    YAML aliases (and shared objects in a mapping source) make a tree that is small in
-    memory but huge once expanded, as it is when a request body is serialised: each value
-    is counted as often as it is reachable. Returns the path and message of the first limit
-    broken, or ``None``.
-    """
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
-    refs: dict[int, int] = {}
-    entered: set[int] = set()
-    stack: list[tuple[Any, bool, _Loc]] = [(root, False, ())]
-    while stack:
-        obj, finished, where = stack.pop()
-        key = id(obj)
-        if finished:
-            kids = _containers(obj)
-            size[key] = min(1 + len(obj) - len(kids) + sum(size[id(v)] for _, v in kids), _CAP)
-            depth[key] = 1 + max((depth[id(v)] for _, v in kids), default=0)
-            continue
-        if key in size:
-            continue
-        if key in entered:  # entered but not finished: it contains itself
-            return where, "a value contains itself (a recursive YAML alias)"
-        entered.add(key)
-        stack.append((obj, True, where))
-        for k, v in _containers(obj):
-            refs[id(v)] = refs.get(id(v), 0) + 1
-            stack.append((v, False, (*where, k)))
-    if size[id(root)] > MAX_NODES:
-        measure, limit = size, MAX_NODES
-        message = f"more than {MAX_NODES} values once YAML aliases are expanded"
-    elif depth[id(root)] > MAX_DEPTH:
-        measure, limit = depth, 0
-        message = f"nested deeper than {MAX_DEPTH} levels once YAML aliases are expanded"
-    else:
-        return None
-    # point at where it happens: follow the largest (deepest) value down to a shared one
-    path: list[str | int] = []
-    obj = root
-    while len(path) < 12:
-        kids = _containers(obj)
-        if not kids:
-            break
-        k, v = max(kids, key=lambda kv: measure[id(kv[1])])
-        if measure[id(v)] <= limit:
-            break
-        path.append(k)
-        obj = v
-        if refs[id(v)] > 1:
-            break
-    return tuple(path), message
-
-
-_CAP = MAX_NODES + 1
-
-
-def _containers(obj: Any) -> list[tuple[str | int, Any]]:
-    if isinstance(obj, Mapping):
-        return [(str(k), v) for k, v in obj.items() if _is_container(v)]
-    return [(i, v) for i, v in enumerate(obj) if _is_container(v)]
-
-
-def _is_container(value: Any) -> bool:
-    return isinstance(value, (Mapping, list, tuple))
 
 
 def _is_secret(path: _Loc) -> bool:

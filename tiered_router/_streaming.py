@@ -1,50 +1,51 @@
 """Routed streaming: the gate and escalation, with chunks for the caller.
 
-When the gate has checks that need the whole draft (``json_schema`` on a turn with a
-``response_format``, ``tool_arguments`` on a tool turn, ``repetition``, ``regex``, custom
-checks), a draft that could still be escalated is buffered, gated, and only then streamed
-(or dropped for the next tier). When only cheap checks apply, or when no escalation is left,
-the draft streams straight through: chunks are held back only until the first one with
-content, so an empty draft is still caught and escalated.
+When the gate has checks that need the whole draft (the gate asks each check:
+:meth:`QualityGate.needs_whole_draft <tiered_router.gate.QualityGate.needs_whole_draft>`;
+``json_schema`` on a turn with a ``response_format``, ``tool_arguments`` on a tool turn,
+``repetition``, ``regex``, custom checks), a draft that could still be escalated is
+buffered, gated, and only then streamed (or dropped for the next tier). When only cheap
+checks apply, or when no escalation is left, the draft streams straight through: chunks
+are held back only until the first one with content, so an empty draft is still caught
+and escalated.
 
 Once a chunk has reached the caller nothing can be taken back: a later failure is raised
 from the iterator (the caller ends its stream with an in-band error), and a gate failure of
-a streamed-through draft is recorded in the trace.
+a streamed-through draft is recorded in the trace. A caller that stops reading (or is
+cancelled) ends the turn too: the call cut short is in the trace, whose ``interrupted`` says
+why, and the trace is emitted once all the same (the upstream was paid).
+
+The streams drive the engine (:mod:`tiered_router.engine`) through a
+:class:`~tiered_router._dispatch.Dispatcher`, like the router's non-streaming path.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from functools import partial
 from typing import TYPE_CHECKING
 
+from tiered_router._dispatch import unexpected_error
 from tiered_router._types import Tier
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
+from tiered_router.resilience import breaker_outcome
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
 
 if TYPE_CHECKING:
-    from tiered_router._run import RoutedResult, TurnRun
+    from tiered_router._dispatch import Dispatcher
     from tiered_router.backends._base import Backend, CompletionRequest
-    from tiered_router.router import Router
+    from tiered_router.engine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
+    from tiered_router.trace import Trace
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
 
-# checks that can be judged on a streamed-through draft without hurting the caller
-_CHEAP_CHECKS = frozenset({"non_empty", "not_truncated", "no_refusal", "max_chars"})
 
-
-def _needs_whole_draft(router: Router, run: TurnRun) -> bool:
-    turn = run.turn
-    for name in router.gate.names:
-        if name in _CHEAP_CHECKS:
-            continue
-        if name == "json_schema" and turn.response_format is None:
-            continue
-        if name == "tool_arguments" and not turn.tools:
-            continue
-        return True
-    return False
+def _typed(exc: Exception, backend: Backend) -> BackendError:
+    if isinstance(exc, BackendError):
+        return exc
+    typed = unexpected_error(exc, backend.name)
+    typed.__cause__ = exc
+    return typed
 
 
 def _has_content(chunk: CompletionChunk) -> bool:
@@ -71,82 +72,98 @@ def _as_chunks(completion: Completion) -> list[CompletionChunk]:
 
 
 async def _acollect(
-    tier: Tier, run: TurnRun, backend: Backend, request: CompletionRequest, started: float
+    backend: Backend, request: CompletionRequest
 ) -> tuple[Completion, list[CompletionChunk]]:
-    """One try: read a whole draft as chunks, and record it."""
+    """One try: read a whole draft as chunks."""
     astream = getattr(backend, "astream", None)
     if astream is None:
         completion = await backend.acomplete(request)
-        chunks = _as_chunks(completion)
-    else:
-        chunks = [chunk async for chunk in astream(request)]
-        completion = assemble(chunks, backend=backend.name)
-    run.record_draft(tier, backend, completion, run.router._clock() - started)
-    return completion, chunks
+        return completion, _as_chunks(completion)
+    chunks = [chunk async for chunk in astream(request)]
+    return assemble(chunks, backend=backend.name), chunks
 
 
 def _collect(
-    tier: Tier, run: TurnRun, backend: Backend, request: CompletionRequest, started: float
+    backend: Backend, request: CompletionRequest
 ) -> tuple[Completion, list[CompletionChunk]]:
     """Sync twin of :func:`_acollect`."""
     stream = getattr(backend, "stream", None)
     if stream is None:
         completion = backend.complete(request)
-        chunks = _as_chunks(completion)
-    else:
-        chunks = list(stream(request))
-        completion = assemble(chunks, backend=backend.name)
-    run.record_draft(tier, backend, completion, run.router._clock() - started)
-    return completion, chunks
+        return completion, _as_chunks(completion)
+    chunks = list(stream(request))
+    return assemble(chunks, backend=backend.name), chunks
 
 
 async def _aopen(
-    backend: Backend, request: CompletionRequest, started: float
-) -> tuple[list[CompletionChunk], AsyncIterator[CompletionChunk] | None, float]:
+    backend: Backend, request: CompletionRequest
+) -> tuple[list[CompletionChunk], AsyncIterator[CompletionChunk] | None]:
     """One try: open a stream and read up to the first chunk with content.
 
-    Returns the chunks read, the rest of the stream (``None`` when it ended) and the start.
+    Returns the chunks read and the rest of the stream (``None`` when it ended).
     """
     astream = getattr(backend, "astream", None)
     if astream is None:
-        return _as_chunks(await backend.acomplete(request)), None, started
+        return _as_chunks(await backend.acomplete(request)), None
     rest: AsyncIterator[CompletionChunk] = astream(request).__aiter__()
     held: list[CompletionChunk] = []
-    while True:
-        try:
-            chunk = await rest.__anext__()
-        except StopAsyncIteration:
-            return held, None, started
-        held.append(chunk)
-        if _has_content(chunk):
-            return held, rest, started
+    try:
+        while True:
+            try:
+                chunk = await rest.__anext__()
+            except StopAsyncIteration:
+                return held, None
+            held.append(chunk)
+            if _has_content(chunk):
+                return held, rest
+    except BaseException:
+        await _aclose(rest)
+        raise
 
 
 def _open(
-    backend: Backend, request: CompletionRequest, started: float
-) -> tuple[list[CompletionChunk], Iterator[CompletionChunk] | None, float]:
+    backend: Backend, request: CompletionRequest
+) -> tuple[list[CompletionChunk], Iterator[CompletionChunk] | None]:
     """Sync twin of :func:`_aopen`."""
     stream = getattr(backend, "stream", None)
     if stream is None:
-        return _as_chunks(backend.complete(request)), None, started
+        return _as_chunks(backend.complete(request)), None
     rest: Iterator[CompletionChunk] = iter(stream(request))
     held: list[CompletionChunk] = []
-    for chunk in rest:
-        held.append(chunk)
-        if _has_content(chunk):
-            return held, rest, started
-    return held, None, started
+    try:
+        for chunk in rest:
+            held.append(chunk)
+            if _has_content(chunk):
+                return held, rest
+    except BaseException:
+        _close(rest)
+        raise
+    return held, None
+
+
+async def _aclose(it: object) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _close(it: object) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
 
 
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(self, router: Router, run: TurnRun) -> None:
-        self._router = router
+    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
+        self._dispatch = dispatch
         self._run = run
         self.tier: Tier | None = None
         self._result: RoutedResult | None = None
-        self._whole = _needs_whole_draft(router, run)
+        self._pending: list[CompletionChunk] = []
+        self._head: list[CompletionChunk] = []
+        self._whole = run.ports.gate.needs_whole_draft(run.turn)
 
     @property
     def decision(self) -> Decision:
@@ -161,7 +178,7 @@ class _StreamState:
     @property
     def escalated(self) -> bool:
         """Whether the serving tier was reached by escalation (known after ``start``)."""
-        return self._run.trace(0.0).escalated
+        return self._run.trace().escalated
 
     @property
     def result(self) -> RoutedResult:
@@ -172,63 +189,62 @@ class _StreamState:
 
     def _live(self, tier: Tier) -> bool:
         """Stream this tier straight through (else buffer, gate, then stream)?"""
-        if not self._whole:
-            return True
-        last_stop = self._run.next_tier(tier, "gate_failed") is None
-        return last_stop and self._router.policy.escalation.when_frontier_fails_gate == "return"
+        return not self._whole or not self._run.will_gate_again(tier)
 
-    def _backend(self, tier: Tier) -> Backend:
-        return self._router.backend(self._router.policy.backend_for(tier))
+    def _latency(self, started: float) -> float:
+        return self._dispatch.clock() - started
 
-    def _settle(self) -> list[CompletionChunk]:
-        """Finish the turn with the draft the run kept; return its chunks to replay."""
-        self._result = self._router._finish(self._run)  # raises GateFailed / AllTiersFailed
-        self.tier = self._result.tier
-        return self._pending or _as_chunks(self._result.completion)
+    def _drafted(
+        self,
+        tier: Tier,
+        backend: Backend,
+        completion: Completion,
+        chunks: list[CompletionChunk],
+        started: float,
+    ) -> Tier | None:
+        """A whole draft (buffered, or a live one that ended before any content)."""
+        self._pending = chunks
+        return self._run.after_draft(
+            tier, backend.name, backend.model, completion, self._latency(started)
+        )
 
-    def _ended_empty(self, tier: Tier, held: list[CompletionChunk], started: float) -> Tier | None:
-        """A live draft ended before any content: gate it like a buffered one."""
-        backend = self._backend(tier)
-        completion = assemble(held, backend=backend.name)
-        self._run.record_draft(tier, backend, completion, self._router._clock() - started)
-        self._pending = held
-        return self._run.after_draft(tier, completion)
+    def _settled(self, result: RoutedResult) -> list[CompletionChunk]:
+        """The turn ended with the draft the run kept; return its chunks to replay."""
+        self._result = result
+        self.tier = result.tier
+        return self._pending or _as_chunks(result.completion)
 
-    def _broken(self, tier: Tier, exc: BackendError, started: float) -> StreamInterrupted:
-        """A failure after chunks reached the caller: record it and end the trace."""
-        run = self._run
-        run.record_error(tier, self._backend(tier), exc, self._router._clock() - started)
-        trace = self._router._abandon(run)
+    def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
+        """A failure after chunks reached the caller: record it (the caller ends the turn)."""
+        self._run.record_error(tier, backend.name, backend.model, exc, self._latency(started))
+
+    def _interrupted(self, tier: Tier, exc: BackendError, trace: Trace) -> StreamInterrupted:
         return StreamInterrupted(
             f"the {tier} stream broke after chunks were sent: {exc}",
             backend=exc.backend,
-            attempts=run.attempts,
+            attempts=self._run.attempts,
             trace=trace,
         )
 
     def _check_deadline(self, tier: Tier) -> None:
         """Per-read timeouts bound each wait; the turn's deadline bounds the whole stream."""
-        if self._run.deadline.expired(self._router._clock()):
-            name = self._router.policy.backend_for(tier)
+        if self._run.deadline.expired(self._dispatch.clock()):
+            name = self._run.policy.backend_for(tier)
             raise BackendTimeout("the turn's deadline passed during the stream", backend=name)
 
-    def _ended(self, tier: Tier, chunks: list[CompletionChunk], started: float) -> None:
-        run = self._run
-        backend = self._backend(tier)
+    def _ended(
+        self, tier: Tier, backend: Backend, chunks: list[CompletionChunk], started: float
+    ) -> None:
         completion = assemble(chunks, backend=backend.name)
-        run.record_draft(tier, backend, completion, self._router._clock() - started)
-        run.returned = run.last
-        self._result = self._router._finish(run)
+        self._run.streamed(tier, backend.name, backend.model, completion, self._latency(started))
 
 
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(self, router: Router, run: TurnRun) -> None:
-        super().__init__(router, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
+        super().__init__(dispatch, run)
         self._gen: AsyncIterator[CompletionChunk] | None = None
-        self._head: list[CompletionChunk] = []
-        self._pending: list[CompletionChunk] = []
 
     async def start(self) -> None:
         """Run until the serving tier is known and the first chunk is ready.
@@ -246,11 +262,14 @@ class AsyncRoutedStream(_StreamState):
             pass
 
     async def aclose(self) -> None:
-        """Stop the stream early and close the upstream connection under it."""
+        """Stop the stream early and close the upstream connection under it.
+
+        A turn that had not finished ends here; its trace says it was abandoned.
+        """
         if self._gen is not None:
-            aclose = getattr(self._gen, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await _aclose(self._gen)
+        if not self._run.done:
+            await self._dispatch.aend(self._run, GeneratorExit())
 
     async def __aenter__(self) -> AsyncRoutedStream:
         return self
@@ -261,63 +280,77 @@ class AsyncRoutedStream(_StreamState):
     async def __aiter__(self) -> AsyncIterator[CompletionChunk]:
         await self.start()
         assert self._gen is not None
-        while self._head:
-            yield self._head.pop(0)
-        async for chunk in self._gen:
-            yield chunk
+        try:
+            while self._head:
+                yield self._head.pop(0)
+            async for chunk in self._gen:
+                yield chunk
+        finally:
+            await self.aclose()  # a caller that stops reading ends the turn now
 
     async def _generate(self) -> AsyncIterator[CompletionChunk]:
-        router, run = self._router, self._run
-        tier: Tier | None = run.first_tier()
-        while tier is not None:
-            serving = tier
-            if not self._live(serving):
+        try:
+            run, dispatch = self._run, self._dispatch
+            tier: Tier | None = run.first_tier()
+            while tier is not None:
+                serving = tier
+                if not self._live(serving):
+                    try:
+                        (completion, chunks), backend, started = await dispatch.acall(
+                            run, serving, _acollect
+                        )
+                    except BackendError as exc:
+                        tier = run.after_error(serving, exc)
+                        continue
+                    tier = self._drafted(serving, backend, completion, chunks, started)
+                    continue
                 try:
-                    completion, self._pending = await router._aretry(
-                        run, serving, partial(_acollect, serving, run)
-                    )
+                    (held, rest), backend, started = await dispatch.acall(run, serving, _aopen)
                 except BackendError as exc:
                     tier = run.after_error(serving, exc)
                     continue
-                tier = run.after_draft(serving, completion)
-                continue
-            try:
-                held, rest, started = await router._aretry(run, serving, _aopen)
-            except BackendError as exc:
-                tier = run.after_error(serving, exc)
-                continue
-            if rest is None:
-                tier = self._ended_empty(serving, held, started)
-                continue
-            self.tier = serving
-            chunks = list(held)
-            for chunk in held:
+                if rest is None:
+                    completion = assemble(held, backend=backend.name)
+                    tier = self._drafted(serving, backend, completion, held, started)
+                    continue
+                self.tier = serving
+                chunks = list(held)
+                try:
+                    for chunk in held:
+                        yield chunk
+                    async for chunk in rest:
+                        chunks.append(chunk)
+                        yield chunk
+                        self._check_deadline(serving)
+                except Exception as raised:  # the upstream broke: a typed error, traced
+                    err = _typed(raised, backend)
+                    self._broken(serving, backend, err, started)
+                    await dispatch.breaker(backend.name).arecord(breaker_outcome(err))
+                    trace = await dispatch.aend(run, err)
+                    raise self._interrupted(serving, err, trace) from err
+                except BaseException as exc:  # the caller stopped reading, or was cancelled
+                    run.record_cut(
+                        serving, backend.name, backend.model, exc, self._latency(started)
+                    )
+                    raise
+                finally:
+                    await _aclose(rest)  # a caller that stops early closes the upstream stream
+                self._ended(serving, backend, chunks, started)
+                self._result = await dispatch.afinish(run)
+                return
+            for chunk in self._settled(await dispatch.afinish(run)):
                 yield chunk
-            try:
-                async for chunk in rest:
-                    chunks.append(chunk)
-                    yield chunk
-                    self._check_deadline(serving)
-            except BackendError as exc:
-                raise self._broken(serving, exc, started) from exc
-            finally:
-                aclose = getattr(rest, "aclose", None)
-                if aclose is not None:
-                    await aclose()  # a caller that stops early closes the upstream stream
-            self._ended(serving, chunks, started)
-            return
-        for chunk in self._settle():
-            yield chunk
+        except BaseException as exc:  # whatever ends the turn, its trace is emitted once
+            await self._dispatch.aend(self._run, exc)
+            raise
 
 
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(self, router: Router, run: TurnRun) -> None:
-        super().__init__(router, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
+        super().__init__(dispatch, run)
         self._gen: Iterator[CompletionChunk] | None = None
-        self._head: list[CompletionChunk] = []
-        self._pending: list[CompletionChunk] = []
 
     def start(self) -> None:
         """Run until the serving tier is known and the first chunk is ready."""
@@ -332,9 +365,9 @@ class RoutedStream(_StreamState):
     def close(self) -> None:
         """Stop the stream early and close the upstream connection under it."""
         if self._gen is not None:
-            close = getattr(self._gen, "close", None)
-            if close is not None:
-                close()
+            _close(self._gen)
+        if not self._run.done:
+            self._dispatch.end(self._run, GeneratorExit())
 
     def __enter__(self) -> RoutedStream:
         return self
@@ -345,47 +378,63 @@ class RoutedStream(_StreamState):
     def __iter__(self) -> Iterator[CompletionChunk]:
         self.start()
         assert self._gen is not None
-        while self._head:
-            yield self._head.pop(0)
-        yield from self._gen
+        try:
+            while self._head:
+                yield self._head.pop(0)
+            yield from self._gen
+        finally:
+            self.close()  # a caller that stops reading ends the turn now
 
     def _generate(self) -> Iterator[CompletionChunk]:
-        router, run = self._router, self._run
-        tier: Tier | None = run.first_tier()
-        while tier is not None:
-            serving = tier
-            if not self._live(serving):
+        try:
+            run, dispatch = self._run, self._dispatch
+            tier: Tier | None = run.first_tier()
+            while tier is not None:
+                serving = tier
+                if not self._live(serving):
+                    try:
+                        (completion, chunks), backend, started = dispatch.call(
+                            run, serving, _collect
+                        )
+                    except BackendError as exc:
+                        tier = run.after_error(serving, exc)
+                        continue
+                    tier = self._drafted(serving, backend, completion, chunks, started)
+                    continue
                 try:
-                    completion, self._pending = router._retry(
-                        run, serving, partial(_collect, serving, run)
-                    )
+                    (held, rest), backend, started = dispatch.call(run, serving, _open)
                 except BackendError as exc:
                     tier = run.after_error(serving, exc)
                     continue
-                tier = run.after_draft(serving, completion)
-                continue
-            try:
-                held, rest, started = router._retry(run, serving, _open)
-            except BackendError as exc:
-                tier = run.after_error(serving, exc)
-                continue
-            if rest is None:
-                tier = self._ended_empty(serving, held, started)
-                continue
-            self.tier = serving
-            chunks = list(held)
-            yield from held
-            try:
-                for chunk in rest:
-                    chunks.append(chunk)
-                    yield chunk
-                    self._check_deadline(serving)
-            except BackendError as exc:
-                raise self._broken(serving, exc, started) from exc
-            finally:
-                close = getattr(rest, "close", None)
-                if close is not None:
-                    close()  # a caller that stops early closes the upstream stream
-            self._ended(serving, chunks, started)
-            return
-        yield from self._settle()
+                if rest is None:
+                    completion = assemble(held, backend=backend.name)
+                    tier = self._drafted(serving, backend, completion, held, started)
+                    continue
+                self.tier = serving
+                chunks = list(held)
+                try:
+                    yield from held
+                    for chunk in rest:
+                        chunks.append(chunk)
+                        yield chunk
+                        self._check_deadline(serving)
+                except Exception as raised:
+                    err = _typed(raised, backend)
+                    self._broken(serving, backend, err, started)
+                    dispatch.breaker(backend.name).record(breaker_outcome(err))
+                    trace = dispatch.end(run, err)
+                    raise self._interrupted(serving, err, trace) from err
+                except BaseException as exc:
+                    run.record_cut(
+                        serving, backend.name, backend.model, exc, self._latency(started)
+                    )
+                    raise
+                finally:
+                    _close(rest)  # a caller that stops early closes the upstream stream
+                self._ended(serving, backend, chunks, started)
+                self._result = dispatch.finish(run)
+                return
+            yield from self._settled(dispatch.finish(run))
+        except BaseException as exc:  # whatever ends the turn, its trace is emitted once
+            self._dispatch.end(self._run, exc)
+            raise

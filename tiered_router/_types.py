@@ -17,6 +17,9 @@ Tier = Literal["fast", "frontier"]
 
 TIERS: tuple[Tier, Tier] = ("fast", "frontier")
 
+OTHER_TIER: dict[Tier, Tier] = {"fast": "frontier", "frontier": "fast"}
+"""The tier a turn moves to from each tier (escalation, routing around an open breaker)."""
+
 BackendKind = Literal["diffusion", "autoregressive"]
 
 Message = dict[str, Any]

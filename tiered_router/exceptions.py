@@ -10,11 +10,17 @@ TieredRouterError
 │   ├── BackendStatusError      any other non-2xx answer; carries ``status_code``
 │   ├── BackendResponseError    a 2xx answer that could not be read (broken JSON / SSE)
 │   ├── BackendUnavailable      the backend's circuit breaker is open
-│   ├── CapabilityError         the turn needs something the backend lacks (tools: false)
-│   └── StreamInterrupted       a stream failed after chunks reached the caller
+│   └── CapabilityError         the turn needs what the backend lacks (tools: false, an image
+│                               for a text-only dialect, ...), raised before any call
+├── UnknownModel                a ``model`` that is not ``auto``, a tier or a tier's backend
+├── StreamInterrupted           a routed stream failed after chunks reached the caller
 ├── GateFailed                  the last draft failed the gate and the policy says ``raise``
 └── AllTiersFailed              every tier that could serve the turn failed
 ```
+
+``BackendError`` is one backend call; the router catches it and tries the other tier. The
+errors below the root that are not ``BackendError`` end a turn: every one of them carries
+the turn's attempts and trace (``UnknownModel`` ends it before it starts).
 
 User mistakes (``PolicyError``) are kept apart from runtime failures. Runtime errors
 carry data: the backend's name, the HTTP status, the verdict, every attempt made.
@@ -44,6 +50,7 @@ __all__ = [
     "PolicyError",
     "StreamInterrupted",
     "TieredRouterError",
+    "UnknownModel",
 ]
 
 
@@ -168,16 +175,37 @@ class BackendUnavailable(BackendError):
 
 
 class CapabilityError(BackendError):
-    """The turn needs a capability the backend does not have (for example tools)."""
+    """The turn needs a capability the backend does not have, found before any call.
+
+    Tools for a ``tools: false`` backend, or what its dialect profile cannot express: an
+    image part for a text-only server, ``n > 1``, tools or ``response_format`` where the
+    dialect has none (see ``docs/backends.md``).
+    """
 
 
-class StreamInterrupted(BackendError):
+class UnknownModel(TieredRouterError, ValueError):
+    """A ``model`` that is neither ``auto``, a tier, nor a backend serving a tier.
+
+    Attributes:
+        model: The name asked for.
+        known: The names that are accepted.
+    """
+
+    def __init__(self, model: str, known: Sequence[str]) -> None:
+        self.model = model
+        self.known = list(known)
+        super().__init__(f"unknown model {model!r}; this router serves: {', '.join(known)}")
+
+
+class StreamInterrupted(TieredRouterError):
     """A routed stream failed after some chunks had reached the caller.
 
     Nothing can be taken back then: the caller must end its own stream with an in-band
-    error. The original error is the ``__cause__``.
+    error. The backend error that broke the stream is the ``__cause__``. It is not a
+    :class:`BackendError`: the turn is over, no other tier will be tried.
 
     Attributes:
+        backend: Name of the backend whose stream broke.
         attempts: Every attempt made for the turn, in order.
         trace: The full trace of the turn.
     """
@@ -190,9 +218,10 @@ class StreamInterrupted(BackendError):
         attempts: Sequence[Attempt] = (),
         trace: Trace | None = None,
     ) -> None:
-        super().__init__(message, backend=backend)
+        self.backend = backend
         self.attempts = tuple(attempts)
         self.trace = trace
+        super().__init__(f"{backend}: {message}")
 
 
 class GateFailed(TieredRouterError):

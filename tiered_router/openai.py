@@ -20,7 +20,7 @@ client.last_result.trace                            # the whole RoutedResult, si
 tier, or that backend's configured ``model`` pins the turn to that tier: the router skips
 scoring-based choice but still gates the draft and escalates by the policy (a pinned fast
 draft that fails the gate goes to the frontier tier, and says so). Any other model raises
-:class:`~tiered_router._openai_wire.UnknownModel` (a ``ValueError``), except under
+:class:`~tiered_router.exceptions.UnknownModel` (a ``ValueError``), except under
 :func:`wrap_openai`, which hands such calls to the wrapped client unchanged.
 
 Streams (``stream=True``) yield ``ChatCompletionChunk`` objects; a failure before the first
@@ -31,29 +31,26 @@ chunk raises from ``create`` (like the SDK), one after it raises from the iterat
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from tiered_router._openai_streams import AsyncTieredStream, TieredStream
 from tiered_router._openai_wire import (
-    ChunkRenderer,
     RequestOptions,
     UnknownModel,
     completion_body,
     model_ids,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
-    stream_route,
 )
 from tiered_router.exceptions import TieredRouterError
 from tiered_router.router import RoutedResult, Router
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.chat import ChatCompletion
 
-    from tiered_router._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router._types import PolicySource, Tier
     from tiered_router.backends._base import Backend
     from tiered_router.policy import Policy
@@ -94,12 +91,6 @@ def _chat_completion(result: RoutedResult, turn: Turn) -> ChatCompletion:
     return ChatCompletion.model_validate(body)
 
 
-def _chunk_types() -> type[ChatCompletionChunk]:
-    from openai.types.chat import ChatCompletionChunk
-
-    return ChatCompletionChunk
-
-
 class _Base:
     """What both clients share: the router, the side channel, the pinning."""
 
@@ -111,6 +102,7 @@ class _Base:
 
         self._options: dict[str, Any] = {}
         self._pt: Any = None
+        self._opened: list[Any] = []  # pass-through clients of this client and its copies
         self._asynchronous = False
 
     def __repr__(self) -> str:
@@ -129,6 +121,7 @@ class _Base:
             except TieredRouterError as exc:
                 raise _translated(exc) from exc
             self._pt = client.with_options(**self._options) if self._options else client
+            self._opened.append(self._pt)
         return self._pt
 
     def __getattr__(self, name: str) -> Any:
@@ -154,131 +147,6 @@ class _Base:
 
     def _rebind(self) -> None:
         """Point the resource objects of a copy at the copy."""
-
-
-class TieredStream:
-    """A routed stream of ``ChatCompletionChunk`` objects (sync).
-
-    Attributes:
-        tiered_router: The routing decision, known before the first chunk (tier, score...).
-
-    """
-
-    def __init__(self, stream: RoutedStream, turn: Turn, options: RequestOptions, owner: Any):
-        self._stream = stream
-        self._iter = iter(stream)
-        self._owner = owner
-        self.tiered_router = stream_route(stream, owner.router.policy)
-        self._renderer = ChunkRenderer(
-            completion_id=f"chatcmpl-tr-{turn.id}",
-            model=self.tiered_router["backend"] or "",
-            include_usage=options.include_usage,
-        )
-        self._gen = self._chunks()
-
-    def _chunks(self) -> Generator[ChatCompletionChunk, None, None]:
-        cls = _chunk_types()
-        for chunk in self._iter:
-            for obj in self._renderer.render(chunk):
-                yield cls.model_validate(obj)
-        result = self._stream.result
-        self._owner.last_result = result
-        for obj in self._renderer.finish(result_route(result, with_trace=True)):
-            yield cls.model_validate(obj)
-
-    @property
-    def result(self) -> RoutedResult:
-        """The routed result, once the stream has been read to its end."""
-        return self._stream.result
-
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        return self
-
-    def __next__(self) -> ChatCompletionChunk:
-        try:
-            return next(self._gen)
-        except TieredRouterError as exc:
-            raise _translated(exc) from exc
-
-    def close(self) -> None:
-        """Stop reading; the upstream stream is closed."""
-        self._gen.close()
-        close = getattr(self._iter, "close", None)
-        if close is not None:
-            close()
-        self._stream.close()
-
-    def __enter__(self) -> TieredStream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class AsyncTieredStream:
-    """A routed stream of ``ChatCompletionChunk`` objects (async); see :class:`TieredStream`."""
-
-    def __init__(
-        self, stream: AsyncRoutedStream, turn: Turn, options: RequestOptions, owner: Any
-    ) -> None:
-        self._stream = stream
-        self._iter = stream.__aiter__()
-        self._owner = owner
-        self.tiered_router = stream_route(stream, owner.router.policy)
-        self._renderer = ChunkRenderer(
-            completion_id=f"chatcmpl-tr-{turn.id}",
-            model=self.tiered_router["backend"] or "",
-            include_usage=options.include_usage,
-        )
-        self._gen = self._chunks()
-
-    async def _chunks(self) -> AsyncGenerator[ChatCompletionChunk, None]:
-        cls = _chunk_types()
-        async for chunk in self._iter:
-            for obj in self._renderer.render(chunk):
-                yield cls.model_validate(obj)
-        result = self._stream.result
-        self._owner.last_result = result
-        for obj in self._renderer.finish(result_route(result, with_trace=True)):
-            yield cls.model_validate(obj)
-
-    @property
-    def result(self) -> RoutedResult:
-        """The routed result, once the stream has been read to its end."""
-        return self._stream.result
-
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self
-
-    async def __anext__(self) -> ChatCompletionChunk:
-        try:
-            return await self._gen.__anext__()
-        except TieredRouterError as exc:
-            raise _translated(exc) from exc
-
-    async def close(self) -> None:
-        """Stop reading; the upstream stream is closed."""
-        await self._gen.aclose()
-        aclose = getattr(self._iter, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        await self._stream.aclose()
-
-    async def __aenter__(self) -> AsyncTieredStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 def _translated(exc: BaseException) -> BaseException:
@@ -317,9 +185,11 @@ class _Completions(_CompletionsBase):
     """``client.chat.completions`` of the sync client."""
 
     @property
-    def with_raw_response(self) -> _RawCompletions:
+    def with_raw_response(self) -> Any:
         """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        return _RawCompletions(self)
+        from tiered_router._dropin import RawCompletions
+
+        return RawCompletions(self)
 
     def create(self, **kwargs: Any) -> ChatCompletion | TieredStream:
         """Route one chat completion; same arguments as ``openai``'s ``create``.
@@ -345,14 +215,11 @@ class _Completions(_CompletionsBase):
         owner = self._owner
         router = owner.router
         try:
-            with pinned(router.policy, tier, options.model):
-                if options.stream:
-                    stream = router.stream(turn, deadline_s=options.deadline_s)
-                else:
-                    result = router.complete(turn, deadline_s=options.deadline_s)
             if options.stream:
+                stream = router.stream(turn, tier=tier, deadline_s=options.deadline_s)
                 stream.start()
                 return TieredStream(stream, turn, options, owner)
+            result = router.complete(turn, tier=tier, deadline_s=options.deadline_s)
         except TieredRouterError as exc:
             raise _translated(exc) from exc
         owner.last_result = result
@@ -379,34 +246,15 @@ class _Completions(_CompletionsBase):
         return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
 
 
-class _RawCompletions:
-    """``chat.completions.with_raw_response`` of the sync client."""
-
-    def __init__(self, completions: _Completions) -> None:
-        self._completions = completions
-
-    def create(self, **kwargs: Any) -> Any:
-        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
-        from tiered_router._dropin import RawResponse
-
-        out = self._completions.create(**kwargs)
-        return RawResponse(out, getattr(out, "tiered_router", None))
-
-    def parse(self, **kwargs: Any) -> Any:
-        """Like ``parse``, returning a raw response."""
-        from tiered_router._dropin import RawResponse
-
-        out = self._completions.parse(**kwargs)
-        return RawResponse(out, getattr(out, "tiered_router", None))
-
-
 class _AsyncCompletions(_CompletionsBase):
     """``client.chat.completions`` of the async client."""
 
     @property
-    def with_raw_response(self) -> _AsyncRawCompletions:
+    def with_raw_response(self) -> Any:
         """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        return _AsyncRawCompletions(self)
+        from tiered_router._dropin import AsyncRawCompletions
+
+        return AsyncRawCompletions(self)
 
     async def create(self, **kwargs: Any) -> ChatCompletion | AsyncTieredStream:
         """Route one chat completion; same arguments and errors as the sync ``create``."""
@@ -423,12 +271,10 @@ class _AsyncCompletions(_CompletionsBase):
         router = owner.router
         try:
             if options.stream:
-                with pinned(router.policy, tier, options.model):
-                    stream = router.astream(turn, deadline_s=options.deadline_s)
+                stream = router.astream(turn, tier=tier, deadline_s=options.deadline_s)
                 await stream.start()
                 return AsyncTieredStream(stream, turn, options, owner)
-            with pinned(router.policy, tier, options.model):
-                result = await router.acomplete(turn, deadline_s=options.deadline_s)
+            result = await router.acomplete(turn, tier=tier, deadline_s=options.deadline_s)
         except TieredRouterError as exc:
             raise _translated(exc) from exc
         owner.last_result = result
@@ -448,27 +294,6 @@ class _AsyncCompletions(_CompletionsBase):
                 pass
         completion = await self.create(**create_kwargs)
         return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
-
-
-class _AsyncRawCompletions:
-    """``chat.completions.with_raw_response`` of the async client."""
-
-    def __init__(self, completions: _AsyncCompletions) -> None:
-        self._completions = completions
-
-    async def create(self, **kwargs: Any) -> Any:
-        """Like ``create``, returning a raw response whose ``.parse()`` gives the result."""
-        from tiered_router._dropin import RawResponse
-
-        out = await self._completions.create(**kwargs)
-        return RawResponse(out, getattr(out, "tiered_router", None))
-
-    async def parse(self, **kwargs: Any) -> Any:
-        """Like ``parse``, returning a raw response."""
-        from tiered_router._dropin import RawResponse
-
-        out = await self._completions.parse(**kwargs)
-        return RawResponse(out, getattr(out, "tiered_router", None))
 
 
 class _Chat:
@@ -559,9 +384,9 @@ class TieredOpenAI(_Base):
     def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
         self.router.close()
-        if self._pt is not None:
-            self._pt.close()
-            self._pt = None
+        while self._opened:
+            self._opened.pop().close()
+        self._pt = None
 
     def __enter__(self) -> TieredOpenAI:
         return self
@@ -605,9 +430,9 @@ class AsyncTieredOpenAI(_Base):
     async def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
         await self.router.aclose()
-        if self._pt is not None:
-            await self._pt.close()
-            self._pt = None
+        while self._opened:
+            await self._opened.pop().close()
+        self._pt = None
 
     async def __aenter__(self) -> AsyncTieredOpenAI:
         return self

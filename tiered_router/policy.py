@@ -58,6 +58,7 @@ __all__ = [
     "RuleCondition",
     "ScoringConfig",
     "ServerConfig",
+    "ShadowConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -192,8 +193,9 @@ class Tiers(_Model):
 class ScoringConfig(_Model):
     """The scorer and its threshold."""
 
-    type: Literal["heuristic", "learned"] = "heuristic"
-    """Scorer: ``heuristic`` (explainable features) or ``learned`` (trained weights)."""
+    type: Literal["heuristic", "learned", "transfer"] = "heuristic"
+    """Scorer: ``heuristic`` (explainable features), ``learned`` (trained weights) or
+    ``transfer`` (prompt length and option overlap, trained on every source pooled)."""
     threshold: float = Field(default=0.5, ge=0, le=1)
     """A score above it goes to the frontier tier."""
     weights: dict[str, float] = Field(default_factory=dict)
@@ -258,6 +260,8 @@ class GateConfig(_Model):
     """Checks run on every draft, in order."""
     check_frontier: bool = True
     """Also gate frontier drafts (their verdict lands in the trace)."""
+    text_tool_calls: bool = True
+    """Judge a draft whose whole text is tool calls (``[f(x=1)]``, ``<tool_call>``) as calls."""
 
     @field_validator("checks", mode="before")
     @classmethod
@@ -347,6 +351,26 @@ class ResilienceConfig(_Model):
     """Retry backoff settings."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """Circuit breaker settings."""
+
+
+class ShadowConfig(_Model):
+    """Shadow mode: run the other tier on a sampled share of turns, to label your traffic.
+
+    A shadow run never changes what the caller gets and never fails a turn: it runs after
+    the turn's answer is ready (in the background), and its own trace, with the same
+    ``turn_id`` and ``metadata.shadow: true``, goes to the sinks. ``tiered-router dataset
+    from-traces`` merges it with the turn's trace, so both tiers have an outcome.
+
+    Example:
+        ```yaml
+        shadow: {rate: 0.05}   # 5 % of turns also run on the tier that did not answer
+        ```
+
+    """
+
+    rate: float = Field(default=0.0, ge=0, le=1)
+    """Share of turns (chosen by a hash of the turn id, so the same turn always is or is
+    not) that also run on the other tier; ``0`` turns shadow mode off."""
 
 
 class TaskConfig(_Model):
@@ -451,6 +475,8 @@ class Policy(_Model):
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """The proxy server: bind address, client API keys, request size limit."""
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    """Shadow mode: the other tier on a sampled share of turns (labels from production)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 

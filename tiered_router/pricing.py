@@ -26,15 +26,22 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy import Price
 from tiered_router.turn import Usage
+
+if TYPE_CHECKING:
+    from tiered_router.policy import Price
+
+    PRICE_TABLE: Mapping[tuple[str, str], Price]
+    """The built-in prices by ``(preset, model)``, US dollars per million tokens."""
 
 __all__ = [
     "PRICES_AS_OF",
@@ -76,68 +83,83 @@ class ListedPrice:
     price: Price
 
 
-def _p(inp: float, out: float, cached: float | None = None) -> Price:
-    return Price(input_per_mtok=inp, output_per_mtok=out, cached_input_per_mtok=cached)
+@functools.cache
+def _rows() -> tuple[tuple[str, str, Price], ...]:
+    # built on first use: the policy schema (pydantic) stays off the `import Router` path
+    from tiered_router.policy import Price
+
+    def _p(inp: float, out: float, cached: float | None = None) -> Price:
+        return Price(input_per_mtok=inp, output_per_mtok=out, cached_input_per_mtok=cached)
+
+    return (
+        # Inception (PROVIDERS.md: $0.25 in, $0.025 cached in, $0.75 out)
+        ("mercury-2", "mercury-2", _p(0.25, 0.75, 0.025)),
+        # OpenAI
+        ("openai", "gpt-5.4", _p(2.50, 15.00, 0.25)),
+        ("openai", "gpt-5.4-mini", _p(0.75, 4.50, 0.075)),
+        ("openai", "gpt-5.4-nano", _p(0.20, 1.25, 0.02)),
+        ("openai", "gpt-5.2", _p(1.75, 14.00, 0.175)),
+        ("openai", "gpt-5.1", _p(1.25, 10.00, 0.125)),
+        ("openai", "gpt-5", _p(1.25, 10.00, 0.125)),
+        ("openai", "gpt-5-mini", _p(0.25, 2.00, 0.025)),
+        ("openai", "gpt-5-nano", _p(0.05, 0.40, 0.005)),
+        ("openai", "gpt-4.1", _p(2.00, 8.00, 0.50)),
+        ("openai", "gpt-4.1-mini", _p(0.40, 1.60, 0.10)),
+        ("openai", "gpt-4.1-nano", _p(0.10, 0.40, 0.025)),
+        ("openai", "gpt-4o", _p(2.50, 10.00, 1.25)),
+        ("openai", "gpt-4o-mini", _p(0.15, 0.60, 0.075)),
+        ("openai", "o3", _p(2.00, 8.00, 0.50)),
+        ("openai", "o4-mini", _p(1.10, 4.40, 0.275)),
+        # Anthropic (OpenAI-compatible endpoint)
+        ("anthropic", "claude-opus-4-5", _p(5.00, 25.00, 0.50)),
+        ("anthropic", "claude-sonnet-4-6", _p(3.00, 15.00, 0.30)),
+        ("anthropic", "claude-sonnet-4-5", _p(3.00, 15.00, 0.30)),
+        ("anthropic", "claude-haiku-4-5", _p(1.00, 5.00, 0.10)),
+        # Google Gemini (OpenAI-compatible endpoint)
+        ("gemini", "gemini-3.1-pro-preview", _p(2.00, 12.00, 0.20)),
+        ("gemini", "gemini-3-flash-preview", _p(0.50, 3.00, 0.05)),
+        ("gemini", "gemini-3.1-flash-lite", _p(0.25, 1.50, 0.025)),
+        ("gemini", "gemini-2.5-pro", _p(1.25, 10.00, 0.125)),
+        ("gemini", "gemini-2.5-flash", _p(0.30, 2.50, 0.03)),
+        ("gemini", "gemini-2.5-flash-lite", _p(0.10, 0.40, 0.01)),
+        # open models on common hosts
+        ("together", "openai/gpt-oss-120b", _p(0.15, 0.60)),
+        ("together", "openai/gpt-oss-20b", _p(0.05, 0.20)),
+        ("together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", _p(1.04, 1.04)),
+        ("together", "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo", _p(0.18, 0.18)),
+        ("together", "deepseek-ai/DeepSeek-V3.1", _p(0.60, 1.70)),
+        ("together", "moonshotai/Kimi-K2-Instruct", _p(1.00, 3.00)),
+        ("groq", "openai/gpt-oss-120b", _p(0.15, 0.60, 0.075)),
+        ("groq", "openai/gpt-oss-20b", _p(0.075, 0.30, 0.0375)),
+        ("fireworks", "accounts/fireworks/models/gpt-oss-120b", _p(0.15, 0.60, 0.015)),
+        ("fireworks", "accounts/fireworks/models/gpt-oss-20b", _p(0.07, 0.30, 0.035)),
+        ("fireworks", "accounts/fireworks/models/deepseek-v3p1", _p(0.56, 1.68)),
+        ("fireworks", "accounts/fireworks/models/qwen3-235b-a22b-instruct-2507", _p(0.22, 0.88)),
+        ("fireworks", "accounts/fireworks/models/kimi-k2-instruct-0905", _p(0.60, 2.50)),
+        ("deepinfra", "openai/gpt-oss-120b", _p(0.037, 0.17)),
+        ("deepinfra", "openai/gpt-oss-20b", _p(0.03, 0.14)),
+        ("deepinfra", "meta-llama/Llama-3.3-70B-Instruct-Turbo", _p(0.10, 0.32)),
+        ("deepinfra", "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo", _p(0.02, 0.04)),
+        ("deepinfra", "deepseek-ai/DeepSeek-V3.1", _p(0.25, 0.95, 0.216)),
+        ("deepinfra", "Qwen/Qwen3-235B-A22B-Instruct-2507", _p(0.09, 0.55)),
+        ("deepinfra", "moonshotai/Kimi-K2-Instruct-0905", _p(0.50, 2.00, 0.40)),
+    )
 
 
-_ROWS: tuple[tuple[str, str, Price], ...] = (
-    # Inception (PROVIDERS.md: $0.25 in, $0.025 cached in, $0.75 out)
-    ("mercury-2", "mercury-2", _p(0.25, 0.75, 0.025)),
-    # OpenAI
-    ("openai", "gpt-5.4", _p(2.50, 15.00, 0.25)),
-    ("openai", "gpt-5.4-mini", _p(0.75, 4.50, 0.075)),
-    ("openai", "gpt-5.4-nano", _p(0.20, 1.25, 0.02)),
-    ("openai", "gpt-5.2", _p(1.75, 14.00, 0.175)),
-    ("openai", "gpt-5.1", _p(1.25, 10.00, 0.125)),
-    ("openai", "gpt-5", _p(1.25, 10.00, 0.125)),
-    ("openai", "gpt-5-mini", _p(0.25, 2.00, 0.025)),
-    ("openai", "gpt-5-nano", _p(0.05, 0.40, 0.005)),
-    ("openai", "gpt-4.1", _p(2.00, 8.00, 0.50)),
-    ("openai", "gpt-4.1-mini", _p(0.40, 1.60, 0.10)),
-    ("openai", "gpt-4.1-nano", _p(0.10, 0.40, 0.025)),
-    ("openai", "gpt-4o", _p(2.50, 10.00, 1.25)),
-    ("openai", "gpt-4o-mini", _p(0.15, 0.60, 0.075)),
-    ("openai", "o3", _p(2.00, 8.00, 0.50)),
-    ("openai", "o4-mini", _p(1.10, 4.40, 0.275)),
-    # Anthropic (OpenAI-compatible endpoint)
-    ("anthropic", "claude-opus-4-5", _p(5.00, 25.00, 0.50)),
-    ("anthropic", "claude-sonnet-4-6", _p(3.00, 15.00, 0.30)),
-    ("anthropic", "claude-sonnet-4-5", _p(3.00, 15.00, 0.30)),
-    ("anthropic", "claude-haiku-4-5", _p(1.00, 5.00, 0.10)),
-    # Google Gemini (OpenAI-compatible endpoint)
-    ("gemini", "gemini-3.1-pro-preview", _p(2.00, 12.00, 0.20)),
-    ("gemini", "gemini-3-flash-preview", _p(0.50, 3.00, 0.05)),
-    ("gemini", "gemini-3.1-flash-lite", _p(0.25, 1.50, 0.025)),
-    ("gemini", "gemini-2.5-pro", _p(1.25, 10.00, 0.125)),
-    ("gemini", "gemini-2.5-flash", _p(0.30, 2.50, 0.03)),
-    ("gemini", "gemini-2.5-flash-lite", _p(0.10, 0.40, 0.01)),
-    # open models on common hosts
-    ("together", "openai/gpt-oss-120b", _p(0.15, 0.60)),
-    ("together", "openai/gpt-oss-20b", _p(0.05, 0.20)),
-    ("together", "meta-llama/Llama-3.3-70B-Instruct-Turbo", _p(1.04, 1.04)),
-    ("together", "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo", _p(0.18, 0.18)),
-    ("together", "deepseek-ai/DeepSeek-V3.1", _p(0.60, 1.70)),
-    ("together", "moonshotai/Kimi-K2-Instruct", _p(1.00, 3.00)),
-    ("groq", "openai/gpt-oss-120b", _p(0.15, 0.60, 0.075)),
-    ("groq", "openai/gpt-oss-20b", _p(0.075, 0.30, 0.0375)),
-    ("fireworks", "accounts/fireworks/models/gpt-oss-120b", _p(0.15, 0.60, 0.015)),
-    ("fireworks", "accounts/fireworks/models/gpt-oss-20b", _p(0.07, 0.30, 0.035)),
-    ("fireworks", "accounts/fireworks/models/deepseek-v3p1", _p(0.56, 1.68)),
-    ("fireworks", "accounts/fireworks/models/qwen3-235b-a22b-instruct-2507", _p(0.22, 0.88)),
-    ("fireworks", "accounts/fireworks/models/kimi-k2-instruct-0905", _p(0.60, 2.50)),
-    ("deepinfra", "openai/gpt-oss-120b", _p(0.037, 0.17)),
-    ("deepinfra", "openai/gpt-oss-20b", _p(0.03, 0.14)),
-    ("deepinfra", "meta-llama/Llama-3.3-70B-Instruct-Turbo", _p(0.10, 0.32)),
-    ("deepinfra", "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo", _p(0.02, 0.04)),
-    ("deepinfra", "deepseek-ai/DeepSeek-V3.1", _p(0.25, 0.95, 0.216)),
-    ("deepinfra", "Qwen/Qwen3-235B-A22B-Instruct-2507", _p(0.09, 0.55)),
-    ("deepinfra", "moonshotai/Kimi-K2-Instruct-0905", _p(0.50, 2.00, 0.40)),
-)
+@functools.cache
+def _table() -> Mapping[tuple[str, str], Price]:
+    return MappingProxyType({(preset, model): price for preset, model, price in _rows()})
 
-PRICE_TABLE: Mapping[tuple[str, str], Price] = MappingProxyType(
-    {(preset, model): price for preset, model, price in _ROWS}
-)
-"""The built-in prices by ``(preset, model)``, US dollars per million tokens."""
+
+def __getattr__(name: str) -> Any:
+    """``PRICE_TABLE``: the built-in prices by ``(preset, model)``, US dollars per million tokens.
+
+    Built on first use, like the rows it is made of.
+    """
+    if name == "PRICE_TABLE":
+        return _table()
+    raise AttributeError(f"module 'tiered_router.pricing' has no attribute {name!r}")
+
 
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
 
@@ -156,15 +178,15 @@ def listed_price(preset: str | None, model: str | None) -> Price | None:
     """
     if preset is None or not model:
         return None
-    found = PRICE_TABLE.get((preset, model))
+    found = _table().get((preset, model))
     if found is None:
-        found = PRICE_TABLE.get((preset, _SNAPSHOT.sub("", model)))
+        found = _table().get((preset, _SNAPSHOT.sub("", model)))
     return found
 
 
 def table_rows() -> tuple[ListedPrice, ...]:
     """Return the built-in table as rows, in the order listed."""
-    return tuple(ListedPrice(preset=p, model=m, price=price) for p, m, price in _ROWS)
+    return tuple(ListedPrice(preset=p, model=m, price=price) for p, m, price in _rows())
 
 
 _warned: set[tuple[str, str | None, str | None]] = set()

@@ -1,8 +1,11 @@
 """The Router: decide -> dispatch -> gate -> escalate, with a trace of every step.
 
-The async path is the core; :meth:`Router.complete` is its sync twin. Both drive the same
-:class:`TurnRun` (the per-turn state: which tier next, what was tried, what the gate said), so
-the escalation logic exists once; only the waiting and the backend call differ.
+The async path is the core; :meth:`Router.complete` is its sync twin. Both drive the
+escalation engine (:mod:`tiered_router.engine`: a turn's state machine, no I/O) with a
+:class:`~tiered_router._dispatch.Dispatcher` (backend calls under breakers and retries), so
+the escalation logic exists once; only the waiting and the backend call differ. The router
+is the engine's :class:`~tiered_router.engine.EnginePorts`: policy, gate, scorer, clock,
+capability lookups and trace sinks.
 """
 
 from __future__ import annotations
@@ -12,33 +15,33 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tiered_router._context import CURRENT_TASK
+from tiered_router._dispatch import Dispatcher
 from tiered_router._latency import LatencyTracker
 from tiered_router._recording import RecordOption
-from tiered_router._run import RoutedResult, TurnRun
+from tiered_router._shadow import ShadowRunner
 from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
-from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
+from tiered_router.engine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
-from tiered_router.policy import BackendConfig, Policy, load_policy
-from tiered_router.resilience import CircuitBreaker, Deadline, RetrySchedule
-from tiered_router.routing import Decision, decide
-from tiered_router.scoring import Scorer, build_scorer
+from tiered_router.resilience import CircuitBreaker, RetrySchedule
+from tiered_router.routing import Decision
+from tiered_router.scoring import Score, Scorer, build_scorer
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
+if TYPE_CHECKING:
+    from tiered_router.policy import BackendConfig, Policy
+
 __all__ = ["RoutedResult", "Router"]
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-_OTHER: dict[Tier, Tier] = {"fast": "frontier", "frontier": "fast"}
 
 
 class Router:
@@ -86,7 +89,10 @@ class Router:
         record: RecordOption = False,
         state: StateStore | None = None,
     ) -> None:
-        self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        # imported here: the policy schema (pydantic) stays off the `import Router` path
+        from tiered_router._policy_loader import load_policy
+
+        self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
@@ -95,7 +101,6 @@ class Router:
         self._clock = clock
         self._sleep = sleep
         self._asleep = asleep
-        self._retries = RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng)
         self.state: StateStore = (
             MemoryStateStore()
             if state is None
@@ -107,10 +112,25 @@ class Router:
         self._configs: dict[str, BackendConfig | None] = {}
         self.latency = LatencyTracker()
         """Measured latency per backend (EWMA), replacing the latency models in estimates."""
+        self._dispatch = Dispatcher(
+            self.policy,
+            backend=self.backend,
+            breaker=self.breaker,
+            retries=RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng),
+            clock=clock,
+            sleep=sleep,
+            asleep=asleep,
+            emit=self.emit,
+        )
+        self._shadows = ShadowRunner(
+            drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
+        )
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
+        from tiered_router._policy_loader import load_policy
+
         return cls(load_policy(path), **options)
 
     def __repr__(self) -> str:
@@ -152,7 +172,10 @@ class Router:
         self._configs[name] = config
         return config
 
-    def _supports_tools(self, name: str) -> bool:
+    # -- the engine's ports ------------------------------------------------------------------
+
+    def supports_tools(self, name: str) -> bool:
+        """Whether backend ``name`` may be sent a turn with tools (its ``tools`` setting)."""
         injected = self._backends.get(name)
         if injected is not None:
             return injected.supports_tools
@@ -167,7 +190,7 @@ class Router:
         """
         from tiered_router.backends._dialect import DialectProfile, capability_gap
 
-        if turn.tools and not self._supports_tools(name):
+        if turn.tools and not self.supports_tools(name):
             return "tools", f"backend {name!r} cannot call tools (tools: false)"
         injected = self._backends.get(name)
         dialect: object = None
@@ -189,15 +212,46 @@ class Router:
             params=turn.params,
         )
 
+    def score(self, turn: Turn) -> Score:
+        """Score ``turn`` with the router's scorer (pure)."""
+        return self.scorer.score(turn)
+
+    def now(self) -> float:
+        """The router's clock, seconds."""
+        return self._clock()
+
+    def emit(self, trace: Trace) -> None:
+        """Hand a finished trace to every sink; a failing sink is logged, never raised."""
+        self.latency.observe(trace)
+        for sink in self.sinks:
+            try:
+                sink.emit(trace)
+            except Exception:  # a broken sink must not lose the turn it reports
+                logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
+
     def close(self) -> None:
-        """Close the HTTP clients of the backends built so far."""
+        """Close the HTTP clients of the backends built so far, and the sinks that close.
+
+        Shadow runs still going are waited for first.
+        """
+        self._shadows.drain()
         for backend in self._backends.values():
             close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+        self._close_sinks()
+
+    def _close_sinks(self) -> None:
+        # a JSONLSink reopens its file on the next trace, so closing it here is always safe
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
             if close is not None:
                 close()
 
     async def aclose(self) -> None:
         """Async twin of :meth:`close`."""
+        await self._shadows.adrain()
+        self._shadows.drain()
         for backend in self._backends.values():
             aclose = getattr(backend, "aclose", None)
             if aclose is not None:
@@ -206,6 +260,7 @@ class Router:
                 close = getattr(backend, "close", None)
                 if close is not None:
                     close()
+        self._close_sinks()
 
     def __enter__(self) -> Router:
         return self
@@ -221,41 +276,35 @@ class Router:
 
     # -- deciding ----------------------------------------------------------------------------
 
-    def decide(self, turn: Turn) -> Decision:
+    def decide(self, turn: Turn, *, tier: Tier | None = None) -> Decision:
         """Score the turn and pick its tier. Pure: makes no model call.
 
         Inside a task (:meth:`task`), the task's state may change the decision; its rule
         then starts with ``task.``.
-        """
-        task = CURRENT_TASK.get()
-        if task is not None:
-            turn = task.prepare(turn)
-        decision = self._decide(turn)
-        return task.adjust(turn, decision) if task is not None else decision
 
-    def _decide(self, turn: Turn) -> Decision:
-        decision = decide(turn, self.scorer.score(turn), self.policy)
-        gap = self.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
-        if gap is not None:
-            frontier = self.policy.backend_for("frontier")
-            decision = replace(
-                decision,
-                tier="frontier",
-                backend=frontier,
-                rule=f"capability.{gap[0]}",
-                reasons=(f"fast {gap[1]}", *decision.reasons),
-            )
-        return decision
+        Args:
+            turn: The turn.
+            tier: Pin the first tier (``fast`` or ``frontier``) instead of deciding; the
+                rule reads ``pinned``. A pinned fast turn with tools still goes to the
+                frontier when the fast backend cannot call tools (``capability.tools``).
+        """
+        return decide_turn(self, turn, tier=_tier(tier), task=CURRENT_TASK.get())[1]
 
     # -- completing --------------------------------------------------------------------------
 
     async def acomplete(
-        self, turn: Turn, *, deadline_s: float | None | Unset = UNSET
+        self,
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
     ) -> RoutedResult:
         """Route one turn: decide, call, gate, escalate when needed.
 
         Args:
             turn: The turn to route.
+            tier: Pin the first tier instead of deciding (see :meth:`decide`); the draft is
+                still gated and escalated by the policy.
             deadline_s: Seconds for the whole turn (retries and escalation included);
                 ``None`` turns it off, ``UNSET`` uses the policy's ``resilience.deadline_s``.
 
@@ -266,130 +315,97 @@ class Router:
             AllTiersFailed: No tier produced a completion; carries every attempt.
             GateFailed: The last draft failed the gate and the policy says ``raise``.
         """
-        run = self._start(turn, deadline_s)
-        tier: Tier | None = run.first_tier()
-        while tier is not None:
-            try:
-                completion = await self._acall(run, tier)
-            except BackendError as exc:
-                tier = run.after_error(tier, exc)
-                continue
-            tier = run.after_draft(tier, completion)
-        return self._finish(run)
+        task = CURRENT_TASK.get()
+        if task is not None:
+            await task.arefresh()
+        run = self._start(turn, tier, deadline_s)
+        await self._adrive(run)
+        result = await self._dispatch.afinish(run)
+        self._shadows.astart(run)
+        return result
 
-    def complete(self, turn: Turn, *, deadline_s: float | None | Unset = UNSET) -> RoutedResult:
-        """Sync twin of :meth:`acomplete`."""
-        run = self._start(turn, deadline_s)
-        tier: Tier | None = run.first_tier()
-        while tier is not None:
-            try:
-                completion = self._call(run, tier)
-            except BackendError as exc:
-                tier = run.after_error(tier, exc)
-                continue
-            tier = run.after_draft(tier, completion)
-        return self._finish(run)
-
-    async def _acall(self, run: TurnRun, tier: Tier) -> Completion:
-        async def once(backend: Backend, request: CompletionRequest, started: float) -> Completion:
-            completion = await backend.acomplete(request)
-            run.record_draft(tier, backend, completion, self._clock() - started)
-            return completion
-
-        return await self._aretry(run, tier, once)
-
-    def _call(self, run: TurnRun, tier: Tier) -> Completion:
-        def once(backend: Backend, request: CompletionRequest, started: float) -> Completion:
-            completion = backend.complete(request)
-            run.record_draft(tier, backend, completion, self._clock() - started)
-            return completion
-
-        return self._retry(run, tier, once)
-
-    async def _aretry(
+    def complete(
         self,
-        run: TurnRun,
-        tier: Tier,
-        once: Callable[[Backend, CompletionRequest, float], Awaitable[_T]],
-    ) -> _T:
-        """Run ``once`` against the tier's backend under the retry loop, recording errors."""
-        name = self.policy.backend_for(tier)
-        backend = self.backend(name)
-        loop = self._retries.aretrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
-        )
-        breaker = self.breaker(name)
-        async for attempt in loop:
-            with attempt:
-                started = self._clock()
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
+    ) -> RoutedResult:
+        """Sync twin of :meth:`acomplete`."""
+        task = CURRENT_TASK.get()
+        if task is not None:
+            task.refresh()
+        run = self._start(turn, tier, deadline_s)
+        self._drive(run)
+        result = self._dispatch.finish(run)
+        self._shadows.start(run)
+        return result
+
+    async def _adrive(self, run: TurnRun) -> None:
+        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
+        try:
+            nxt: Tier | None = run.first_tier()
+            while nxt is not None:
+                serving = nxt
                 try:
-                    request = run.request(name)
-                    async with breaker.aguard() as call:
-                        if not call.allowed and await self._around(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            return await once(backend, request, started)
-                        except (BackendError, AssertionError):
-                            raise
-                        except Exception as exc:
-                            raise _unexpected(exc, name) from exc
+                    completion, backend, started = await self._dispatch.acall(
+                        run, serving, _acomplete
+                    )
                 except BackendError as exc:
-                    run.record_error(tier, backend, exc, self._clock() - started)
-                    raise
-        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+                    nxt = run.after_error(serving, exc)
+                    continue
+                nxt = run.after_draft(
+                    serving, backend.name, backend.model, completion, self._clock() - started
+                )
+        except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
+            await self._dispatch.aend(run, exc)
+            raise
 
-    def _retry(
-        self, run: TurnRun, tier: Tier, once: Callable[[Backend, CompletionRequest, float], _T]
-    ) -> _T:
-        """Sync twin of :meth:`_aretry`."""
-        name = self.policy.backend_for(tier)
-        backend = self.backend(name)
-        loop = self._retries.retrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
-        )
-        breaker = self.breaker(name)
-        for attempt in loop:
-            with attempt:
-                started = self._clock()
+    def _drive(self, run: TurnRun) -> None:
+        """Sync twin of :meth:`_adrive`."""
+        try:
+            nxt: Tier | None = run.first_tier()
+            while nxt is not None:
+                serving = nxt
                 try:
-                    request = run.request(name)
-                    with breaker.guard() as call:
-                        if not call.allowed and self._around_sync(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            return once(backend, request, started)
-                        except (BackendError, AssertionError):
-                            raise
-                        except Exception as exc:
-                            raise _unexpected(exc, name) from exc
+                    completion, backend, started = self._dispatch.call(run, serving, _complete)
                 except BackendError as exc:
-                    run.record_error(tier, backend, exc, self._clock() - started)
-                    raise
-        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+                    nxt = run.after_error(serving, exc)
+                    continue
+                nxt = run.after_draft(
+                    serving, backend.name, backend.model, completion, self._clock() - started
+                )
+        except BaseException as exc:
+            self._dispatch.end(run, exc)
+            raise
 
-    async def _around(self, run: TurnRun, tier: Tier) -> bool:
-        """Whether a turn refused by ``tier``'s breaker may go to the other tier instead."""
-        other = run.route_around(tier)
-        if other is None:
-            return False
-        snapshot = await self.breaker(self.policy.backend_for(other)).asnapshot()
-        return snapshot.state != "open"
+    def drain_shadows(self, timeout_s: float | None = None) -> None:
+        """Wait for the shadow runs started by the sync path (``close`` does too)."""
+        self._shadows.drain(timeout_s)
 
-    def _around_sync(self, run: TurnRun, tier: Tier) -> bool:
-        """Sync twin of :meth:`_around`."""
-        other = run.route_around(tier)
-        if other is None:
-            return False
-        return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
+    async def adrain_shadows(self) -> None:
+        """Wait for the shadow runs started by the async path (``aclose`` does too)."""
+        await self._shadows.adrain()
 
     # -- streaming ---------------------------------------------------------------------------
 
-    def astream(self, turn: Turn, *, deadline_s: float | None | Unset = UNSET) -> AsyncRoutedStream:
+    def astream(
+        self,
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
+    ) -> AsyncRoutedStream:
         """Route one turn and stream the answer.
 
         No I/O happens until the stream is started or iterated. A fast draft is buffered
         and gated before its first chunk when the gate needs the whole draft; otherwise it
         streams straight through. See :mod:`tiered_router._streaming`.
+
+        Args:
+            turn: The turn to route.
+            tier: Pin the first tier instead of deciding (see :meth:`decide`).
+            deadline_s: Seconds for the whole turn (see :meth:`acomplete`).
 
         Example:
             ```python
@@ -400,11 +416,17 @@ class Router:
             print(stream.result.trace.tier)
             ```
         """
-        return AsyncRoutedStream(self, self._start(turn, deadline_s))
+        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
 
-    def stream(self, turn: Turn, *, deadline_s: float | None | Unset = UNSET) -> RoutedStream:
+    def stream(
+        self,
+        turn: Turn,
+        *,
+        tier: Tier | None = None,
+        deadline_s: float | None | Unset = UNSET,
+    ) -> RoutedStream:
         """Sync twin of :meth:`astream`."""
-        return RoutedStream(self, self._start(turn, deadline_s))
+        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -437,38 +459,20 @@ class Router:
             max_escalations=max_escalations,
         )
 
-    def _start(self, turn: Turn, deadline_s: float | None | Unset) -> TurnRun:
+    def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
         limit = self.policy.resilience.deadline_s if isinstance(deadline_s, Unset) else deadline_s
-        now = self._clock()
-        deadline = Deadline(None if limit is None else now + limit)
-        task = CURRENT_TASK.get()
-        if task is not None:
-            turn = task.prepare(turn)
-        decision = self._decide(turn)
-        if task is not None:
-            decision = task.adjust(turn, decision)
-        return TurnRun(self, turn, decision, deadline, started=now)
-
-    def _finish(self, run: TurnRun) -> RoutedResult:
-        return run.finish(self._clock() - run.started)
-
-    def _abandon(self, run: TurnRun) -> Trace:
-        """End a turn whose stream broke after chunks reached the caller; emit its trace."""
-        trace = run.trace(self._clock() - run.started)
-        self._emit(trace)
-        return trace
-
-    def _emit(self, trace: Trace) -> None:
-        self.latency.observe(trace)
-        task = CURRENT_TASK.get()
-        if task is not None:
-            task.observe(trace)
-        for sink in self.sinks:
-            sink.emit(trace)
+        return plan_turn(self, turn, deadline_s=limit, tier=_tier(tier), task=CURRENT_TASK.get())
 
 
-def _unexpected(exc: Exception, backend: str) -> BackendError:
-    """A non-BackendError from a backend call (a malformed answer it did not catch)."""
-    return BackendResponseError(
-        f"unexpected {type(exc).__name__} while reading the answer", backend=backend
-    )
+def _tier(tier: Tier | None) -> Tier | None:
+    if tier is None or tier == "fast" or tier == "frontier":
+        return tier
+    raise ValueError(f"tier must be 'fast', 'frontier' or None, not {tier!r}")
+
+
+async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:
+    return await backend.acomplete(request)
+
+
+def _complete(backend: Backend, request: CompletionRequest) -> Completion:
+    return backend.complete(request)

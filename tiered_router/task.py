@@ -25,6 +25,10 @@ Budgets are limits and win over the quality locks; the lock never sends a turn t
 tier. The knobs are the policy's ``task:`` section (:class:`~tiered_router.policy.TaskConfig`);
 ``router.task(max_cost=..., max_latency_s=..., max_escalations=...)`` overrides them.
 
+The totals and the lock live in the router's state store under the task id
+(:meth:`~tiered_router.state.StateStore.task_record`), so workers sharing a store share a
+task; each :class:`Task` object keeps the traces of the turns it saw.
+
 Example:
     ```python
     async with router.task("ticket-42", max_latency_s=20) as task:
@@ -40,30 +44,65 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable
 from contextvars import Token
 from dataclasses import dataclass, field, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router._context import CURRENT_TASK, TaskHooks
-from tiered_router._types import Tier
+from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.agent_signals import STALL_KEY, AgentSignals, agent_signals, annotate
-from tiered_router.policy import LatencyModel, TaskConfig
 from tiered_router.pricing import cost_of
 from tiered_router.routing import Decision
 from tiered_router.scoring.features import approx_tokens
+from tiered_router.state import StateStore, TaskDelta, TaskRules, TaskSnapshot
 from tiered_router.trace import Trace
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router.router import Router
+    from tiered_router._latency import LatencyTracker
+    from tiered_router.policy import BackendConfig, LatencyModel, Policy, TaskConfig
 
-__all__ = ["Task", "TaskSummary"]
+__all__ = ["Task", "TaskHost", "TaskSummary"]
 
-_OTHER: dict[Tier, Tier] = {"fast": "frontier", "frontier": "fast"}
-_DEFAULT_LATENCY = LatencyModel()
+
+def _default_latency() -> LatencyModel:
+    # imported here: the policy schema (pydantic) stays off the `import Router` path
+    from tiered_router.policy import LatencyModel
+
+    return LatencyModel()
+
+
+class TaskHost(Protocol):
+    """What a task needs from its router: the policy, the clock, capabilities, the store."""
+
+    @property
+    def policy(self) -> Policy:
+        """The routing policy."""
+        ...
+
+    @property
+    def state(self) -> StateStore:
+        """Where the task's totals live."""
+        ...
+
+    def now(self) -> float:
+        """The router's clock, seconds."""
+        ...
+
+    def backend_config(self, backend: str) -> BackendConfig | None:
+        """Backend ``backend``'s policy config (preset applied), if it has one."""
+        ...
+
+    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
+        """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
+        ...
+
+    @property
+    def latency(self) -> LatencyTracker:
+        """Measured latency per backend, replacing latency models in estimates."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +168,7 @@ class Task:
     Build it with :meth:`Router.task <tiered_router.Router.task>` rather than directly.
 
     Args:
-        router: The router whose policy, clock and backends the task uses.
+        router: The router whose policy, clock, capabilities and state store the task uses.
         task_id: The task's id (a random one when ``None``); it lands in every turn's
             metadata as ``task_id``.
         max_cost: Cost budget in US dollars (``None``: the policy's ``task.max_cost``).
@@ -141,7 +180,7 @@ class Task:
 
     def __init__(
         self,
-        router: Router,
+        router: TaskHost,
         task_id: str | None = None,
         *,
         max_cost: float | None = None,
@@ -158,23 +197,21 @@ class Task:
         self.max_escalations = (
             max_escalations if max_escalations is not None else config.max_escalations
         )
-        self._clock: Callable[[], float] = clock or router._clock
+        self._clock: Callable[[], float] = clock or router.now
+        self._store = router.state
+        self._rules = TaskRules(
+            lock_after_gate_failures=config.lock_after_gate_failures,
+            lock_on_stall=config.lock_on_stall,
+            unlock_after_clean_turns=config.unlock_after_clean_turns,
+            latency_window=config.latency_window,
+        )
         self._started = self._clock()
         self._ended: float | None = None
         self._lock = threading.Lock()
         self._tokens: list[Token[TaskHooks | None]] = []
         self._traces: list[Trace] = []
-        self._fast_decided = 0
-        self._fast_served = 0
-        self._escalations = 0
-        self._gate_failures = 0
-        self._window_failures = 0
-        self._stalls = 0
-        self._clean_streak = 0
-        self._locked_by: str | None = None
-        self._rules: dict[str, int] = {}
+        self._snap = TaskSnapshot()
         self._over: list[str] = []
-        self._recent: dict[str, deque[tuple[float, int]]] = {}
 
     def __repr__(self) -> str:
         return f"Task({self.id!r}, steps={self.steps}, locked={self.locked})"
@@ -184,6 +221,7 @@ class Task:
     def __enter__(self) -> Task:
         if not self._tokens and not self._traces:
             self._started = self._clock()
+            self.refresh()
         self._ended = None
         self._tokens.append(CURRENT_TASK.set(self))
         return self
@@ -199,6 +237,8 @@ class Task:
             self._ended = self._clock()
 
     async def __aenter__(self) -> Task:
+        if not self._tokens and not self._traces:
+            await self.arefresh()
         return self.__enter__()
 
     async def __aexit__(
@@ -220,19 +260,17 @@ class Task:
     @property
     def steps(self) -> int:
         """Turns routed in the task so far (the next turn's step index)."""
-        return len(self._traces)
+        return self._snap.steps
 
     @property
     def cost(self) -> float:
         """Total cost so far, US dollars."""
-        with self._lock:
-            return sum(t.cost for t in self._traces)
+        return self._snap.cost
 
     @property
     def latency_s(self) -> float:
         """Model time so far: the sum of the turns' latencies."""
-        with self._lock:
-            return sum(t.latency_s for t in self._traces)
+        return self._snap.latency_s
 
     @property
     def elapsed_s(self) -> float:
@@ -243,39 +281,45 @@ class Task:
     @property
     def fast_share(self) -> float:
         """Share of turns answered by the fast tier (0 before the first turn)."""
-        return self._fast_served / len(self._traces) if self._traces else 0.0
+        snap = self._snap
+        return snap.fast_served / snap.steps if snap.steps else 0.0
 
     @property
     def escalations(self) -> int:
         """Turns escalated from the fast tier so far."""
-        return self._escalations
+        return self._snap.escalations
 
     @property
     def locked(self) -> bool:
         """Whether the task is locked to the frontier tier."""
-        return self._locked_by is not None
+        return self._snap.locked_by is not None
 
     def summary(self) -> TaskSummary:
         """Return the task's totals."""
-        traces = self.traces
-        usage = Usage()
-        for t in traces:
-            usage = usage + t.usage
+        snap = self._snap
         return TaskSummary(
             task_id=self.id,
-            steps=len(traces),
-            cost=sum(t.cost for t in traces),
-            latency_s=sum(t.latency_s for t in traces),
+            steps=snap.steps,
+            cost=snap.cost,
+            latency_s=snap.latency_s,
             elapsed_s=self.elapsed_s,
             fast_share=self.fast_share,
-            escalations=self._escalations,
-            gate_failures=self._gate_failures,
-            stalls=self._stalls,
-            task_rules=dict(self._rules),
-            locked=self.locked,
+            escalations=snap.escalations,
+            gate_failures=snap.gate_failures,
+            stalls=snap.stalls,
+            task_rules=dict(snap.rules),
+            locked=snap.locked_by is not None,
             over_budget=tuple(self._over),
-            usage=usage,
+            usage=Usage(input_tokens=snap.input_tokens, output_tokens=snap.output_tokens),
         )
+
+    def refresh(self) -> None:
+        """Read the task's totals from the state store (other workers' turns included)."""
+        self._snap = self._store.task_snapshot(self.id)
+
+    async def arefresh(self) -> None:
+        """Async twin of :meth:`refresh`."""
+        self._snap = await self._store.atask_snapshot(self.id)
 
     # -- estimates -----------------------------------------------------------------------------
 
@@ -289,12 +333,12 @@ class Task:
         ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller).
         """
         name = self.router.policy.backend_for(tier)
-        recent = self._recent.get(name)
+        recent = self._snap.recent.get(name)
         if recent:
             return sum(lat for lat, _ in recent) / len(recent)
         # the policy's latency model, else its preset's (the dialect profile's defaults)
         config = self.router.backend_config(name)
-        model = (config.latency if config is not None else None) or _DEFAULT_LATENCY
+        model = (config.latency if config is not None else None) or _default_latency()
         return self.router.latency.expected(
             name, model, output_tokens=self._output_tokens(name, turn)
         )
@@ -311,7 +355,7 @@ class Task:
         return cost_of(usage, config.price)
 
     def _output_tokens(self, name: str, turn: Turn | None) -> int:
-        recent = self._recent.get(name)
+        recent = self._snap.recent.get(name)
         if recent:
             return max(1, round(sum(n for _, n in recent) / len(recent)))
         tokens = self.config.expected_output_tokens
@@ -319,7 +363,8 @@ class Task:
         return min(tokens, cap) if isinstance(cap, int) and cap > 0 else tokens
 
     def _escalation_rate(self) -> float:
-        return self._escalations / self._fast_decided if self._fast_decided else 0.0
+        snap = self._snap
+        return snap.escalations / snap.fast_decided if snap.fast_decided else 0.0
 
     # -- the router's hooks ----------------------------------------------------------------------
 
@@ -340,6 +385,7 @@ class Task:
     def adjust(self, turn: Turn, decision: Decision) -> Decision:
         """Return the decision changed by task state, under a ``task.*`` rule (pure)."""
         tier = decision.tier
+        snap = self._snap
         rule: str | None = None
         reasons: list[str] = []
         if tier == "fast":
@@ -347,16 +393,16 @@ class Task:
             if signals.stalled and self.config.lock_on_stall:
                 rule = "task.stall"
                 reasons.append(f"task.stall: {signals.stall_reason}")
-            elif self._locked_by is not None:
+            elif snap.locked_by is not None:
                 rule = "task.locked"
                 reasons.append(
-                    f"task.locked: locked to frontier after {self._locked_by}; "
-                    f"{self._clean_streak}/{self.config.unlock_after_clean_turns} clean turns"
+                    f"task.locked: locked to frontier after {snap.locked_by}; "
+                    f"{snap.clean_streak}/{self.config.unlock_after_clean_turns} clean turns"
                 )
-            elif self.max_escalations is not None and self._escalations >= self.max_escalations:
+            elif self.max_escalations is not None and snap.escalations >= self.max_escalations:
                 rule = "task.budget.escalations"
                 reasons.append(
-                    f"task.budget.escalations: {self._escalations} of {self.max_escalations} "
+                    f"task.budget.escalations: {snap.escalations} of {self.max_escalations} "
                     "escalations spent"
                 )
             if rule is not None and self._usable(turn, "frontier"):
@@ -381,7 +427,7 @@ class Task:
         return self.router.capability_gap(self.router.policy.backend_for(tier), turn) is None
 
     def _budgets(self, turn: Turn, tier: Tier) -> tuple[Tier, str | None, str]:
-        other = _OTHER[tier]
+        other = OTHER_TIER[tier]
         if self.max_latency_s is not None:
             left = self.max_latency_s - self.elapsed_s
             need = {t: self._turn_latency(t, turn) for t in (tier, other)}
@@ -413,9 +459,7 @@ class Task:
             own += self._escalation_rate() * self.expected_latency("frontier", turn)
         return own
 
-    def observe(self, trace: Trace) -> None:
-        """Take a finished turn into the totals and update the lock (called once per turn)."""
-        config = self.config
+    def _delta(self, trace: Trace) -> TaskDelta:
         failures = sum(1 for a in trace.attempts if a.verdict is not None and not a.verdict.passed)
         stalled = trace.metadata.get(STALL_KEY) is True
         clean = (
@@ -425,55 +469,44 @@ class Task:
             and not stalled
             and (trace.verdict is None or trace.verdict.passed)
         )
+        rule = trace.decision.rule
+        usage = trace.usage
+        return TaskDelta(
+            cost=trace.cost,
+            latency_s=trace.latency_s,
+            escalated=trace.escalated,
+            fast_decided=trace.decision.tier == "fast",
+            fast_served=trace.tier == "fast",
+            gate_failures=failures,
+            stalled=stalled,
+            clean=clean,
+            rule=rule if rule is not None and rule.startswith("task.") else None,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            latencies=tuple(
+                (a.backend, a.latency_s, a.usage.output_tokens) for a in trace.attempts if a.ok
+            ),
+        )
+
+    def observe(self, trace: Trace) -> None:
+        """Take a finished turn into the totals and update the lock (called once per turn)."""
+        snap = self._store.task_record(self.id, self._delta(trace), rules=self._rules)
+        self._took(trace, snap)
+
+    async def aobserve(self, trace: Trace) -> None:
+        """Async twin of :meth:`observe`."""
+        snap = await self._store.atask_record(self.id, self._delta(trace), rules=self._rules)
+        self._took(trace, snap)
+
+    def _took(self, trace: Trace, snap: TaskSnapshot) -> None:
         with self._lock:
             self._traces.append(trace)
-            rule = trace.decision.rule
-            if rule is not None and rule.startswith("task."):
-                self._rules[rule] = self._rules.get(rule, 0) + 1
-            if trace.decision.tier == "fast":
-                self._fast_decided += 1
-            if trace.tier == "fast":
-                self._fast_served += 1
-            if trace.escalated:
-                self._escalations += 1
-            for attempt in trace.attempts:
-                if attempt.ok:
-                    recent = self._recent.setdefault(
-                        attempt.backend, deque(maxlen=config.latency_window)
-                    )
-                    recent.append((attempt.latency_s, attempt.usage.output_tokens))
-            self._gate_failures += failures
-            self._window_failures += failures
-            if stalled:
-                self._stalls += 1
-                if config.lock_on_stall:
-                    self._lock_to_frontier("a stall")
-            limit = config.lock_after_gate_failures
-            if failures and limit is not None and self._window_failures >= limit:
-                self._lock_to_frontier(f"{self._window_failures} gate failures")
-            if clean:
-                self._clean_streak += 1
-                if self._clean_streak >= config.unlock_after_clean_turns:
-                    self._locked_by = None
-                    self._window_failures = 0
-            else:
-                self._clean_streak = 0
-            self._check_budgets()
-
-    def _lock_to_frontier(self, why: str) -> None:
-        self._locked_by = why
-        self._clean_streak = 0
-
-    def _check_budgets(self) -> None:
-        if (
-            self.max_cost is not None
-            and "cost" not in self._over
-            and sum(t.cost for t in self._traces) > self.max_cost
-        ):
-            self._over.append("cost")
-        if (
-            self.max_latency_s is not None
-            and "latency" not in self._over
-            and self.elapsed_s > self.max_latency_s
-        ):
-            self._over.append("latency")
+            self._snap = snap
+            if self.max_cost is not None and "cost" not in self._over and snap.cost > self.max_cost:
+                self._over.append("cost")
+            if (
+                self.max_latency_s is not None
+                and "latency" not in self._over
+                and self.elapsed_s > self.max_latency_s
+            ):
+                self._over.append("latency")

@@ -101,6 +101,10 @@ class Trace:
         metadata: The turn's metadata (labels, task id).
         record: The request and each attempt's output, when the router records them
             (``Router(record=True)`` or a redaction hook); ``None`` otherwise.
+        interrupted: Why the turn ended before it finished, when it did: ``abandoned`` (the
+            caller stopped reading a stream), ``CancelledError``, or the error's type
+            (a stream broken after chunks were sent, an unexpected error). ``None`` for a
+            turn that ran to its end.
     """
 
     turn_id: str
@@ -114,6 +118,7 @@ class Trace:
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
     record: Mapping[str, Any] | None = None
+    interrupted: str | None = None
 
     @property
     def cost(self) -> float:
@@ -134,7 +139,10 @@ class Trace:
         return tuple(a.error for a in self.attempts if a.error is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-ready dict (what the JSONL sink writes; ``record`` only if any)."""
+        """Return a JSON-ready dict (what the JSONL sink writes).
+
+        ``record`` and ``interrupted`` are included only when set.
+        """
         d = self.decision
         out: dict[str, Any] = {
             "turn_id": self.turn_id,
@@ -164,6 +172,8 @@ class Trace:
         }
         if self.record is not None:
             out["record"] = dict(self.record)
+        if self.interrupted is not None:
+            out["interrupted"] = self.interrupted
         return out
 
     def to_json(self) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "Completion",
     "CompletionChunk",
     "Message",
+    "SIGNAL_KEYS",
     "ToolCall",
     "ToolCallDelta",
     "ToolSpec",
@@ -32,7 +33,8 @@ __all__ = [
 
 # chat.completions keyword arguments that Turn models itself; every other one rides in params
 _TURN_FIELDS = frozenset({"messages", "tools", "response_format", "extra_body", "model"})
-_AGENT_KEYS = frozenset({"final", "step", "metadata", "task_id", "turn_id"})
+SIGNAL_KEYS = frozenset({"final", "step", "metadata", "task_id", "turn_id"})
+"""The agent signals a call may carry in ``extra_body={"tiered_router": {...}}``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,7 +192,8 @@ class Turn:
     Attributes:
         messages: The conversation, OpenAI-shaped dicts, oldest first.
         tools: Tools the model may call.
-        response_format: OpenAI's ``response_format`` (``json_object`` or ``json_schema``).
+        response_format: OpenAI's ``response_format`` (``json_object`` or ``json_schema``), or a
+            pydantic class (taken as its strict ``json_schema``, as openai's ``parse`` sends it).
         final: The agent says this turn produces its final answer.
         step: The agent's step index (0-based), when it tracks one.
         metadata: Free-form labels; rules can match on them (``when: {metadata: {...}}``).
@@ -213,7 +216,7 @@ class Turn:
         messages: Iterable[Message],
         *,
         tools: Iterable[ToolSpec | Mapping[str, Any]] | None = None,
-        response_format: Mapping[str, Any] | None = None,
+        response_format: Mapping[str, Any] | type[Any] | None = None,
         final: bool = False,
         step: int | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -231,7 +234,7 @@ class Turn:
         set_ = object.__setattr__
         set_(self, "messages", msgs)
         set_(self, "tools", specs or None)
-        set_(self, "response_format", response_format)
+        set_(self, "response_format", _response_format(response_format))
         set_(self, "final", bool(final))
         set_(self, "step", step)
         set_(self, "metadata", dict(metadata or {}))
@@ -255,11 +258,11 @@ class Turn:
         signals = extra.pop("tiered_router", None) or {}
         if not isinstance(signals, Mapping):
             raise ValueError("extra_body.tiered_router: must be an object")
-        unknown = set(signals) - _AGENT_KEYS
+        unknown = set(signals) - SIGNAL_KEYS
         if unknown:
             raise ValueError(
                 f"extra_body.tiered_router: unknown keys {sorted(unknown)}; "
-                f"known: {sorted(_AGENT_KEYS)}"
+                f"known: {sorted(SIGNAL_KEYS)}"
             )
         params = {k: v for k, v in kwargs.items() if k not in _TURN_FIELDS and v is not None}
         if extra:
@@ -270,7 +273,7 @@ class Turn:
         return cls(
             kwargs["messages"],
             tools=kwargs.get("tools") or None,
-            response_format=_response_format(kwargs.get("response_format")),
+            response_format=kwargs.get("response_format"),
             final=bool(signals.get("final", False)),
             step=signals.get("step"),
             metadata=metadata,

@@ -1,9 +1,10 @@
 """Backends: the model endpoints behind the tiers.
 
 ``openai_compat`` speaks to any OpenAI-compatible server (Mercury 2, OpenAI, vLLM, SGLang,
-Ollama, ...); ``presets`` fills in known endpoints; the registry maps a policy's ``type`` to a
-factory. Nothing here imports the ``openai`` SDK or the HTTP library until a backend first
-sends a request.
+Ollama, ...); ``presets`` fills in known endpoints and names each one's dialect profile
+(``_dialect``: what request shape its server accepts; ``docs/backends.md``); the registry maps
+a policy's ``type`` to a factory and builds backends from presets. Nothing here imports the
+``openai`` SDK or the HTTP library until a backend first sends a request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
 
 if TYPE_CHECKING:
+    from tiered_router.backends._dialect import DIALECTS, DialectProfile
     from tiered_router.backends.openai_compat import OpenAICompatBackend
     from tiered_router.backends.presets import (
         LOCAL_DIFFUSION_QUIRKS,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "DIALECTS",
     "LOCAL_DIFFUSION_QUIRKS",
     "MERCURY_QUIRKS",
     "NO_QUIRKS",
@@ -45,6 +48,7 @@ __all__ = [
     "BackendFactory",
     "BackendRegistry",
     "CompletionRequest",
+    "DialectProfile",
     "OpenAICompatBackend",
     "Preset",
     "Quirks",
@@ -61,6 +65,8 @@ __all__ = [
 
 _LAZY = {
     "OpenAICompatBackend": "openai_compat",
+    "DIALECTS": "_dialect",
+    "DialectProfile": "_dialect",
     **dict.fromkeys(
         (
             "LOCAL_DIFFUSION_QUIRKS",

@@ -31,7 +31,7 @@ Example:
       local: {preset: dlmserve, diffusion: {num_denoising_steps: 32, block_length: 64}}
       gemma:
         preset: vllm
-        model: google/diffusion-gemma
+        model: ${VLLM_MODEL}
         options: {dialect: {profile: vllm, tools: native}}   # started with a tool parser
     ```
 
@@ -438,8 +438,7 @@ def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[d
     names = _tool_names(messages)
     out: list[dict[str, Any]] = []
     calls_done = results_done = 0
-    merged_from: int | None = None
-    for i, message in enumerate(messages):
+    for message in messages:
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
             rendered = [
@@ -454,7 +453,6 @@ def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[d
             new["content"] = "\n".join([text, *rendered] if text else rendered)
             out.append(new)
             calls_done += len(rendered)
-            merged_from = None
         elif role in ("tool", "function"):
             call_id = message.get("tool_call_id")
             name = message.get("name") or (names.get(call_id) if isinstance(call_id, str) else None)
@@ -464,14 +462,13 @@ def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[d
                 call_id=call_id if isinstance(call_id, str) else None,
             )
             results_done += 1
-            if merged_from is not None and out and out[-1].get("_tool_results"):
+            if out and out[-1].get("_tool_results"):
+                # consecutive results (parallel calls) share one user message
                 out[-1]["content"] += "\n" + text
             else:
                 out.append({"role": "user", "content": text, "_tool_results": True})
-                merged_from = i
         else:
             out.append(message)
-            merged_from = None
     for message in out:
         message.pop("_tool_results", None)
     if calls_done:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -386,7 +388,8 @@ class OpenAICompatBackend:
                 is made.
 
         """
-        kwargs = self._build_kwargs(request, stream=stream)
+        notes: list[str] = []  # what the quirks changed, recorded with the dialect's
+        kwargs = self._build_kwargs(request, stream=stream, notes=notes)
         extra_body = kwargs.pop("extra_body", None) or {}
         frame: dict[str, Any] = {
             k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
@@ -400,12 +403,20 @@ class OpenAICompatBackend:
         if extra:
             out["extra_body"] = extra
         out.update(frame)
+        if notes:
+            plan = replace(plan, conversions=(*notes, *plan.conversions))
         if plan.conversions:
             logger.debug("backend %s: %s", self.name, "; ".join(plan.conversions))
         return out, plan
 
-    def _build_kwargs(self, request: CompletionRequest, *, stream: bool) -> dict[str, Any]:
-        """Map a request to ``chat.completions.create`` keyword arguments."""
+    def _build_kwargs(
+        self, request: CompletionRequest, *, stream: bool, notes: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Map a request to ``chat.completions.create`` keyword arguments.
+
+        What the quirks change is appended to ``notes`` when given.
+        """
+        notes = [] if notes is None else notes
         if request.tools and not self.supports_tools:
             raise CapabilityError(
                 "the request has tools but this backend has tools: false", backend=self.name
@@ -418,8 +429,8 @@ class OpenAICompatBackend:
         params.pop("extra_body", None)
         for key in _OWNED & params.keys():
             params.pop(key)
-        messages = self._apply_quirks(request.messages, params, extra_body)
-        tools = self._shape_tools([dict(t) for t in request.tools or ()], params)
+        messages = self._apply_quirks(request.messages, params, extra_body, notes)
+        tools = self._shape_tools([dict(t) for t in request.tools or ()], params, notes)
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
@@ -448,7 +459,7 @@ class OpenAICompatBackend:
         return kwargs
 
     def _shape_tools(
-        self, tools: list[dict[str, Any]], params: dict[str, Any]
+        self, tools: list[dict[str, Any]], params: dict[str, Any], notes: list[str]
     ) -> list[dict[str, Any]]:
         """Return the tools to send; adjust ``tool_choice`` in ``params`` to match."""
         choice = params.get("tool_choice")
@@ -461,8 +472,10 @@ class OpenAICompatBackend:
                 only = [t for t in tools if (t.get("function") or {}).get("name") == name]
                 if only:
                     tools, params["tool_choice"] = only, "required"
-            logger.debug(
-                "backend %s: tool_choice %r sent as %d tools", self.name, choice, len(tools)
+            notes.append(
+                f"tool_choice {json.dumps(choice)} -> {len(tools)} tool(s)"
+                + (", tool_choice required" if params.get("tool_choice") == "required" else "")
+                + f" ({self.quirks.name} quirks)"
             )
         if not tools:
             # OpenAI-style servers reject tool_choice without tools
@@ -471,25 +484,32 @@ class OpenAICompatBackend:
         return tools
 
     def _apply_quirks(
-        self, messages: Sequence[Message], params: dict[str, Any], extra_body: dict[str, Any]
+        self,
+        messages: Sequence[Message],
+        params: dict[str, Any],
+        extra_body: dict[str, Any],
+        notes: list[str],
     ) -> list[Message]:
         """Apply :attr:`quirks` to the request in place; return the messages to send."""
         q = self.quirks
         out = [dict(m) for m in messages]
         if q.developer_to_system:
-            for m in out:
-                if m.get("role") == "developer":
-                    m["role"] = "system"
+            moved = [i for i, m in enumerate(out) if m.get("role") == "developer"]
+            for i in moved:
+                out[i]["role"] = "system"
+            if moved:
+                notes.append(f"messages{moved}: developer -> system ({q.name} quirks)")
         for key in q.drop_fields:
             for where in (params, extra_body):
                 if key in where:
                     where.pop(key)
                     logger.debug("backend %s: not sending %r (%s quirks)", self.name, key, q.name)
+                    notes.append(f"dropped: {key} ({q.name} quirks)")
         for key in q.extra_body_fields & params.keys():
             extra_body[key] = params.pop(key)
         if q.temperature_range is not None and params.get("temperature") is not None:
             params["temperature"] = self._clamp(
-                "temperature", params["temperature"], *q.temperature_range
+                "temperature", params["temperature"], *q.temperature_range, notes=notes
             )
         if q.max_stop is not None and isinstance(params.get("stop"), (list, tuple)):
             stop = list(params["stop"])
@@ -502,18 +522,22 @@ class OpenAICompatBackend:
                 self._warn_once(
                     "stop", "stop: keeping the first %d of %d sequences", q.max_stop, len(stop)
                 )
+                notes.append(f"stop: kept the first {q.max_stop} of {len(stop)} ({q.name} quirks)")
                 params["stop"] = stop[: q.max_stop]
         if q.max_tokens_range is not None:
             if "max_completion_tokens" in params:
                 value = params.pop("max_completion_tokens")
                 params.setdefault("max_tokens", value)
+                notes.append(f"max_completion_tokens -> max_tokens ({q.name} quirks)")
             if params.get("max_tokens") is not None:
                 params["max_tokens"] = int(
-                    self._clamp("max_tokens", params["max_tokens"], *q.max_tokens_range)
+                    self._clamp(
+                        "max_tokens", params["max_tokens"], *q.max_tokens_range, notes=notes
+                    )
                 )
         return out
 
-    def _clamp(self, field: str, value: Any, low: float, high: float) -> Any:
+    def _clamp(self, field: str, value: Any, low: float, high: float, *, notes: list[str]) -> Any:
         q = self.quirks
         if isinstance(value, bool) or not isinstance(value, (int, float)) or low <= value <= high:
             return value
@@ -526,6 +550,7 @@ class OpenAICompatBackend:
         self._warn_once(
             field, "%s=%r is outside %s..%s; sending %r instead", field, value, low, high, clamped
         )
+        notes.append(f"{field}: {value!r} -> {clamped!r} ({q.name} quirks)")
         return clamped
 
 

@@ -465,7 +465,7 @@ def _api_key(
     var = var_name or "an environment variable"
     raise PolicyError(
         f"backend {name!r} needs an API key: set {var} or write "
-        f'api_key: "${{{var}}}" in the policy (keys are read at the backend\'s first call)',
+        f'api_key: "${{{var}}}" in the policy',
         field=f"backends.{name}.api_key",
     )
 

@@ -88,11 +88,11 @@ def _replay_check(name: str, config: BackendConfig, /) -> None:
             + ", ".join(_REPLAY_OPTIONS),
             field=f"backends.{name}.options.{unknown[0]}",
         )
-    # `data` may be absent: evaluation binds replay backends to a dataset in code
-    # (`Replay.bind`); building one from the policy alone still needs it (the factory says so)
-    if "data" in config.options and not isinstance(config.options["data"], str):
+    # no `data` is fine: `tiered-router eval --data` and Replay.bind supply the dataset
+    data = config.options.get("data")
+    if data is not None and not isinstance(data, str):
         raise PolicyError(
-            "options.data must be a dataset file or data name (a string)",
+            f"options.data must be a dataset file or data name, got {type(data).__name__}",
             field=f"backends.{name}.options.data",
         )
 

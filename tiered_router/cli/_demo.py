@@ -164,7 +164,9 @@ def run_demo(
         if sink is not None:
             sinks.append(sink)
         try:
-            with Router(server.stand_in(DEMO_POLICY), sinks=sinks) as router:
+            # the demo's messages are synthetic: record them, so the traces can become a dataset
+            record = trace_file is not None
+            with Router(server.stand_in(DEMO_POLICY), sinks=sinks, record=record) as router:
                 results = _agent(router, echo)
         finally:
             if sink is not None:

@@ -92,6 +92,23 @@ def _price_text(price: Any) -> str:
     return f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per 1M tokens"
 
 
+_ROUTELLM_DATA = ("sample", "mmlu", "gsm8k")
+_IN_SAMPLE = (
+    "the policy uses the shipped learned-scorer weights, trained on RouteLLM MMLU and GSM8K "
+    "rows this data is drawn from: the figures are in-sample (optimistic); docs/scoring.md "
+    "has held-out figures"
+)
+
+
+def _in_sample(policy: Policy, dataset: Dataset) -> bool:
+    """Whether a learned scorer with the shipped weights is replayed on its training data."""
+    scoring = policy.scoring
+    if scoring.type != "learned" or scoring.options.get("path"):
+        return False
+    parts = dataset.name.lower().replace("+", " ").split()
+    return any(part.split(":")[0] in _ROUTELLM_DATA for part in parts)
+
+
 def _pair_notes(
     policy: Policy, result: EvalResult, dataset: Dataset, prices: str, *, quiet: bool
 ) -> list[str]:
@@ -127,9 +144,11 @@ def _pair_notes(
         return warnings
     for line in lines:
         typer.echo(line, err=True)
+    if _in_sample(policy, dataset):
+        typer.echo(f"warning: {_IN_SAMPLE}", err=True)
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
     if warnings:
-        for warning in warnings:
-            typer.echo(f"warning: {warning}", err=True)
         typer.echo(
             "warning: quality, cost and any threshold found here describe the data's pair, not "
             "your models; pick recorded models with --fast-model/--frontier-model, or build "
@@ -263,8 +282,89 @@ def _print_table(console: Console, result: EvalResult, policy_label: str) -> Non
         console.print(f"escalations: {reasons}; failed checks: {checks}")
     if s.rules:
         console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    _print_sweep(console, result)
+    _print_baselines(console, result)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
+
+
+def _sweep_rows(result: EvalResult, count: int = 8) -> list[tuple[bool, Any]]:
+    """About ``count`` sweep points spread over the frontier share, plus the policy's own."""
+    points = list(result.points)
+    if not points:
+        return []
+    threshold = result.summary.threshold
+    share = result.summary.frontier_call_share
+    own = min(points, key=lambda p: (abs(p.strong_share - share), abs(p.threshold - threshold)))
+    picked = {id(own): own}
+    for k in range(count):
+        near = min(points, key=lambda p: abs(p.strong_share - k / (count - 1)))
+        picked.setdefault(id(near), near)
+    ordered = sorted(picked.values(), key=lambda p: (p.strong_share, -p.threshold))
+    return [(p is own, p) for p in ordered]
+
+
+def _print_sweep(console: Console, result: EvalResult) -> None:
+    from rich.table import Table
+
+    s = result.summary
+    table = Table(title="threshold sweep (the policy's row marked)", show_header=True)
+    for name in ("", "threshold", "frontier calls", "quality retained", "cost saved", "PGR"):
+        table.add_column(name, justify="right")
+    gap = s.q_strong - s.q_weak
+    for own, p in _sweep_rows(result):
+        retained = p.quality / s.quality_frontier if s.quality_frontier else None
+        saved = 1 - p.cost / s.cost_frontier if s.cost_frontier else None
+        if saved is not None and abs(saved) < 5e-4:
+            saved = 0.0  # no "-0.0%" from rounding
+        pgr = (p.quality - s.q_weak) / gap if gap > 0 else None
+        table.add_row(
+            "policy ->" if own else "",
+            f"{p.threshold:g}",
+            _pct(p.strong_share),
+            _pct(retained),
+            _pct(saved),
+            _num(pgr),
+        )
+    console.print(table)
+
+
+def _print_baselines(console: Console, result: EvalResult) -> None:
+    s = result.summary
+    if not result.baselines:
+        return
+    parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
+    for b in result.baselines:
+        parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
+    console.print(
+        f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
+        highlight=False,
+    )
+    best = max(result.baselines, key=lambda b: b.quality)
+    margin = s.quality - best.quality
+    if s.routed_fast_share in (0.0, 1.0):
+        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
+        console.print(
+            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
+            "there is nothing to compare. Calibrate it on data like your traffic: "
+            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
+            highlight=False,
+        )
+    elif margin < -1e-9:
+        console.print(
+            f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
+            "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
+            "your traffic, or another scorer (scoring.type: transfer | learned | heuristic; "
+            "docs/scoring.md).",
+            highlight=False,
+        )
+    else:
+        than = "more quality than" if margin > 1e-9 else "as much quality as"
+        console.print(
+            f"verdict: the policy keeps {than} random and prompt length at the same "
+            f"frontier share (+{margin:.4f} over the better, {best.name}).",
+            highlight=False,
+        )
 
 
 def eval_command(
@@ -318,6 +418,7 @@ def eval_command(
         out = result.to_dict()
         out["policy"] = str(policy) if policy is not None else "bundled default"
         out["pair_differs_from_policy"] = mismatch
+        out["in_sample"] = _in_sample(loaded, dataset)
         if report is not None:
             out["report"] = str(report)
         typer.echo(json.dumps(out, indent=2))

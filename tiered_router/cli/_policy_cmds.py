@@ -88,7 +88,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router.policy import load_policy
+    from tiered_router._policy_loader import load_policy
 
     return load_policy(path)
 
@@ -184,6 +184,22 @@ def _missing_keys(loaded: Policy) -> list[str]:
     return missing
 
 
+def _prices(router: Any) -> dict[str, dict[str, Any] | None]:
+    """Each backend's price as the router bills it (own, policy ``prices:``, preset, table)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for name, config in router.policy.backends.items():
+        if config.type != "openai":
+            priced = "price" in config.model_fields_set
+            out[name] = config.price.model_dump() if priced else None
+            continue
+        from tiered_router.backends.presets import resolve_config
+
+        resolved = resolve_config(config, backend=name, prices=router.policy.prices)
+        priced = "price" in resolved.model_fields_set
+        out[name] = resolved.price.model_dump() if priced else None
+    return out
+
+
 def validate(
     policy: PolicyArg,
     json_out: JsonOpt = False,
@@ -200,14 +216,20 @@ def validate(
         loaded = _load(policy)
         from tiered_router.router import Router
 
-        Router(loaded)  # builds the scorer and the gate; backends are built at first use
+        router = Router(loaded)  # builds the scorer and the gate; backends at first use
         notes = _missing_keys(loaded)
+        prices = _prices(router)
     if notes and check_keys:
         _fail("\n".join(f"{policy}: {note}" for note in notes))
     summary: dict[str, Any] = {
         "file": str(policy),
         "backends": {
-            name: {"type": c.type, "model": c.model or c.preset, "kind": c.kind}
+            name: {
+                "type": c.type,
+                "model": c.model or c.preset,
+                "kind": c.kind,
+                "price": prices.get(name),
+            }
             for name, c in loaded.backends.items()
         },
         "tiers": {"fast": loaded.tiers.fast, "frontier": loaded.tiers.frontier},
@@ -222,7 +244,14 @@ def validate(
     out = _console()
     out.print(f"[green]ok[/green] {policy}")
     for name, info in summary["backends"].items():
-        out.print(f"  backend {name}: {info['type']} {info['model']} ({info['kind'] or 'default'})")
+        price = info["price"]
+        cost = (
+            f"${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out per 1M tokens"
+            if price is not None
+            else "[yellow]no price: its calls count as $0[/yellow]"
+        )
+        kind = info["kind"] or "default"
+        out.print(f"  backend {name}: {info['type']} {info['model']} ({kind}), {cost}")
     out.print(f"  tiers: fast={loaded.tiers.fast} frontier={loaded.tiers.frontier}")
     out.print(f"  scoring: {loaded.scoring.type}, threshold {loaded.scoring.threshold}")
     out.print(f"  rules: {', '.join(summary['rules']) or 'none'}")
@@ -306,7 +335,7 @@ def run(
     json_out: JsonOpt = False,
 ) -> None:
     """Route one turn for real and print the answer and its trace."""
-    from tiered_router._openai_wire import pinned, resolve_model
+    from tiered_router._openai_wire import resolve_model
 
     with _errors(policy):
         loaded = _load(policy)
@@ -314,8 +343,8 @@ def run(
         from tiered_router.router import Router
 
         tier = resolve_model(loaded, model)
-        with Router(loaded) as router, pinned(loaded, tier, model):
-            result = router.complete(turn)
+        with Router(loaded) as router:
+            result = router.complete(turn, tier=tier)
     if json_out:
         typer.echo(json.dumps(_result_dict(result), indent=2, default=str))
         return
@@ -383,6 +412,16 @@ def serve(
     log_level: Annotated[
         str, typer.Option(help="critical, error, warning, info, debug or trace.")
     ] = "info",
+    trace_file: Annotated[
+        Optional[Path],  # noqa: UP045 - see above
+        typer.Option("--trace-file", help="Append every trace to this JSONL file."),
+    ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record", help="Record messages and outputs in the traces (for dataset from-traces)."
+        ),
+    ] = False,
     otel: Annotated[
         bool,
         typer.Option(
@@ -391,7 +430,11 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Serve the OpenAI-compatible proxy (needs the server extra)."""
+    """Serve the OpenAI-compatible proxy (needs the server extra).
+
+    One line per chat request is logged at info: status, tier, score, rule, escalated,
+    latency and cost.
+    """
     with _errors(policy):
         from tiered_router.server import serve as serve_proxy
 
@@ -402,6 +445,8 @@ def serve(
             workers=workers,
             max_body_bytes=max_body_bytes,
             log_level=log_level,
+            trace_file=trace_file,
+            record=record,
             otel=otel,
         )
 

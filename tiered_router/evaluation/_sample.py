@@ -1,54 +1,159 @@
-"""Build the bundled sample (``data/routellm_sample.jsonl.gz``) from RouteLLM's evals.
+"""Build the bundled sample (``data/sample.jsonl.gz``) and the data its policy is calibrated on.
 
-Only RouteLLM's data (Apache-2.0) is bundled. The sample is a seeded random draw of
-decontaminated rows, so it is reproducible::
+The sample mixes exam questions and agent tool-call turns, so the main job shows the
+score, the escalations and the gate at work:
 
-    python -m tiered_router.evaluation._sample ../shared/data
+- 300 MMLU and 200 GSM8K rows of RouteLLM's evaluation data (Mixtral-8x7B-Instruct ->
+  GPT-4-1106-preview; Apache-2.0);
+- 200 BFCL v1 function-calling rows (gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC;
+  questions Apache-2.0, see ``data/ATTRIBUTION.md``).
+
+Each row carries the two recorded outcomes under the keys :data:`FAST_KEY` and
+:data:`FRONTIER_KEY` (the fast tier replays Mixtral on exam rows and gpt-4o-mini on tool
+rows), each priced at its own model's list price (stored as the outcome's ``cost``).
+Recorded latencies are dropped, so every turn is timed by the policy's latency models.
+
+The **calibration data** is every other development row of the same three sources
+(never a sample row), in the same form; it is not bundled. Rebuild both, then calibrate::
+
+    python -m tiered_router.evaluation._sample ../shared/data --calibration /tmp/calib.jsonl.gz
+    tiered-router calibrate tiered_router/evaluation/data/default_policy.yaml
+        --data /tmp/calib.jsonl.gz --target-quality-retained 0.95 --write   # one line
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tiered_router.evaluation.dataset import Dataset, EvalRow, write_dataset
-from tiered_router.evaluation.sources import load_routellm
+from tiered_router.evaluation.dataset import Dataset, EvalRow, Outcome, write_dataset
+from tiered_router.evaluation.sources import load_bfcl, load_routellm
+from tiered_router.pricing import cost_of
+from tiered_router.turn import Completion
 
-__all__ = ["SAMPLE_SIZES", "build_sample"]
+__all__ = ["FAST_KEY", "FRONTIER_KEY", "SAMPLE_SIZES", "build_sample"]
 
-SAMPLE_SIZES = {"mmlu": 300, "gsm8k": 200}
-"""Rows drawn from each RouteLLM benchmark."""
+SAMPLE_SIZES = {"mmlu": 300, "gsm8k": 200, "bfcl": 200}
+"""Rows drawn from each source."""
+
+FAST_KEY = "Mixtral-8x7B-Instruct|gpt-4o-mini-FC"
+"""Outcome key of the fast tier: Mixtral on exam rows, gpt-4o-mini on tool rows."""
+FRONTIER_KEY = "gpt-4-1106-preview|gpt-4o-FC"
+"""Outcome key of the frontier tier: GPT-4-Turbo on exam rows, gpt-4o on tool rows."""
 
 _SEED = 20240810
 
 
-def build_sample(data_dir: str | Path, out: str | Path) -> Dataset:
-    """Draw the sample from the RouteLLM folder under ``data_dir`` and write it to ``out``."""
-    rng = random.Random(_SEED)
-    rows: list[EvalRow] = []
-    for name, size in SAMPLE_SIZES.items():
-        source = load_routellm(data_dir, name)
-        picked = sorted(rng.sample(range(len(source.rows)), size))
-        rows.extend(source.rows[i] for i in picked)
-        base = source
-    sample = replace(
-        base,
-        name="sample",
+def _priced(outcome: Outcome, source: Dataset, model: str) -> Outcome:
+    cost = outcome.cost
+    if cost is None:
+        price = source.prices.get(model)
+        usage = outcome.usage or Completion(text=outcome.text or "").usage
+        cost = cost_of(usage, price) if price is not None else None
+    return replace(outcome, cost=cost, latency_s=None)
+
+
+def _convert(row: EvalRow, source: Dataset, name: str) -> EvalRow:
+    fast, frontier = source.fast_model, source.frontier_model
+    assert fast and frontier
+    meta = {"source": name}
+    if "category" in row.turn.metadata:
+        meta["category"] = str(row.turn.metadata["category"])
+    if "subject" in row.turn.metadata:
+        meta["subject"] = str(row.turn.metadata["subject"])
+    outcomes = {
+        FAST_KEY: _priced(row.outcomes[fast], source, fast),
+        FRONTIER_KEY: _priced(row.outcomes[frontier], source, frontier),
+    }
+    return EvalRow.build(
+        row.id,
+        [dict(m) for m in row.turn.messages],
+        outcomes,
+        tools=[t.to_openai() for t in row.turn.tools] if row.turn.tools else None,
+        metadata=meta,
+    )
+
+
+def _header(rows: list[EvalRow], name: str, notes: tuple[str, ...]) -> Dataset:
+    return Dataset(
+        name=name,
         rows=tuple(rows),
-        notes=(
-            f"seeded random sample of RouteLLM's MMLU ({SAMPLE_SIZES['mmlu']} rows) and "
-            f"GSM8K ({SAMPLE_SIZES['gsm8k']} rows), decontaminated",
-            "token counts estimated from text length (~4 characters per token)",
+        fast_model=FAST_KEY,
+        frontier_model=FRONTIER_KEY,
+        source=(
+            "lm-sys/RouteLLM@0b64fdaf (MMLU, GSM8K); ShishirPatil/gorilla@de8307b4 and "
+            "HuanzhiMao/BFCL-Result@b4adfc9b (BFCL v1)"
+        ),
+        license="see tiered_router/evaluation/data/ATTRIBUTION.md",
+        notes=notes,
+    )
+
+
+def build_sample(
+    data_dir: str | Path, out: str | Path, *, calibration: str | Path | None = None
+) -> Dataset:
+    """Draw the sample from the shared data folder and write it (and the calibration rows).
+
+    Args:
+        data_dir: The shared data folder.
+        out: Where to write the sample.
+        calibration: Where to write every other row of the same sources (optional).
+
+    Returns:
+        The sample.
+    """
+    rng = random.Random(_SEED)
+    picked_rows: list[EvalRow] = []
+    rest: list[EvalRow] = []
+    for name, size in SAMPLE_SIZES.items():
+        source = load_bfcl(data_dir) if name == "bfcl" else load_routellm(data_dir, name)
+        if name == "bfcl":
+            source = source.with_pair(*_bfcl_pair())
+        picked = set(rng.sample(range(len(source.rows)), size))
+        for i, row in enumerate(source.rows):
+            (picked_rows if i in picked else rest).append(_convert(row, source, name))
+    sizes = SAMPLE_SIZES
+    sample = _header(
+        picked_rows,
+        "sample",
+        (
+            f"seeded random sample: RouteLLM MMLU ({sizes['mmlu']}) and GSM8K ({sizes['gsm8k']}), "
+            "Mixtral-8x7B-Instruct -> GPT-4-Turbo; BFCL v1 tool calls "
+            f"({sizes['bfcl']}), gpt-4o-mini -> gpt-4o",
             "MMLU keeps no responses: the gate passes those drafts without checks",
+            "exam-row token counts estimated from text length (~4 characters per token)",
         ),
     )
     write_dataset(sample, out)
+    if calibration is not None:
+        write_dataset(
+            _header(rest, "calibration", ("development rows not in the sample",)), calibration
+        )
     return sample
 
 
+def _bfcl_pair() -> tuple[str, str]:
+    from tiered_router.evaluation.sources import _PAIRS
+
+    return _PAIRS["bfcl"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rebuild the bundled sample (and optionally write the calibration rows)."""
+    parser = argparse.ArgumentParser(description="Build the bundled evaluation sample.")
+    parser.add_argument("data_dir", nargs="?", default="../shared/data")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "data" / "sample.jsonl.gz"
+    )
+    parser.add_argument("--calibration", type=Path, default=None)
+    args = parser.parse_args(argv)
+    built = build_sample(args.data_dir, args.out, calibration=args.calibration)
+    sys.stdout.write(f"wrote {len(built)} rows to {args.out}\n")
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover - a maintenance script
-    target = Path(__file__).parent / "data" / "routellm_sample.jsonl.gz"
-    built = build_sample(sys.argv[1] if len(sys.argv) > 1 else "../shared/data", target)
-    sys.stdout.write(f"wrote {len(built)} rows to {target}\n")
+    sys.exit(main())

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tiered_router.evaluation.baselines import Baseline, baselines
 from tiered_router.evaluation.dataset import Dataset
 from tiered_router.evaluation.metrics import (
     CurvePoint,
@@ -95,6 +96,8 @@ class EvalResult:
         random: The random router's expected curve.
         rows: Per-row runs.
         notes: Caveats of the data and the simulation.
+        baselines: Random and prompt-length routers at the policy's frontier share
+            (:mod:`~tiered_router.evaluation.baselines`).
 
     """
 
@@ -107,6 +110,7 @@ class EvalResult:
     random: tuple[CurvePoint, ...]
     rows: tuple[RowRun, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
+    baselines: tuple[Baseline, ...] = ()
 
     def to_dict(self, *, include_rows: bool = False) -> dict[str, Any]:
         """Return the result, JSON-ready (per-row runs only when asked)."""
@@ -130,6 +134,7 @@ class EvalResult:
             "oracle": [asdict(p) for p in self.oracle],
             "random": [asdict(p) for p in self.random],
             "notes": list(self.notes),
+            "baselines": [asdict(b) for b in self.baselines],
         }
         if include_rows:
             out["rows"] = [asdict(r) for r in self.rows]
@@ -293,4 +298,9 @@ def evaluate(
         ),
         rows=tuple(runs),
         notes=tuple(notes),
+        baselines=baselines(
+            runs,
+            [row.turn.prompt_chars for row in dataset.rows],
+            frontier_share=summary.frontier_call_share,
+        ),
     )

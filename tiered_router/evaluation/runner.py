@@ -53,7 +53,7 @@ class _RecordedGate(QualityGate):
     """
 
     def __init__(self, config: GateConfig, dataset: Dataset) -> None:
-        super().__init__(config.checks)
+        super().__init__(config.checks, text_tool_calls=config.text_tool_calls)
         self._dataset = dataset
 
     def evaluate(self, completion: Completion, turn: Turn) -> Verdict:

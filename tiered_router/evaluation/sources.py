@@ -450,7 +450,7 @@ def load_alpacaeval(data_dir: str | os.PathLike[str]) -> Dataset:
 
 def load_sample() -> Dataset:
     """Load the sample of RouteLLM outcomes bundled in the package (Apache-2.0)."""
-    ref = resources.files("tiered_router.evaluation") / "data" / "routellm_sample.jsonl.gz"
+    ref = resources.files("tiered_router.evaluation") / "data" / "sample.jsonl.gz"
     with resources.as_file(ref) as path:
         return read_dataset(path, name="sample")
 

@@ -29,6 +29,11 @@ class Check(Protocol):
     A check may carry a ``name`` attribute; otherwise the gate uses its ``__name__`` (or
     the name it was registered under, see :func:`register_check`).
 
+    A check may also have a ``needs_whole_draft(turn) -> bool`` method: ``False`` when it
+    can judge a draft that was streamed straight through to the caller (``non_empty``,
+    ``not_truncated``...), so routed streams need not buffer the draft for it. Without the
+    method a check needs the whole draft.
+
     Example:
         ```python
         def no_todo(completion: Completion, turn: Turn) -> str | None:

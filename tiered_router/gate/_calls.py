@@ -47,13 +47,19 @@ def _arguments(completion: Completion) -> Iterator[tuple[int, str, dict[str, Any
     Calls whose arguments do not parse are left to ``tool_arguments``, which reports them.
     """
     for i, call in enumerate(completion.tool_calls):
-        text = call.arguments
-        try:
-            args = parse_json(text) if text.strip() else {}
-        except ValueError:
-            continue
-        if isinstance(args, dict):
+        args = _parsed(call.arguments)
+        if args is not None:
             yield i, call.name, args
+
+
+@functools.lru_cache(maxsize=256)  # several checks read the same calls: parse them once
+def _parsed(text: str) -> dict[str, Any] | None:
+    """The arguments as an object, or ``None`` (not JSON, or not an object). Not to mutate."""
+    try:
+        args = parse_json(text) if text.strip() else {}
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
 
 
 def _properties(turn: Turn) -> dict[str, Mapping[str, Any]]:
@@ -81,6 +87,25 @@ def _canonical(value: Any) -> str:
 def _short(value: Any) -> str:
     text = value if isinstance(value, str) else _canonical(value)
     return text if len(text) <= _SNIPPET else text[: _SNIPPET - 3] + "..."
+
+
+# words of tool names and requests (``requested_tools``, ``alternatives``)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_words(name: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in _WORD.findall(_CAMEL.sub(" ", name).lower()))
+
+
+@functools.lru_cache(maxsize=64)  # an agent loop sends the same request step after step
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_stem(w) for w in _WORD.findall(text.lower()))
 
 
 # ---------------------------------------------------------------- tool_call_in_text
@@ -197,9 +222,16 @@ class RedundantToolCallsCheck:
     - with ``swapped``: the same call again with the same values moved between
       parameters (``gcd(a=40, b=50)`` and ``gcd(a=50, b=40)``): the model hedged over
       which value goes where;
+    - with ``alternatives``: two different tools called with the same arguments where none
+      of the words that tell one of them apart is in the conversation
+      (``linear_regression`` and ``random_forest_regression`` on the same data for
+      "predict house prices"): the model hedged between alternatives. "The median and the
+      variance of these points" names both ``statistics_median`` and
+      ``statistics_variance`` and passes;
     - with ``hedged``: the same call again with one argument changed to a value the
       conversation never states while the first call's value is stated
-      (``sea_level=5000`` for "5000m", then ``sea_level=0``): a second guess, not a
+      (``sea_level=5000`` for "5000m", then ``sea_level=0``), or changed between two words
+      neither of which is said ("vaporization", then "melting"): a second guess, not a
       second target.
 
     Calls whose arguments do not parse are left to ``tool_arguments``.
@@ -209,6 +241,8 @@ class RedundantToolCallsCheck:
         padded: Also fail a repeated call padded with unrequested arguments.
         swapped: Also fail a repeated call with its values swapped between parameters.
         hedged: Also fail a repeated call with one value changed to an unstated one.
+        alternatives: Also fail calls to two tools with the same arguments where the
+            request names only one.
     """
 
     name: ClassVar[str] = "redundant_tool_calls"
@@ -216,22 +250,26 @@ class RedundantToolCallsCheck:
     padded: bool = True
     swapped: bool = True
     hedged: bool = True
+    alternatives: bool = True
 
     def __post_init__(self) -> None:
         _flag(self.split_lists, f"{self.name}.split_lists")
         _flag(self.padded, f"{self.name}.padded")
         _flag(self.swapped, f"{self.name}.swapped")
         _flag(self.hedged, f"{self.name}.hedged")
+        _flag(self.alternatives, f"{self.name}.alternatives")
 
     def __call__(self, completion: Completion, turn: Turn, /) -> list[str] | None:
         """Return the reasons the draft's calls are redundant, or ``None``."""
         calls = completion.tool_calls
-        if len(calls) < 2 or len({c.name for c in calls}) == len(calls):
-            return None  # every call is to a different tool: nothing can repeat
+        if len(calls) < 2:
+            return None
         by_tool: dict[str, list[tuple[int, dict[str, Any]]]] = {}
         for i, name, args in _arguments(completion):
             by_tool.setdefault(name, []).append((i, args))
         reasons: list[str] = []
+        if self.alternatives and len(by_tool) > 1:
+            reasons.extend(_alternatives(by_tool, turn))
         props = _properties(turn) if self.split_lists else {}
         grounding: list[_Grounding] = []  # built on first use: most drafts never need it
         for name, group in by_tool.items():
@@ -249,6 +287,62 @@ class RedundantToolCallsCheck:
             if self.hedged:
                 reasons.extend(_hedged(name, group, turn, grounding))
         return reasons or None
+
+
+def _alternatives(
+    by_tool: Mapping[str, Sequence[tuple[int, dict[str, Any]]]], turn: Turn
+) -> list[str]:
+    # only calls with the same parameter names can have the same arguments
+    shapes: dict[frozenset[str], int] = {}
+    for group in by_tool.values():
+        for _, args in group:
+            shape = frozenset(args)
+            shapes[shape] = shapes.get(shape, 0) + 1
+    if all(n < 2 for n in shapes.values()):
+        return []
+    seen: dict[str, tuple[str, int]] = {}
+    said: frozenset[str] | None = None
+    reasons = []
+    for name, group in by_tool.items():
+        for i, args in group:
+            if not args or shapes[frozenset(args)] < 2:
+                continue
+            key = _canonical(args)
+            if key not in seen:
+                seen[key] = (name, i)
+                continue
+            other, j = seen[key]
+            if other == name:
+                continue
+            mine, theirs = _name_words(name), _name_words(other)
+            if said is None:
+                said = _words(_conversation(turn))
+            unsaid = [
+                n
+                for n, own in ((other, theirs - mine), (name, mine - theirs))
+                if own and own.isdisjoint(said) and not _in_squeezed(own, turn)
+            ]
+            if unsaid:
+                reasons.append(
+                    f"tool_calls[{i}] ({name}) and tool_calls[{j}] ({other}) take the same "
+                    f"arguments, and the request does not ask for {' or '.join(unsaid)}: "
+                    "a hedge between alternative tools"
+                )
+    return reasons
+
+
+def _in_squeezed(words: frozenset[str], turn: Turn) -> bool:
+    """Whether a word of 4+ letters is in the conversation written without spaces.
+
+    ``openlibrary`` for "Open Library", ``youtube`` for "You Tube".
+    """
+    text = _squeezed(_conversation(turn))
+    return any(len(w) >= 4 and w in text for w in words)
+
+
+@functools.lru_cache(maxsize=64)
+def _squeezed(text: str) -> str:
+    return _NOT_ALNUM.sub("", text.lower())
 
 
 def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str]:
@@ -269,6 +363,10 @@ def _swapped(name: str, group: Sequence[tuple[int, dict[str, Any]]]) -> list[str
                 )
                 break
     return reasons
+
+
+def _word_value(value: Any) -> bool:
+    return isinstance(value, str) and value.replace(" ", "").isalpha()
 
 
 def _code_like(value: Any) -> bool:
@@ -292,16 +390,23 @@ def _hedged(
             if len(changed) != 1:
                 continue
             key = changed[0]
-            if _code_like(earlier[key]) or _code_like(later[key]):
-                continue  # flags, and codes a request names another way (GOOGL, MSFT)
+            a, b = earlier[key], later[key]
+            if _code_like(a) or _code_like(b):
+                continue  # flags ("formatted, and as an array"), codes (GOOGL, MSFT)
             if not grounding:
-                grounding.append(_Grounding(_conversation(turn)))
+                grounding.append(grounding_for(_conversation(turn)))
             said = grounding[0]
-            if said.stated(earlier[key]) and not said.stated(later[key]):
+            unstated = [v for v in (a, b) if not said.stated(v)]
+            # a stated value, then an unstated one; or two words neither of which is said
+            # ("vaporization", then "melting", for "from liquid to steam"). Two unstated
+            # numbers or dates are often both derived ("yesterday", "the day before").
+            if (len(unstated) == 1 and unstated[0] is b) or (
+                len(unstated) == 2 and _word_value(a) and _word_value(b)
+            ):
                 reasons.append(
-                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with {key}="
-                    f"{_short(later[key])}, a value the conversation never states (the "
-                    f"first call's {_short(earlier[key])} is): a second guess"
+                    f"tool_calls[{j}] ({name}) repeats tool_calls[{i}] with only {key} "
+                    f"changed, to {_short(b)} from {_short(a)}, and the conversation never "
+                    f"states {_short(unstated[0])}: a second guess, not a second target"
                 )
                 break
     return reasons
@@ -361,7 +466,7 @@ def _padded(
             if any(isinstance(v, bool) for v in extra.values()):
                 continue
             if not grounding:
-                grounding.append(_Grounding(_conversation(turn)))
+                grounding.append(grounding_for(_conversation(turn)))
             if not any(grounding[0].stated(v) for v in extra.values()):
                 listed = ", ".join(f"{k}={_short(v)}" for k, v in extra.items())
                 reasons.append(
@@ -376,6 +481,15 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
 _SCIENTIFIC = re.compile(
     r"(\d+(?:\.\d+)?)\s*(?:(?:x|\u00d7|\*)\s*10\s*(?:\^|\*\*)\s*|[eE])([-+\u2212]?\d+)"
 )
+
+
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+@functools.lru_cache(maxsize=64)  # an agent loop sends the same conversation step after step
+def grounding_for(conversation: str) -> _Grounding:
+    """The (cached) grounding of a conversation's text."""
+    return _Grounding(conversation)
 
 
 class _Grounding:
@@ -410,11 +524,11 @@ class _Grounding:
             text = value.strip().lower()
             if text in self._text:
                 return True
-            squeezed = "".join(c for c in text if c.isalnum())
+            squeezed = _NOT_ALNUM.sub("", text)
             if len(squeezed) < 2:
                 return False
             if not self._alnum:
-                self._alnum = "".join(c for c in self._text if c.isalnum())
+                self._alnum = _NOT_ALNUM.sub("", self._text)
             return squeezed in self._alnum  # "4*x+7" for "4x+7", "[3,1]" for "3 1"
         if isinstance(value, list):
             return all(self.stated(v) for v in value)

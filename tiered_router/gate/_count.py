@@ -86,6 +86,8 @@ def _list_around(text: str, start: int, end: int, kind: str) -> tuple[str, ...]:
         return ()
     if kind == "name" and any(_code(i) for i in items):
         return ()  # "New York City, NY": a state code, and names turned to codes (AAPL)
+    if kind == "name" and len({i.isupper() for i in items}) > 1:
+        return ()  # "NASDAQ and Microsoft Corporation": an exchange and a company
     if re.match(r"\W*respectively", text[pos:]):
         return ()
     if kind == "number" and _RANGE.search(head):
@@ -110,7 +112,7 @@ def _same_phrasing(text: str, start: int, end: int, kind: str) -> tuple[str, ...
         unit = _UNIT.match(text, end)
         if unit is None or unit.group(1).lower() in _NOT_UNITS:
             return ()
-        pattern = rf"(?<![\w.])({_NUM})\s*{re.escape(unit.group(1))}(?![A-Za-z])"
+        pattern = rf"(?<![\w.])({_NUM})\s*{re.escape(unit.group(1))}(?![\w/^-])"
     else:
         lead = _LEAD.search(text[:start])
         if lead is None or lead.group(1).lower() in _NOT_UNITS:
@@ -173,8 +175,8 @@ class EnumeratedTargetsCheck:
         missing: dict[str, str] = {}
         for value in values:
             kind = _kind(value)
-            if kind is None:
-                continue
+            if kind is None or (kind == "number" and value in (0, 1)):
+                continue  # 0 and 1 are defaults more often than targets
             spelled = f"{value:g}" if kind == "number" else str(value)
             for match in re.finditer(rf"(?<![\w.]){re.escape(spelled)}(?![\w])", request):
                 items = _list_around(request, match.start(), match.end(), kind)

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tiered_router.gate._calls import _conversation, _Grounding
-from tiered_router.gate._schema import parse_json
+from tiered_router.gate._calls import _conversation, _Grounding, _parsed, grounding_for
 from tiered_router.turn import Completion, ToolSpec, Turn
 
 __all__ = ["ToolFitCheck", "call_grounded"]
@@ -57,6 +56,20 @@ def _keys(text: str) -> frozenset[str]:
 
 def _tool_keys(spec: ToolSpec) -> frozenset[str]:
     props = spec.parameters.get("properties") if isinstance(spec.parameters, Mapping) else None
+    # cached by name, description and parameter names: tools are declared again every turn
+    key = (spec.name, spec.description, tuple(props) if isinstance(props, Mapping) else ())
+    found = _TOOL_KEYS.get(key)
+    if found is None:
+        found = _TOOL_KEYS[key] = _compute_tool_keys(spec, props)
+        if len(_TOOL_KEYS) > 1024:
+            _TOOL_KEYS.pop(next(iter(_TOOL_KEYS)))
+    return found
+
+
+_TOOL_KEYS: dict[tuple[str, str, tuple[Any, ...]], frozenset[str]] = {}
+
+
+def _compute_tool_keys(spec: ToolSpec, props: object) -> frozenset[str]:
     words = [spec.name.replace("_", " ").replace(".", " "), spec.description]
     if isinstance(props, Mapping):
         for param, prop in props.items():
@@ -66,12 +79,7 @@ def _tool_keys(spec: ToolSpec) -> frozenset[str]:
                 enum = prop.get("enum")
                 if isinstance(enum, list):
                     words.extend(str(e) for e in enum)
-    return _keys_cached(" ".join(words))
-
-
-@functools.lru_cache(maxsize=1024)
-def _keys_cached(text: str) -> frozenset[str]:
-    return _keys(text)
+    return _keys(" ".join(words))
 
 
 @functools.lru_cache(maxsize=64)  # an agent loop sends the same conversation step after step
@@ -79,16 +87,21 @@ def _conversation_keys(text: str) -> frozenset[str]:
     return _keys(text)
 
 
-def call_grounded(args: Mapping[str, Any], grounding: _Grounding) -> bool | None:
+def call_grounded(
+    args: Mapping[str, Any], grounding: _Grounding, props: Mapping[str, Any] | None = None
+) -> bool | None:
     """Whether any argument value of a call is stated in the conversation.
 
     ``None`` when the call has no string a request would state (4+ letters, not an
-    upper-case code): numbers alone are often implied rather than said. A value counts as
+    upper-case code, not picked from an ``enum`` in ``props``, the call's tool's parameter
+    schemas): numbers alone are often implied rather than said, and an enum value is a
+    choice among options the request may leave to the model. A value counts as
     stated when it, or one of its words of 4+ letters, is in the conversation
     (``"Washington state"`` for "Washington"), punctuation and spaces aside
     (``"4*x+7"`` for "4x+7").
     """
-    if not any(_checkable(v) for v in args.values()):
+    chosen = {k for k, p in (props or {}).items() if isinstance(p, Mapping) and "enum" in p}
+    if not any(_checkable(v) for k, v in args.items() if k not in chosen):
         return None
     for value in args.values():
         if value is None or isinstance(value, bool):
@@ -105,8 +118,9 @@ def _checkable(value: Any) -> bool:
     "twice"); nor are short upper-case codes (``GBP`` for "British Pounds").
     """
     if isinstance(value, str):
-        letters = sum(c.isalpha() for c in value)
-        return letters >= 4 and not (value.isupper() and len(value) <= 5)
+        if len(value) <= 5 and value.isupper():
+            return False
+        return sum(map(str.isalpha, value)) >= 4
     if isinstance(value, list):
         return any(_checkable(v) for v in value)
     if isinstance(value, dict):
@@ -174,7 +188,7 @@ class ToolFitCheck:
             if not keys.isdisjoint(said) or _short_word_meets(said, keys):
                 continue
             if grounding is None:
-                grounding = _Grounding(_conversation(turn))
+                grounding = grounding_for(_conversation(turn))
             if _any_value_stated(call.arguments, grounding):
                 continue  # the words differ ("euro" and currency_conversion), the values meet
             reasons.append(
@@ -186,11 +200,8 @@ class ToolFitCheck:
 
 
 def _any_value_stated(arguments: str, grounding: _Grounding) -> bool:
-    try:
-        args = parse_json(arguments) if arguments.strip() else {}
-    except ValueError:
-        return False
-    if not isinstance(args, dict):
+    args = _parsed(arguments)
+    if args is None:
         return False
     for value in args.values():
         if value is None or isinstance(value, bool) or value in (0, 1, ""):

@@ -143,12 +143,25 @@ class QualityGate:
         cls, config: GateConfig, *, registry: CheckRegistry | None = None
     ) -> QualityGate:
         """Build the gate a policy's ``gate:`` section describes."""
-        return cls(config.checks, registry=registry)
+        return cls(config.checks, registry=registry, text_tool_calls=config.text_tool_calls)
 
     @property
     def names(self) -> tuple[str, ...]:
         """Names of the checks, in the order they run."""
         return self._names
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """Whether a draft for ``turn`` must be read whole before its first chunk is sent.
+
+        Each check says so through its optional ``needs_whole_draft(turn)`` method; a check
+        without one (a custom check) needs the whole draft. Routed streams ask this to
+        choose between buffering a draft and streaming it straight through.
+        """
+        for _, check in self._checks:
+            needs = getattr(check, "needs_whole_draft", None)
+            if needs is None or needs(turn):
+                return True
+        return False
 
     def evaluate(self, completion: Completion, turn: Turn) -> Verdict:
         """Run every check on ``completion`` (a draft for ``turn``) and collect the failures."""

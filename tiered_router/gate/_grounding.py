@@ -11,7 +11,6 @@ Every check is pure and reads only the completion and the turn.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,9 +21,12 @@ from tiered_router.gate._calls import (
     _conversation,
     _flag,
     _Grounding,
+    _name_words,
     _properties,
     _short,
     _types,
+    _words,
+    grounding_for,
 )
 from tiered_router.gate._fit import call_grounded
 from tiered_router.turn import Completion, Turn, message_text
@@ -92,8 +94,9 @@ class ArgumentGroundingCheck:
         for i, name, args in _arguments(completion):
             if self.unstated_calls and args:
                 if grounding is None:
-                    grounding = _Grounding(_conversation(turn))
-                if call_grounded(args, grounding) is False:
+                    grounding = grounding_for(_conversation(turn))
+                tools = _properties(turn) if tools is None else tools
+                if call_grounded(args, grounding, tools.get(name)) is False:
                     unstated.append(
                         f"tool_calls[{i}] ({name}): none of its argument values is stated in "
                         "the conversation: the call answers some other request"
@@ -169,24 +172,6 @@ def _unlabelled_number(param: str, prop: object) -> bool:
 
 
 # ------------------------------------------------------------------ requested_tools
-
-
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-
-
-@functools.lru_cache(maxsize=1024)
-def _name_words(name: str) -> frozenset[str]:
-    return frozenset(_stem(w) for w in _WORD.findall(_CAMEL.sub(" ", name).lower()))
-
-
-@functools.lru_cache(maxsize=64)  # an agent loop sends the same request step after step
-def _words(text: str) -> frozenset[str]:
-    return frozenset(_stem(w) for w in _WORD.findall(text.lower()))
 
 
 def _request(turn: Turn) -> tuple[str, set[str]]:

@@ -60,6 +60,11 @@ class JsonSchemaCheck:
     """
 
     name: ClassVar[str] = "json_schema"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """Only a turn with an output contract is checked, and then on the whole draft."""
+        return turn.response_format is not None
+
     max_errors: int = 5
     cache: SchemaCache = field(default_factory=default_schema_cache, repr=False)
 
@@ -118,6 +123,11 @@ class ToolArgumentsCheck:
     """
 
     name: ClassVar[str] = "tool_arguments"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """Only a turn with tools is checked, and then on the whole draft."""
+        return bool(turn.tools)
+
     max_errors: int = 5
     cache: SchemaCache = field(default_factory=default_schema_cache, repr=False)
 

@@ -79,6 +79,11 @@ class NonEmptyCheck:
     """
 
     name: ClassVar[str] = "non_empty"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """False: judged on a streamed-through draft without holding the caller back."""
+        return False
+
     eos_tokens: Sequence[str] = EOS_TOKENS
     _padding: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
@@ -118,6 +123,11 @@ class NotTruncatedCheck:
     """
 
     name: ClassVar[str] = "not_truncated"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """False: judged on a streamed-through draft without holding the caller back."""
+        return False
+
     max_eos_run: int = 2
     max_trailing_newlines: int = 8
     eos_tokens: Sequence[str] = EOS_TOKENS
@@ -199,6 +209,11 @@ class NoRefusalCheck:
     """
 
     name: ClassVar[str] = "no_refusal"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """False: judged on a streamed-through draft without holding the caller back."""
+        return False
+
     max_chars: int = 400
 
     def __post_init__(self) -> None:
@@ -455,6 +470,11 @@ class MaxCharsCheck:
     """
 
     name: ClassVar[str] = "max_chars"
+
+    def needs_whole_draft(self, turn: Turn) -> bool:
+        """False: judged on a streamed-through draft without holding the caller back."""
+        return False
+
     limit: int
 
     def __post_init__(self) -> None:

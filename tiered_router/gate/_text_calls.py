@@ -129,16 +129,15 @@ def _unwrap(body: str) -> list[str]:
     for prefix in _PREFIXES:
         if body.startswith(prefix):
             body = body[len(prefix) :].strip()
-    if body.startswith("functions."):
-        body = body[len("functions.") :]
     return [body]
 
 
 def _declared_name(written: str, spellings: Mapping[str, str]) -> str | None:
     key = written.replace(".", "_")
-    if key.startswith("functions_"):
-        key = key[len("functions_") :]
-    return spellings.get(key)
+    name = spellings.get(key)
+    if name is None and key.startswith("functions_"):  # OpenAI's "functions." namespace
+        name = spellings.get(key[len("functions_") :])
+    return name
 
 
 # ------------------------------------------------------------------------------ JSON

@@ -6,17 +6,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tiered_router.router import RoutedResult
+from tiered_router.engine import RoutedResult
 from tiered_router.routing import Decision
 from tiered_router.trace import Trace
-from tiered_router.turn import ToolCall
+from tiered_router.turn import SIGNAL_KEYS, ToolCall
 
 __all__ = ["METADATA_KEY", "decision_metadata", "missing", "parse_arguments", "signals_of"]
 
 METADATA_KEY = "tiered_router"
 """Key under which adapters put the routing decision (``response_metadata`` and the like)."""
 
-_AGENT_KEYS = frozenset({"final", "step", "metadata", "task_id"})
+# a turn_id bound to a model would give every turn the same id: adapters take the rest
+_AGENT_KEYS = SIGNAL_KEYS - {"turn_id"}
 
 
 def missing(extra: str, package: str, exc: ImportError) -> ImportError:

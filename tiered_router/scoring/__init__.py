@@ -26,6 +26,7 @@ from tiered_router.scoring.learned import (
     fit_model,
     load_weights,
 )
+from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
     from tiered_router.policy import ScoringConfig
@@ -39,6 +40,8 @@ __all__ = [
     "LearnedWeights",
     "Score",
     "Scorer",
+    "TransferModel",
+    "TransferScorer",
     "approx_tokens",
     "build_scorer",
     "fit",
@@ -48,6 +51,7 @@ __all__ = [
 
 _HEURISTIC_OPTIONS = frozenset({"max_reasons"})
 _LEARNED_OPTIONS = frozenset({"path", "max_reasons"})
+_TRANSFER_OPTIONS = frozenset({"path", "max_reasons", "up_front"})
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:
@@ -60,6 +64,8 @@ def build_scorer(config: ScoringConfig) -> Scorer:
 
     - ``type: heuristic``: :class:`HeuristicScorer` with ``weights`` as overrides;
       ``options`` may set ``max_reasons``.
+    - ``type: transfer``: :class:`TransferScorer` (shipped weights, or ``options.path``);
+      ``options.up_front`` lists the up-front signals to use.
     - ``type: learned``: :class:`LearnedScorer` with the weights shipped in the package
       (:meth:`LearnedScorer.default`), or from the JSON file at ``options.path`` (a
       relative path is relative to the working directory); ``weights`` must be empty.
@@ -100,7 +106,35 @@ def build_scorer(config: ScoringConfig) -> Scorer:
             return LearnedScorer.from_file(path, **_max_reasons(options))
         except ValueError as exc:
             raise ValueError(f"scoring.options.path: {exc}") from exc
-    raise ValueError(f"scoring.type: unknown scorer {config.type!r}; known: heuristic, learned")
+    if config.type == "transfer":
+        return _transfer(config, options)
+    raise ValueError(
+        f"scoring.type: unknown scorer {config.type!r}; known: heuristic, learned, transfer"
+    )
+
+
+def _transfer(config: ScoringConfig, options: dict[str, object]) -> Scorer:
+    _check_options(options, _TRANSFER_OPTIONS, "transfer")
+    if config.weights:
+        raise ValueError(
+            "scoring.weights: only the heuristic scorer takes weight overrides; "
+            "a transfer scorer reads its weights from scoring.options.path"
+        )
+    up_front = options.get("up_front", [])
+    if not isinstance(up_front, list) or not all(isinstance(s, str) for s in up_front):
+        raise ValueError(
+            f"scoring.options.up_front: must be a list of signal names, got {up_front!r}"
+        )
+    path = options.get("path")
+    try:
+        if path is None:
+            return TransferScorer.default(up_front=up_front, **_max_reasons(options))
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"must be the path of a weights JSON file, got {path!r}")
+        return TransferScorer.from_file(path, up_front=up_front, **_max_reasons(options))
+    except ValueError as exc:
+        field = "up_front" if str(exc).startswith("up_front") else "path"
+        raise ValueError(f"scoring.options.{field}: {exc}") from exc
 
 
 def _check_options(options: dict[str, object], known: frozenset[str], kind: str) -> None:

@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy import load_policy
+from tiered_router._policy_loader import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ def create_app(
     sinks: Sequence[TraceSink] = (),
     backends: Mapping[str, Backend] | None = None,
     env: Mapping[str, str] | None = None,
+    record: bool = False,
     otel: bool | OTelSink = False,
 ) -> Starlette:
     """Build the proxy's ASGI app (serve it with uvicorn or any ASGI server).
@@ -86,6 +87,8 @@ def create_app(
         sinks: Extra trace sinks (the metrics sink is always there).
         backends: Backends by name, overriding the ones built from the policy.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        record: Record each request's messages and outputs in its trace (for
+            ``tiered-router dataset from-traces``).
         otel: Write every turn as OpenTelemetry spans and metrics, parented to the
             request's ``traceparent``: ``True`` for an :class:`tiered_router.otel.OTelSink`
             on the global providers, or the sink to use.
@@ -103,12 +106,12 @@ def create_app(
     if settings is None:
         settings = ServerSettings.from_policy(loaded, env=env, policy_file=_file_name(policy))
     if not otel:
-        return build_app(loaded, settings, sinks=sinks, backends=backends, env=env)
+        return build_app(loaded, settings, sinks=sinks, backends=backends, env=env, record=record)
     from tiered_router.otel import OTelSink, TraceContextMiddleware
 
     sink = otel if isinstance(otel, OTelSink) else OTelSink(policy=loaded)
     all_sinks = [*sinks, sink]
-    app = build_app(loaded, settings, sinks=all_sinks, backends=backends, env=env)
+    app = build_app(loaded, settings, sinks=all_sinks, backends=backends, env=env, record=record)
     app.add_middleware(TraceContextMiddleware)
     return app
 
@@ -122,12 +125,42 @@ def _app_from_environment() -> Any:
     settings = ServerSettings.from_policy(
         loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
     )
+    _configure_logging(spec.get("log_level", "info"))
     otel = bool(spec.get("otel"))
     if otel:
         from tiered_router.otel import configure_otlp
 
         configure_otlp()  # in each worker: exporter threads do not cross processes
-    return create_app(loaded, settings=settings, otel=otel)
+    return create_app(
+        loaded,
+        settings=settings,
+        sinks=_trace_sinks(spec.get("trace_file")),
+        record=bool(spec.get("record")),
+        otel=otel,
+    )
+
+
+def _trace_sinks(trace_file: str | os.PathLike[str] | None) -> list[TraceSink]:
+    if trace_file is None:
+        return []
+    from tiered_router.trace import JSONLSink
+
+    return [JSONLSink(trace_file)]
+
+
+def _configure_logging(log_level: str) -> None:
+    """Send tiered_router's log lines (one per request at INFO) to stderr, as uvicorn's are."""
+    import logging
+
+    level = logging.getLevelName(log_level.upper())
+    package = logging.getLogger("tiered_router")
+    if not isinstance(level, int):
+        level = logging.INFO  # uvicorn's own "trace" level
+    package.setLevel(level)
+    if not package.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        package.addHandler(handler)
 
 
 @contextlib.contextmanager
@@ -156,9 +189,14 @@ def serve(
     max_body_bytes: int | None = None,
     log_level: str = "info",
     env: Mapping[str, str] | None = None,
+    trace_file: str | os.PathLike[str] | None = None,
+    record: bool = False,
     otel: bool = False,
 ) -> None:
     """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
+
+    Each chat request logs one line at INFO (status, tier, score, rule, escalated, latency,
+    cost) on the ``tiered_router.server`` logger, which replaces uvicorn's access log.
 
     Args:
         policy: The policy (a path when ``workers`` > 1).
@@ -167,8 +205,10 @@ def serve(
         workers: Worker processes (each has its own connection pools; ``/metrics`` adds up
             the numbers of all of them).
         max_body_bytes: Overrides ``server.max_body_bytes``.
-        log_level: uvicorn's log level.
+        log_level: uvicorn's and tiered_router's log level.
         env: Where API keys are looked up; ``os.environ`` when ``None``.
+        trace_file: Append every trace to this JSONL file (each worker appends its own lines).
+        record: Record each request's messages and outputs in its trace.
         otel: Export OpenTelemetry spans and metrics over OTLP/HTTP (endpoint from the
             standard ``OTEL_EXPORTER_OTLP_*`` variables); needs the ``otel`` extra.
 
@@ -208,7 +248,9 @@ def serve(
         "server_header": False,
         "proxy_headers": False,
         "http": guarded_protocol(settings.read_timeout_s),
+        "access_log": False,  # the proxy logs one richer line per chat request itself
     }
+    _configure_logging(log_level)
     if workers > 1:
         if not isinstance(policy, (str, os.PathLike)) or _file_name(policy) == "<policy>":
             raise ValueError("--workers > 1 needs the policy as a file path")
@@ -217,6 +259,9 @@ def serve(
         spec = {
             "policy": os.path.abspath(os.fspath(policy)),
             "max_body_bytes": max_body_bytes,
+            "trace_file": os.path.abspath(os.fspath(trace_file)) if trace_file else None,
+            "record": record,
+            "log_level": log_level,
             "otel": otel,
         }
         os.environ[_POLICY_ENV] = json.dumps(spec)
@@ -235,5 +280,10 @@ def serve(
         from tiered_router.otel import configure_otlp
 
         configure_otlp()
-    app = create_app(loaded, settings=settings, env=env, otel=otel)
-    uvicorn.run(app, **options)
+    sinks = _trace_sinks(trace_file)
+    app = create_app(loaded, settings=settings, env=env, sinks=sinks, record=record, otel=otel)
+    try:
+        uvicorn.run(app, **options)
+    finally:
+        for sink in sinks:
+            sink.close()  # type: ignore[attr-defined]

@@ -24,7 +24,6 @@ from tiered_router._openai_wire import (
     completion_body,
     model_ids,
     parse_request,
-    pinned,
     resolve_model,
     result_route,
     stream_route,
@@ -55,7 +54,7 @@ if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend
     from tiered_router.policy import Policy
-    from tiered_router.trace import TraceSink
+    from tiered_router.trace import Trace, TraceSink
     from tiered_router.turn import Turn
 
 __all__ = ["build_app"]
@@ -232,6 +231,9 @@ class _Proxy:
         finally:
             self.metrics.in_flight -= 1
         self.metrics.response(_CHAT, response.status_code)
+        if not isinstance(response, _EventStream):  # a stream logs when it ends
+            trace = getattr(request.state, "trace", None)
+            _access_log(request.url.path, response.status_code, started, trace)
         return response
 
     def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
@@ -309,15 +311,15 @@ class _Proxy:
         except UnknownModel as exc:
             return _error(404, str(exc), param="model", code="model_not_found")
         if options.stream:
-            return await self._stream(turn, options, tier, started)
+            return await self._stream(turn, options, tier, started, request.url.path)
         try:
-            with pinned(self.policy, tier, options.model):
-                result = await self.router.acomplete(
-                    turn, deadline_s=self._deadline(options.deadline_s)
-                )
+            result = await self.router.acomplete(
+                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+            )
         except (AllTiersFailed, GateFailed) as exc:
+            request.state.trace = exc.trace
             return _failure(exc)
-        trace = result.trace
+        trace = request.state.trace = result.trace
         route = result_route(result)
         body = completion_body(
             result.completion,
@@ -332,15 +334,16 @@ class _Proxy:
         return Response(content, headers=headers, media_type="application/json")
 
     async def _stream(
-        self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float
+        self, turn: Turn, options: RequestOptions, tier: Tier | None, started: float, path: str
     ) -> Response:
-        with pinned(self.policy, tier, options.model):
-            stream = self.router.astream(turn, deadline_s=self._deadline(options.deadline_s))
+        stream = self.router.astream(turn, tier=tier, deadline_s=self._deadline(options.deadline_s))
         overhead = time.perf_counter() - started
         try:
             await stream.start()
         except (AllTiersFailed, GateFailed) as exc:
-            return _failure(exc)
+            response = _failure(exc)
+            _access_log(path, response.status_code, started, exc.trace)
+            return response
         route = stream_route(stream, self.policy)
         renderer = ChunkRenderer(
             completion_id=f"chatcmpl-tr-{turn.id}",
@@ -350,10 +353,15 @@ class _Proxy:
         headers = _route_headers(route, overhead)
         headers["cache-control"] = "no-cache"
         headers["x-accel-buffering"] = "no"
-        return _EventStream(self._events(stream, renderer, turn), headers=headers)
+        events = self._events(stream, renderer, turn, (path, started))
+        return _EventStream(events, headers=headers)
 
     async def _events(
-        self, stream: AsyncRoutedStream, renderer: ChunkRenderer, turn: Turn
+        self,
+        stream: AsyncRoutedStream,
+        renderer: ChunkRenderer,
+        turn: Turn,
+        request: tuple[str, float],
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight += 1
         chunks = stream.__aiter__()
@@ -380,6 +388,7 @@ class _Proxy:
         finally:
             self.metrics.in_flight -= 1
             await _close_stream(stream, chunks)
+            _access_log(request[0], 200, request[1], _stream_trace(stream), stream=True)
 
     async def models(self, request: Request) -> Response:
         denied = self._denied(request)
@@ -408,6 +417,41 @@ class _Proxy:
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+
+def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:
+    try:
+        return stream.result.trace
+    except RuntimeError:  # interrupted or left early: no finished trace
+        return None
+
+
+def _access_log(
+    path: str, status: int, started: float, trace: Trace | None, *, stream: bool = False
+) -> None:
+    """One INFO line per chat request: status, route, latency and cost (``serve`` shows it)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    latency_ms = (time.perf_counter() - started) * 1000
+    if trace is None:
+        logger.info(
+            "POST %s %d%s latency_ms=%.1f", path, status, " stream" if stream else "", latency_ms
+        )
+        return
+    d = trace.decision
+    logger.info(
+        "POST %s %d%s tier=%s score=%.2f rule=%s escalated=%s latency_ms=%.1f cost=%.6f turn=%s",
+        path,
+        status,
+        " stream" if stream else "",
+        trace.tier or "-",
+        d.score,
+        d.rule or "-",
+        "true" if trace.escalated else "false",
+        latency_ms,
+        trace.cost,
+        trace.turn_id,
+    )
 
 
 async def _close_stream(stream: AsyncRoutedStream, chunks: AsyncIterator[Any]) -> None:
@@ -460,12 +504,13 @@ def build_app(
     sinks: Sequence[TraceSink] = (),
     backends: Mapping[str, Backend] | None = None,
     env: Mapping[str, str] | None = None,
+    record: bool = False,
 ) -> Starlette:
     """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
     metrics = worker_metrics()
     built = _backends(policy, env)
     built.update(backends or {})
-    router = Router(policy, backends=built, sinks=[metrics, *sinks])
+    router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
     proxy = _Proxy(router, settings, metrics)
 
     @contextlib.asynccontextmanager

@@ -133,9 +133,15 @@ class Metrics:
         self.in_flight = 0
 
     def emit(self, trace: Trace) -> None:
-        """Count one finished turn (the router calls this as a trace sink)."""
+        """Count one finished turn (the router calls this as a trace sink).
+
+        A shadow run (``metadata.shadow``) is not a turn: only its calls, cost and tokens
+        are counted.
+        """
         tier = trace.tier or "none"
-        self.turns.inc(tier, "true" if trace.escalated else "false")
+        shadow = trace.metadata.get("shadow") is True
+        if not shadow:
+            self.turns.inc(tier, "true" if trace.escalated else "false")
         for reason in trace.escalations:
             self.escalations.inc(reason)
         for attempt in trace.attempts:
@@ -152,7 +158,8 @@ class Metrics:
                 self.tokens.inc(attempt.backend, "input", by=usage.input_tokens)
             if usage.output_tokens:
                 self.tokens.inc(attempt.backend, "output", by=usage.output_tokens)
-        self.latency.observe(trace.latency_s, tier)
+        if not shadow:
+            self.latency.observe(trace.latency_s, tier)
 
     def response(self, path: str, status: int) -> None:
         """Count one HTTP response."""

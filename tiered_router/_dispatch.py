@@ -1,0 +1,209 @@
+"""The I/O half of a turn: backend calls under breakers and retries, and the trace's exit.
+
+The engine (:mod:`tiered_router.engine`) decides; :class:`Dispatcher` does the calls and
+reports every try back to the engine (``run.record_error``), and at the end hands the
+turn's trace (once) to its task and to the sinks. It is handed its backends, breakers,
+retry schedule, clock, sleep functions and sink; it knows nothing of the router.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
+
+if TYPE_CHECKING:
+    from tiered_router._types import Tier
+    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.engine import RoutedResult, TurnRun
+    from tiered_router.policy import Policy
+    from tiered_router.resilience import CircuitBreaker, RetrySchedule
+    from tiered_router.trace import Trace
+
+__all__ = ["Call", "Dispatcher", "unexpected_error"]
+
+logger = logging.getLogger("tiered_router.router")
+
+_T = TypeVar("_T")
+
+Call = tuple[_T, "Backend", float]
+"""What a dispatched call returns: its value, the backend that answered, and its start."""
+
+
+def unexpected_error(exc: Exception, backend: str) -> BackendError:
+    """The typed error for a non-BackendError from a backend (a malformed answer it missed).
+
+    The message names the exception's type only: its text may quote the upstream answer.
+    """
+    return BackendResponseError(
+        f"unexpected {type(exc).__name__} while reading the answer", backend=backend
+    )
+
+
+class Dispatcher:
+    """Calls backends for the engine: breaker admission, retries, error translation.
+
+    Args:
+        policy: The routing policy (tier -> backend).
+        backend: Returns the backend of a name.
+        breaker: Returns the circuit breaker of a backend name.
+        retries: The retry schedule.
+        clock: The router's clock.
+        sleep: Sync sleep between retries.
+        asleep: Async sleep between retries.
+        emit: Where finished traces go (must not raise).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        backend: Callable[[str], Backend],
+        breaker: Callable[[str], CircuitBreaker],
+        retries: RetrySchedule,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        asleep: Callable[[float], Awaitable[None]],
+        emit: Callable[[Trace], None],
+    ) -> None:
+        self.policy = policy
+        self.backend = backend
+        self.breaker = breaker
+        self.clock = clock
+        self._retries = retries
+        self._sleep = sleep
+        self._asleep = asleep
+        self._emit = emit
+
+    # -- the end of a turn ----------------------------------------------------------------
+
+    def end(self, run: TurnRun, exc: BaseException | None = None) -> Trace:
+        """Conclude ``run`` and emit its trace to its task and the sinks (only the first time).
+
+        Args:
+            run: The turn.
+            exc: What cut the turn short, if anything (sets the trace's ``interrupted``).
+        """
+        trace = run.conclude(exc)
+        if trace is None:
+            return run.trace()
+        if run.task is not None:
+            try:
+                run.task.observe(trace)
+            except Exception:  # the task's bookkeeping must not lose the turn
+                logger.exception("the task could not take in turn %s", trace.turn_id)
+        self._emit(trace)
+        return trace
+
+    async def aend(self, run: TurnRun, exc: BaseException | None = None) -> Trace:
+        """Async twin of :meth:`end` (a shared task store is awaited)."""
+        trace = run.conclude(exc)
+        if trace is None:
+            return run.trace()
+        if run.task is not None:
+            try:
+                await run.task.aobserve(trace)
+            except Exception:
+                logger.exception("the task could not take in turn %s", trace.turn_id)
+        self._emit(trace)
+        return trace
+
+    def finish(self, run: TurnRun) -> RoutedResult:
+        """End a turn that ran to its end; return its result or raise its typed error."""
+        self.end(run)
+        return run.outcome()
+
+    async def afinish(self, run: TurnRun) -> RoutedResult:
+        """Async twin of :meth:`finish`."""
+        await self.aend(run)
+        return run.outcome()
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def _may_route_around(self, run: TurnRun, tier: Tier) -> bool:
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        snapshot = await self.breaker(self.policy.backend_for(other)).asnapshot()
+        return snapshot.state != "open"
+
+    def _may_route_around_sync(self, run: TurnRun, tier: Tier) -> bool:
+        other = run.route_around(tier)
+        if other is None:
+            return False
+        return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
+
+    async def acall(
+        self,
+        run: TurnRun,
+        tier: Tier,
+        once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
+    ) -> Call[_T]:
+        """Run ``once`` against ``tier``'s backend under its breaker and the retry loop.
+
+        Every failed try is recorded in ``run``; the last error is raised once the retries
+        are spent (or the breaker refused the call and the turn can go elsewhere).
+        Anything but a ``BackendError`` raised by ``once`` becomes a
+        ``BackendResponseError``, so the turn can still move on to the other tier.
+        """
+        name = self.policy.backend_for(tier)
+        backend = self.backend(name)
+        breaker = self.breaker(name)
+        loop = self._retries.aretrying(
+            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
+        )
+        async for attempt in loop:
+            with attempt:
+                started = self.clock()
+                try:
+                    request = run.request(name)
+                    async with breaker.aguard() as guard:
+                        if not guard.allowed and await self._may_route_around(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return await once(backend, request), backend, started
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise unexpected_error(exc, name) from exc
+                except BackendError as exc:
+                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
+                    raise
+                except BaseException as exc:  # cancelled, or a test double's AssertionError
+                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
+                    raise
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    def call(
+        self, run: TurnRun, tier: Tier, once: Callable[[Backend, CompletionRequest], _T]
+    ) -> Call[_T]:
+        """Sync twin of :meth:`acall`."""
+        name = self.policy.backend_for(tier)
+        backend = self.backend(name)
+        breaker = self.breaker(name)
+        loop = self._retries.retrying(
+            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
+        )
+        for attempt in loop:
+            with attempt:
+                started = self.clock()
+                try:
+                    request = run.request(name)
+                    with breaker.guard() as guard:
+                        if not guard.allowed and self._may_route_around_sync(run, tier):
+                            raise BackendUnavailable("circuit breaker is open", backend=name)
+                        try:
+                            return once(backend, request), backend, started
+                        except (BackendError, AssertionError):
+                            raise
+                        except Exception as exc:
+                            raise unexpected_error(exc, name) from exc
+                except BackendError as exc:
+                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
+                    raise
+                except BaseException as exc:
+                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
+                    raise
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover

@@ -1,0 +1,465 @@
+"""The escalation engine: one routed turn's state machine, with no I/O.
+
+A turn goes through the same steps whoever drives it (the router's async and sync paths,
+the routed streams, the drop-in client and the proxy through them)::
+
+    plan_turn()          decide: task signals, scorer + rules, tools capability, tier=
+      run.first_tier()   the tier to try first
+      ... the driver calls the backend (retries, breaker) and reports back:
+      run.record_error() one failed try            run.after_error()  -> next tier or None
+      run.after_draft()  a draft: gate it, record   -> next tier or None (done)
+      run.streamed()     a draft streamed straight through to the caller (done)
+    run.conclude(exc)    freeze the trace (once: the driver hands it to the task and sinks)
+    run.outcome()        -> RoutedResult, or AllTiersFailed / GateFailed
+
+The engine never calls a backend, sleeps, reads a socket or writes a trace: the driver
+(:class:`~tiered_router._dispatch.Dispatcher`) does, and tells the engine what happened.
+What the engine needs from its surroundings (the policy, the gate, the scorer, the clock,
+capability lookups) comes in through :class:`EnginePorts`. ``conclude`` hands out a turn's
+trace once, so every turn's trace is emitted exactly once, whichever way it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tiered_router._recording import RecordOption, build_record
+from tiered_router._types import OTHER_TIER, Tier
+from tiered_router.backends._base import CompletionRequest
+from tiered_router.exceptions import (
+    AllTiersFailed,
+    BackendError,
+    BackendTimeout,
+    BackendUnavailable,
+    GateFailed,
+    _describe,
+)
+from tiered_router.pricing import cost_of
+from tiered_router.resilience import Deadline
+from tiered_router.routing import Decision, decide
+from tiered_router.trace import Attempt, Trace
+
+if TYPE_CHECKING:
+    from tiered_router._context import TaskHooks
+    from tiered_router.gate import QualityGate, Verdict
+    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.scoring import Score
+    from tiered_router.turn import Completion, Turn
+
+__all__ = ["EnginePorts", "RoutedResult", "TurnRun", "decide_turn", "plan_turn"]
+
+logger = logging.getLogger("tiered_router.router")
+
+_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open"})
+
+
+class EnginePorts(Protocol):
+    """What the engine needs from its surroundings (the router provides it)."""
+
+    @property
+    def policy(self) -> Policy:
+        """The routing policy."""
+        ...
+
+    @property
+    def gate(self) -> QualityGate:
+        """The quality gate drafts are checked with."""
+        ...
+
+    def score(self, turn: Turn) -> Score:
+        """Score a turn (pure)."""
+        ...
+
+    def now(self) -> float:
+        """The router's clock, seconds."""
+        ...
+
+    def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
+        """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
+        ...
+
+    @property
+    def record(self) -> RecordOption:
+        """Whether (and how) traces record the turn's request and outputs."""
+        ...
+
+    def backend_config(self, backend: str) -> BackendConfig | None:
+        """Backend ``backend``'s policy config (preset applied), if it has one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoutedResult:
+    """What a routed turn returns.
+
+    Attributes:
+        completion: The completion returned to the caller.
+        tier: The tier that produced it (``fast`` or ``frontier``).
+        escalated: ``True`` when a fast draft failed the gate or the fast backend failed.
+        trace: Everything the router decided and tried.
+    """
+
+    completion: Completion
+    tier: Tier
+    escalated: bool
+    trace: Trace
+
+    @property
+    def decision(self) -> Decision:
+        """The routing decision (same as ``trace.decision``)."""
+        return self.trace.decision
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """The gate's verdict on the returned completion."""
+        return self.trace.verdict
+
+
+def decide_turn(
+    ports: EnginePorts, turn: Turn, *, tier: Tier | None = None, task: TaskHooks | None = None
+) -> tuple[Turn, Decision]:
+    """Decide a turn's first tier (pure): task signals, scorer and rules, capability, pin.
+
+    Args:
+        ports: The engine's surroundings.
+        turn: The turn.
+        tier: Pin the first tier (rule ``pinned``); task rules then do not apply.
+        task: The task the turn belongs to, if any.
+
+    Returns:
+        The turn (with the task's signals filled in) and its decision.
+    """
+    policy = ports.policy
+    if task is not None:
+        turn = task.prepare(turn)
+    decision = decide(turn, ports.score(turn), policy)
+    if tier is not None:
+        decision = replace(
+            decision,
+            tier=tier,
+            backend=policy.backend_for(tier),
+            rule="pinned",
+            reasons=(f"pinned to the {tier} tier by the caller", *decision.reasons),
+        )
+    gap = ports.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
+    if gap is not None:
+        decision = replace(
+            decision,
+            tier="frontier",
+            backend=policy.backend_for("frontier"),
+            rule=f"capability.{gap[0]}",
+            reasons=(f"fast {gap[1]}", *decision.reasons),
+        )
+    if task is not None and tier is None:
+        decision = task.adjust(turn, decision)
+    return turn, decision
+
+
+def plan_turn(
+    ports: EnginePorts,
+    turn: Turn,
+    *,
+    deadline_s: float | None,
+    tier: Tier | None = None,
+    task: TaskHooks | None = None,
+) -> TurnRun:
+    """Start a turn: decide it and set its deadline.
+
+    Args:
+        ports: The engine's surroundings.
+        turn: The turn.
+        deadline_s: Seconds for the whole turn, ``None`` for no deadline.
+        tier: Pin the first tier (see :func:`decide_turn`).
+        task: The task the turn belongs to; it observes the trace when the turn ends.
+    """
+    now = ports.now()
+    turn, decision = decide_turn(ports, turn, tier=tier, task=task)
+    deadline = Deadline(None if deadline_s is None else now + deadline_s)
+    return TurnRun(ports, turn, decision, deadline, started=now, task=task)
+
+
+class TurnRun:
+    """The state of one routed turn; see the module docstring for the steps."""
+
+    def __init__(
+        self,
+        ports: EnginePorts,
+        turn: Turn,
+        decision: Decision,
+        deadline: Deadline,
+        *,
+        started: float,
+        task: TaskHooks | None = None,
+        escalate: bool = True,
+    ) -> None:
+        self.ports = ports
+        self.escalate = escalate
+        self.policy = ports.policy
+        self.turn = turn
+        self.decision = decision
+        self.deadline = deadline
+        self.started = started
+        self.task = task
+        self.attempts: list[Attempt] = []
+        self.errors: list[BackendError] = []
+        self.escalations: list[str] = []
+        self.tries: dict[str, int] = {}
+        self.tried: set[Tier] = set()
+        self.returned: tuple[Tier, Completion, Verdict | None] | None = None
+        self.interrupted: str | None = None
+        self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
+        self._trace: Trace | None = None
+
+    # which tier next ------------------------------------------------------------------------
+
+    def usable(self, tier: Tier) -> bool:
+        """Whether ``tier``'s backend can serve this turn (tools, what its dialect expresses)."""
+        return self.ports.capability_gap(self.policy.backend_for(tier), self.turn) is None
+
+    def first_tier(self) -> Tier:
+        """The tier to call first."""
+        return self.decision.tier
+
+    def route_around(self, tier: Tier) -> Tier | None:
+        """The tier to try when ``tier``'s breaker refuses the call, if the policy allows one."""
+        other = OTHER_TIER[tier]
+        if not self.escalate or (tier == "fast" and not self.policy.escalation.on_backend_error):
+            return None
+        if other in self.tried or not self.usable(other):
+            return None
+        return other
+
+    def next_tier(self, tier: Tier, reason: str) -> Tier | None:
+        """The tier to try after ``tier`` failed for ``reason``, if any (no side effects)."""
+        if reason == "circuit_open":
+            return self.route_around(tier)
+        other = OTHER_TIER[tier]
+        if not self.escalate or other in self.tried or not self.usable(other):
+            return None
+        if tier == "fast":
+            esc = self.policy.escalation
+            allowed = esc.on_gate_failure if reason == "gate_failed" else esc.on_backend_error
+            return other if allowed else None
+        # a frontier draft is never sent down to the fast tier; a frontier error may be
+        return other if reason == "backend_error" else None
+
+    def _move_on(self, tier: Tier, reason: str) -> Tier | None:
+        nxt = self.next_tier(tier, reason)
+        if nxt is not None:
+            prefix = "frontier_" if tier == "frontier" and reason != "circuit_open" else ""
+            self.escalations.append(prefix + reason)
+        return nxt
+
+    def will_gate_again(self, tier: Tier) -> bool:
+        """Whether a failing draft from ``tier`` could still be replaced (or raised)."""
+        return (
+            self.next_tier(tier, "gate_failed") is not None
+            or self.policy.escalation.when_frontier_fails_gate == "raise"
+        )
+
+    # one call -------------------------------------------------------------------------------
+
+    def max_retries(self, name: str) -> int:
+        """Retries allowed on backend ``name``."""
+        config = self.ports.backend_config(name)
+        return config.max_retries if config is not None else 0
+
+    def request(self, name: str) -> CompletionRequest:
+        """The request for backend ``name``, with what is left of the deadline as timeout.
+
+        Raises:
+            BackendTimeout: The turn's deadline has passed.
+        """
+        config = self.ports.backend_config(name)
+        per_call = config.timeout_s if config is not None else None
+        left = self.deadline.remaining(self.ports.now())
+        if left is not None and left <= 0:
+            raise BackendTimeout("the turn's deadline has passed", backend=name)
+        timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
+        return CompletionRequest.from_turn(self.turn, timeout_s=timeout)
+
+    def _attempt(
+        self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
+    ) -> Attempt:
+        index = self.tries.get(backend, 0)
+        self.tries[backend] = index + 1
+        self.tried.add(tier)
+        return Attempt(
+            tier=tier, backend=backend, model=model, try_index=index, latency_s=latency, **fields
+        )
+
+    def record_error(
+        self, tier: Tier, backend: str, model: str, exc: BackendError, latency: float
+    ) -> None:
+        """Record one failed try (the driver may retry the same backend next)."""
+        self.errors.append(exc)
+        if isinstance(exc, BackendUnavailable):  # refused by its breaker: no call was made
+            self.attempts.append(
+                Attempt(tier=tier, backend=backend, model="", error=_describe(exc))
+            )
+            return
+        self.attempts.append(self._attempt(tier, backend, model, latency, error=_describe(exc)))
+
+    def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
+        """``tier`` gave up (its retries are spent): return the next tier, or ``None``."""
+        reason = "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
+        return self._move_on(tier, reason)
+
+    def _record_draft(
+        self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
+    ) -> Verdict | None:
+        verdict: Verdict | None = None
+        if tier == "fast" or self.policy.gate.check_frontier:
+            verdict = self.ports.gate.evaluate(completion, self.turn)
+        config = self.ports.backend_config(backend)
+        cost = cost_of(completion.usage, config.price) if config is not None else 0.0
+        self.drafts[len(self.attempts)] = completion
+        self.attempts.append(
+            self._attempt(
+                tier,
+                backend,
+                model,
+                latency,
+                usage=completion.usage,
+                cost=cost,
+                verdict=verdict,
+                conversions=completion.conversions,
+            )
+        )
+        return verdict
+
+    def after_draft(
+        self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
+    ) -> Tier | None:
+        """Gate and record ``completion`` from ``tier``; return the next tier, or ``None``.
+
+        The draft is kept as the answer when it passes, or when it fails and no tier is
+        left to try (the verdict is in the trace; ``finish`` may raise ``GateFailed``).
+        """
+        verdict = self._record_draft(tier, backend, model, completion, latency)
+        if verdict is None or verdict.passed:
+            self.returned = (tier, completion, verdict)
+            return None
+        nxt = self._move_on(tier, "gate_failed")
+        if nxt is None or self.returned is None:
+            # keep the failing draft until a better one comes: nothing is lost
+            self.returned = (tier, completion, verdict)
+        return nxt
+
+    def streamed(
+        self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
+    ) -> None:
+        """Record a draft streamed straight through: it is the answer, whatever the gate says.
+
+        The verdict goes in the trace.
+        """
+        verdict = self._record_draft(tier, backend, model, completion, latency)
+        self.returned = (tier, completion, verdict)
+
+    # the end --------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """Whether the turn's trace has been emitted."""
+        return self._trace is not None
+
+    def trace(self) -> Trace:
+        """The trace of the turn as it stands (the emitted one once the turn ended)."""
+        if self._trace is not None:
+            return self._trace
+        returned = self.returned
+        escalated = self.decision.tier == "fast" and any(e in _ESCALATING for e in self.escalations)
+        return Trace(
+            turn_id=self.turn.id,
+            decision=self.decision,
+            attempts=tuple(self.attempts),
+            tier=returned[0] if returned else None,
+            backend=self.policy.backend_for(returned[0]) if returned else None,
+            escalated=escalated,
+            escalations=tuple(self.escalations),
+            verdict=returned[2] if returned else None,
+            latency_s=self.ports.now() - self.started,
+            metadata=self.turn.metadata,
+            interrupted=self.interrupted,
+            record=build_record(self.ports.record, self.turn, self.drafts, len(self.attempts)),
+        )
+
+    def conclude(self, exc: BaseException | None = None) -> Trace | None:
+        """Freeze the turn's trace: return it the first time, ``None`` ever after.
+
+        The driver hands the returned trace to the task and the sinks, so every turn's trace
+        is emitted exactly once, whichever way the turn ends.
+
+        Args:
+            exc: What ended the turn when it did not run to its end (cancelled, abandoned,
+                an unexpected error); it sets the trace's ``interrupted``.
+        """
+        if self._trace is not None:
+            return None
+        if exc is not None:
+            self.interrupted = "abandoned" if isinstance(exc, GeneratorExit) else type(exc).__name__
+        self._trace = self.trace()
+        return self._trace
+
+    def tried_backends(self) -> list[str]:
+        """The backends tried, in the order they were first tried."""
+        return list(dict.fromkeys(a.backend for a in self.attempts))
+
+    def outcome(self) -> RoutedResult:
+        """The concluded turn's result.
+
+        Raises:
+            AllTiersFailed: No tier produced a completion; carries every attempt.
+            GateFailed: The kept draft failed the gate and the policy says ``raise``.
+        """
+        returned = self.returned
+        trace = self._trace
+        if trace is None:
+            raise RuntimeError("conclude() the turn before asking for its outcome")
+        if returned is None:
+            tried = ", ".join(self.tried_backends()) or "none"
+            raise AllTiersFailed(
+                f"no tier produced a completion for turn {self.turn.id} (tried: {tried}); "
+                f"last error: {self.errors[-1] if self.errors else 'none'}",
+                attempts=self.attempts,
+                errors=self.errors,
+                trace=trace,
+            )
+        tier, completion, verdict = returned
+        logger.info(
+            "routed %s tier=%s score=%.2f rule=%s escalated=%s attempts=%d",
+            self.turn.id,
+            tier,
+            self.decision.score,
+            self.decision.rule,
+            trace.escalated,
+            len(self.attempts),
+        )
+        if (
+            verdict is not None
+            and not verdict.passed
+            and self.policy.escalation.when_frontier_fails_gate == "raise"
+        ):
+            raise GateFailed(
+                f"the {tier} draft of turn {self.turn.id} failed the gate: "
+                + "; ".join(verdict.reasons),
+                verdict=verdict,
+                attempts=self.attempts,
+                trace=trace,
+            )
+        return RoutedResult(
+            completion=completion, tier=tier, escalated=trace.escalated, trace=trace
+        )
+
+    def record_cut(
+        self, tier: Tier, backend: str, model: str, exc: BaseException, latency: float
+    ) -> None:
+        """Record a call cut short by anything but a backend error (cancelled, abandoned).
+
+        Its error is the interruption.
+        """
+        kind = "abandoned" if isinstance(exc, GeneratorExit) else type(exc).__name__
+        error = {"type": type(exc).__name__, "message": f"the call was cut short ({kind})"}
+        self.attempts.append(self._attempt(tier, backend, model, latency, error=error))
