@@ -274,6 +274,13 @@ def test_closed_breaker_is_cached_and_successes_written_behind(
             assert await here.abreaker_record("fast", "success", now=0, config=config) == "closed"
         await here.flush()  # the background writes all landed, exactly
         assert (await there.abreaker_snapshot("fast", now=0, config=config)).calls == 5
+        # successes still waiting are written before a failure, so the run counts right
+        await here.abreaker_allow("other", now=0, config=config)  # seen closed: cached
+        for _ in range(3):
+            await here.abreaker_record("other", "success", now=0, config=config)
+        assert await here.abreaker_record("other", "failure", now=0, config=config) == "closed"
+        snap = await there.abreaker_snapshot("other", now=0, config=config)
+        assert (snap.calls, snap.failures, snap.consecutive_failures) == (4, 1, 1)
         # another process opens the breaker: this one keeps its cached "closed" for cache_s
         await there.abreaker_record("fast", "failure", now=0, config=config)
         await there.abreaker_record("fast", "failure", now=0, config=config)

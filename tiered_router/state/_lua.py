@@ -89,7 +89,7 @@ BREAKER_RECORD = (
     + _WINDOW
     + """
 -- KEYS[1] breaker; ARGV: now, outcome, token, cooldown_s, consecutive (0: none),
--- min_calls, failure_ratio, window_s, buckets, ttl_ms
+-- min_calls, failure_ratio, window_s, buckets, ttl_ms, count (successes come in batches)
 -- returns the state after the record
 local key = KEYS[1]
 local now = clock(ARGV[1])
@@ -98,6 +98,7 @@ local cooldown, run_limit = tonumber(ARGV[4]), tonumber(ARGV[5])
 local min_calls, ratio = tonumber(ARGV[6]), tonumber(ARGV[7])
 local width = tonumber(ARGV[8]) / tonumber(ARGV[9])
 local buckets, ttl = tonumber(ARGV[9]), tonumber(ARGV[10])
+local count = tonumber(ARGV[11])
 local v = redis.call('HMGET', key, 'opened_at', 'trial')
 local opened = tonumber(v[1])
 if token ~= '' then
@@ -116,13 +117,14 @@ if token ~= '' then
 end
 if opened or outcome == 'neutral' then return state_of(opened, now, cooldown) end
 local bucket = math.floor(now / width)
-redis.call('HINCRBY', key, 'c:' .. bucket, 1)
 if outcome == 'success' then
+  redis.call('HINCRBY', key, 'c:' .. bucket, count)
   redis.call('HSET', key, 'consecutive', 0)
   window(key, now, width, buckets, true)
   redis.call('PEXPIRE', key, ttl)
   return 'closed'
 end
+redis.call('HINCRBY', key, 'c:' .. bucket, 1)
 local run = redis.call('HINCRBY', key, 'consecutive', 1)
 redis.call('HINCRBY', key, 'f:' .. bucket, 1)
 local calls, failures = window(key, now, width, buckets, true)

@@ -146,6 +146,10 @@ class RedisStateStore:
         self.cache_s = cache_s
         self._closed_seen: dict[str, float] = {}  # breaker -> monotonic time seen closed
         self._pending: set[asyncio.Task[Any]] = set()
+        self._behind: dict[str, tuple[int, Sequence[object]]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self.behind_s = 0.01
+        """Successes on a closed breaker wait at most this long to be written together."""
         self.background_failures = 0
         """Background writes (successes in the closed state) that Redis did not take."""
 
@@ -242,20 +246,35 @@ class RedisStateStore:
         return seen is not None and time.monotonic() - seen < self.cache_s
 
     def _background(self, name: str, args: Sequence[object]) -> None:
-        async def write() -> None:
-            try:
-                self._seen(
-                    name, _state(await self._acall("record", [self.breaker_key(name)], args))
-                )
-            except StateStoreUnavailable:
-                self.background_failures += 1  # the turn is long done; nothing else to tell
+        # successes are added up per breaker and written together every behind_s: one
+        # script call carries many of them (a busy worker sends a few per second, not one
+        # per turn); the counts stay exact
+        count, _ = self._behind.get(name, (0, args))
+        self._behind[name] = (count + 1, args)
+        if self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.behind_s, self._write_behind)
 
-        task = asyncio.ensure_future(write())
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+    def _write_behind(self) -> None:
+        self._timer = None
+        batch, self._behind = self._behind, {}
+        for name, (count, args) in batch.items():
+            task = asyncio.ensure_future(self._write(name, [*args[:-1], count]))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _write(self, name: str, args: Sequence[object]) -> None:
+        try:
+            state = _state(await self._acall("record", [self.breaker_key(name)], args))
+            self._seen(name, state)
+        except StateStoreUnavailable:
+            self.background_failures += 1  # the turns are long done; nothing else to tell
 
     async def flush(self) -> None:
-        """Wait for the background writes still in flight."""
+        """Write the successes still waiting, and wait for the writes in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._write_behind()
         while self._pending:
             await asyncio.gather(*list(self._pending))
 
@@ -323,6 +342,7 @@ class RedisStateStore:
             config.window_s,
             _BUCKETS,
             self._breaker_ttl_ms(config),
+            1,  # how many outcomes this record carries (successes are written in batches)
         ]
 
     def _snapshot_args(self, now: float, config: BreakerConfig) -> list[object]:
@@ -422,6 +442,10 @@ class RedisStateStore:
             self._check_up()
             self._background(name, args)
             return "closed"
+        waiting = self._behind.pop(name, None)
+        if waiting is not None:  # successes before this outcome land before it
+            count, earlier = waiting
+            await self._write(name, [*earlier[:-1], count])
         state = _state(await self._acall("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
