@@ -402,3 +402,42 @@ async def test_the_safe_store_passes_through_a_working_store() -> None:
     assert inner.breaker_snapshot("b", now=0.0, config=CONFIG).consecutive_failures == 1
     await safe.atask_record("t", TaskDelta(), rules=TaskRules())
     assert inner.task_snapshot("t").steps == 1 and safe.failures == 0
+
+
+class SuspendingStore(MemoryStateStore):
+    """A store whose async operations really wait (as a network store's do)."""
+
+    async def abreaker_allow(self, name: str, **kw: Any) -> Admission:
+        await anyio.sleep(0)
+        return self.breaker_allow(name, **kw)
+
+    async def abreaker_record(self, name: str, outcome: Any, **kw: Any) -> Any:
+        await anyio.sleep(0)
+        return self.breaker_record(name, outcome, **kw)
+
+    async def atask_record(self, task_id: str, delta: TaskDelta, **kw: Any) -> Any:
+        await anyio.sleep(0)
+        return self.task_record(task_id, delta, **kw)
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_trial_is_released_even_when_the_store_must_be_awaited(
+    server: ScriptedServer,
+) -> None:
+    clock, sink = Clock(), MemorySink()
+    store = SuspendingStore()
+    r = tracked(Router(make_policy(server, retries=(0, 0)), clock=clock, state=store, sinks=[sink]))
+    server.script([Reply.status(503)] * 5, model="fast-model")
+    server.default = Reply.text("frontier ok")
+    for _ in range(5):
+        await r.acomplete(easy_turn())
+    clock.now += CONFIG.cooldown_s
+    server.script([Reply.slow(30.0)], model="fast-model")
+    async with r.task("t-cancel") as task:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(r.acomplete, easy_turn())
+            while len(server.requests_for("fast-model")) < 6:
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()  # every await in the scope is cancelled from now on
+    assert not store.breaker_snapshot("fast", now=clock.now, config=CONFIG).trial_in_flight
+    assert sink.traces[-1].interrupted == "CancelledError" and task.steps == 1

@@ -702,6 +702,8 @@ def _shipped_policies() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for folder in ("examples", "docs"):
         for path in sorted((ROOT / folder).rglob("*.y*ml")):
+            if "deploy" in path.parts:  # compose and collector files, not policies
+                continue
             found.append((str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")))
     for name, block in _markdown_blocks():
         if re.search(r"^version:", block, re.MULTILINE):

@@ -246,6 +246,14 @@ PINNED: dict[str, frozenset[str]] = {
             "wrap_openai",
         }
     ),
+    "tiered_router.otel": frozenset(
+        {
+            "configure_otlp",
+            "gen_ai_system",
+            "OTelSink",
+            "TraceContextMiddleware",
+        }
+    ),
     "tiered_router.policy": frozenset(
         {
             "BackendConfig",
@@ -263,14 +271,11 @@ PINNED: dict[str, frozenset[str]] = {
             "RuleCondition",
             "ScoringConfig",
             "ServerConfig",
-            "StateConfig",
             "ShadowConfig",
+            "StateConfig",
             "TaskConfig",
             "Tiers",
         }
-    ),
-    "tiered_router.otel": frozenset(
-        {"configure_otlp", "gen_ai_system", "OTelSink", "TraceContextMiddleware"}
     ),
     "tiered_router.pricing": frozenset(
         {
@@ -327,6 +332,15 @@ PINNED: dict[str, frozenset[str]] = {
             "TransferScorer",
         }
     ),
+    "tiered_router.server": frozenset(
+        {
+            "API_KEYS_ENV",
+            "create_app",
+            "is_loopback",
+            "serve",
+            "ServerSettings",
+        }
+    ),
     "tiered_router.state": frozenset(
         {
             "Admission",
@@ -339,15 +353,6 @@ PINNED: dict[str, frozenset[str]] = {
             "TaskDelta",
             "TaskRules",
             "TaskSnapshot",
-        }
-    ),
-    "tiered_router.server": frozenset(
-        {
-            "API_KEYS_ENV",
-            "create_app",
-            "is_loopback",
-            "serve",
-            "ServerSettings",
         }
     ),
     "tiered_router.task": frozenset(
@@ -384,12 +389,12 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.turn": frozenset(
         {
-            "SIGNAL_KEYS",
             "assemble",
             "Completion",
             "CompletionChunk",
             "Message",
             "message_text",
+            "SIGNAL_KEYS",
             "ToolCall",
             "ToolCallDelta",
             "ToolSpec",

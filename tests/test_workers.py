@@ -109,3 +109,16 @@ def test_readyz_is_up_between_startup_and_shutdown(server: ScriptedServer) -> No
         assert response.status_code == 200
         assert response.json() == {"status": "ready"}
     assert app.state.proxy.ready is False  # shutdown flips it back
+
+
+def test_worker_protocol_is_importable_by_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # uvicorn pickles its settings for worker processes: the protocol goes as an import path
+    from uvicorn.importer import import_from_string
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from tiered_router.server import _protocol
+
+    monkeypatch.setenv(_protocol.HEADER_TIMEOUT_ENV, "2.5")
+    cls = import_from_string(_protocol.PROTOCOL_PATH)
+    assert issubclass(cls, HttpToolsProtocol)
+    assert cls.header_timeout_s is None  # so each worker reads its limit from the environment

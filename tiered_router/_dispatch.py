@@ -98,7 +98,13 @@ class Dispatcher:
         return trace
 
     async def aend(self, run: TurnRun, exc: BaseException | None = None) -> Trace:
-        """Async twin of :meth:`end` (a shared task store is awaited)."""
+        """Async twin of :meth:`end` (a shared task store is awaited).
+
+        When ``exc`` is a cancellation the task is told with the sync twin: an await could be
+        cancelled again, and the trace must still be emitted.
+        """
+        if exc is not None and not isinstance(exc, Exception):
+            return self.end(run, exc)
         trace = run.conclude(exc)
         if trace is None:
             return run.trace()

@@ -59,8 +59,8 @@ __all__ = [
     "RuleCondition",
     "ScoringConfig",
     "ServerConfig",
-    "StateConfig",
     "ShadowConfig",
+    "StateConfig",
     "TaskConfig",
     "Tiers",
     "load_policy",
@@ -539,10 +539,10 @@ class Policy(_Model):
     """Task-level routing: escalation budget, lock to frontier, latency and cost budgets."""
     server: ServerConfig = Field(default_factory=ServerConfig)
     """The proxy server: bind address, client API keys, request size limit."""
-    state: StateConfig = Field(default_factory=StateConfig)
-    """Where breakers and task totals live: each process, or Redis shared by all."""
     shadow: ShadowConfig = Field(default_factory=ShadowConfig)
     """Shadow mode: the other tier on a sampled share of turns (labels from production)."""
+    state: StateConfig = Field(default_factory=StateConfig)
+    """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
 

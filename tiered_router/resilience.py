@@ -310,5 +310,11 @@ class BreakerPass:
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         self.outcome = breaker_outcome(exc, progressed=self.progressed)
-        if self.admission.allowed:
-            await self._breaker.arecord(self.outcome, token=self.admission.token)
+        if not self.admission.allowed:
+            return
+        if exc is not None and not isinstance(exc, Exception):
+            # cancelled: an await here could be cancelled again (anyio cancels every await
+            # in a cancelled scope), so the sync twin releases the trial, which cannot be
+            self._breaker.record(self.outcome, token=self.admission.token)
+            return
+        await self._breaker.arecord(self.outcome, token=self.admission.token)

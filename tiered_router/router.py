@@ -244,9 +244,9 @@ class Router:
             close = getattr(backend, "close", None)
             if close is not None:
                 close()
+        self._close_sinks()
         if self._own_state is not None:
             self._own_state.close()
-        self._close_sinks()
 
     def _close_sinks(self) -> None:
         # a JSONLSink reopens its file on the next trace, so closing it here is always safe
@@ -267,9 +267,9 @@ class Router:
                 close = getattr(backend, "close", None)
                 if close is not None:
                     close()
+        self._close_sinks()
         if self._own_state is not None:
             await self._own_state.aclose()
-        self._close_sinks()
 
     def __enter__(self) -> Router:
         return self

@@ -173,9 +173,14 @@ class StateStore(Protocol):
     share (a Redis store may use the server's ``TIME`` instead and ignore ``now``).
 
     Every sync method has an async twin with an ``a`` prefix; the router's async path awaits
-    the twins, its sync path calls the sync methods. A method may raise on a store failure:
-    the router wraps every store in :class:`~tiered_router.state.SafeStateStore`, which falls
-    back to in-process state with a warning, so a store failure never fails a turn.
+    the twins, its sync path calls the sync methods. On a cancellation the async path, too,
+    calls the sync ``breaker_record`` and ``task_record``: an await could be cancelled again
+    (anyio cancels every await in a cancelled scope), and the trial must be released. A
+    shared store's sync methods must therefore work from an event-loop thread.
+
+    A method may raise on a store failure: the router wraps every store in
+    :class:`~tiered_router.state.SafeStateStore`, which falls back to in-process state with a
+    warning, so a store failure never fails a turn.
     """
 
     def breaker_allow(self, name: str, *, now: float, config: BreakerConfig) -> Admission:
