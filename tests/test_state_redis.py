@@ -295,3 +295,22 @@ def test_closed_breaker_is_cached_and_successes_written_behind(
 
     asyncio.run(main())
     assert here.background_failures == 0
+
+
+def test_a_sync_record_writes_the_waiting_successes_first(redis_server: RedisServer) -> None:
+    import asyncio
+
+    config = BreakerConfig(consecutive_failures=2, cooldown_s=60)
+    store = RedisStateStore(redis_server.url, prefix="y", cache_s=30)
+
+    async def main() -> None:
+        await store.abreaker_allow("fast", now=0, config=config)
+        for _ in range(3):
+            await store.abreaker_record("fast", "success", now=0, config=config)
+        # a cancelled call is recorded through the sync twin, inside the loop
+        assert store.breaker_record("fast", "failure", now=0, config=config) == "closed"
+        snap = store.breaker_snapshot("fast", now=0, config=config)
+        assert (snap.calls, snap.failures, snap.consecutive_failures) == (4, 1, 1)
+        await store.aclose()
+
+    asyncio.run(main())

@@ -15,6 +15,8 @@ seconds. The task hash holds the totals of :class:`~tiered_router.state.TaskSnap
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BREAKER_ALLOW",
     "BREAKER_RECORD",
@@ -23,6 +25,7 @@ __all__ = [
     "LIMIT_SPEND",
     "TASK_READ",
     "TASK_RECORD",
+    "register",
 ]
 
 TASK_READ = "return redis.call('HGETALL', KEYS[1])"
@@ -256,3 +259,16 @@ redis.call('INCRBYFLOAT', key, ARGV[1])
 redis.call('PEXPIRE', key, 172800000)
 return 1
 """
+
+
+def register(client: Any) -> dict[str, Any]:
+    """Register every script on a redis-py client (sync or asyncio), by operation name."""
+    return {
+        "allow": client.register_script(BREAKER_ALLOW),
+        "record": client.register_script(BREAKER_RECORD),
+        "snapshot": client.register_script(BREAKER_SNAPSHOT),
+        "task": client.register_script(TASK_RECORD),
+        "task_read": client.register_script(TASK_READ),
+        "limit_admit": client.register_script(LIMIT_ADMIT),
+        "limit_spend": client.register_script(LIMIT_SPEND),
+    }

@@ -185,7 +185,7 @@ class RedisStateStore:
                         self._url, timeout=self.timeout_s, **self._options()
                     )
                     client = redis.Redis.from_pool(pool)
-                    self._scripts = _register(client)
+                    self._scripts = _lua.register(client)
                     self._sync = client
         return self._scripts
 
@@ -197,7 +197,7 @@ class RedisStateStore:
                 self._url, timeout=self.timeout_s, **self._options()
             )
             client = aioredis.Redis.from_pool(apool)
-            self._ascripts = _register(client)
+            self._ascripts = _lua.register(client)
             self._async, self._loop = client, loop
         return self._ascripts
 
@@ -387,6 +387,10 @@ class RedisStateStore:
     ) -> BreakerState:
         """See :meth:`tiered_router.state.StateStore.breaker_record`."""
         args = self._record_args(now, outcome, token, config)
+        waiting = self._behind.pop(name, None)
+        if waiting is not None:  # batched successes land first (a cancelled call runs here)
+            count, earlier = waiting
+            self._call("record", [self.breaker_key(name)], [*earlier[:-1], count])
         state = state_of(self._call("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
@@ -484,15 +488,3 @@ class RedisStateStore:
     async def alimit_spend(self, client: str, usd: float) -> None:
         """Add ``usd`` to ``client``'s spend today."""
         await self._acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])
-
-
-def _register(client: Any) -> dict[str, Any]:
-    return {
-        "allow": client.register_script(_lua.BREAKER_ALLOW),
-        "record": client.register_script(_lua.BREAKER_RECORD),
-        "snapshot": client.register_script(_lua.BREAKER_SNAPSHOT),
-        "task": client.register_script(_lua.TASK_RECORD),
-        "task_read": client.register_script(_lua.TASK_READ),
-        "limit_admit": client.register_script(_lua.LIMIT_ADMIT),
-        "limit_spend": client.register_script(_lua.LIMIT_SPEND),
-    }
