@@ -314,3 +314,41 @@ def test_a_sync_record_writes_the_waiting_successes_first(redis_server: RedisSer
         await store.aclose()
 
     asyncio.run(main())
+
+
+class CountingStore(MemoryStateStore):
+    """A memory store that counts the task reads of each kind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sync_reads = 0
+        self.async_reads = 0
+
+    def task_snapshot(self, task_id: str) -> Any:
+        self.sync_reads += 1
+        return super().task_snapshot(task_id)
+
+    async def atask_snapshot(self, task_id: str) -> Any:
+        self.async_reads += 1
+        return super().task_snapshot(task_id)
+
+
+def test_an_async_task_never_reads_the_store_synchronously() -> None:
+    import asyncio
+
+    from tiered_router import Router
+
+    policy = {
+        "version": 1,
+        "backends": {"fast": {"model": "f", "kind": "diffusion"}, "frontier": {"model": "b"}},
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+    }
+    store = CountingStore()
+    router = Router(policy, state=store)
+
+    async def main() -> None:
+        async with router.task("t1") as task:
+            assert task.steps == 0
+
+    asyncio.run(main())
+    assert (store.sync_reads, store.async_reads) == (0, 1)

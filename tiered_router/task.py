@@ -237,9 +237,14 @@ class Task:
             self._ended = self._clock()
 
     async def __aenter__(self) -> Task:
+        # the async twin of __enter__, with the store read awaited (never the sync one,
+        # which would block the event loop on a shared store)
         if not self._tokens and not self._traces:
+            self._started = self._clock()
             await self.arefresh()
-        return self.__enter__()
+        self._ended = None
+        self._tokens.append(CURRENT_TASK.set(self))
+        return self
 
     async def __aexit__(
         self,
