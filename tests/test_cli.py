@@ -34,7 +34,7 @@ backends:
     model: frontier-model
     max_retries: 0
 tiers: {{fast: fast, frontier: frontier}}
-scoring: {{threshold: 0.6}}
+scoring: {{type: heuristic, threshold: 0.6}}
 rules:
   - {{name: final-answer, when: {{final: true}}, tier: frontier}}
 {extra}"""

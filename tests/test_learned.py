@@ -353,7 +353,7 @@ def test_build_scorer_learned_without_path_uses_shipped_weights(tmp_path: Path) 
     assert isinstance(from_path, LearnedScorer) and from_path.weights.target == "weak_wrong"  # type: ignore[union-attr]
     with pytest.raises(ValueError, match=r"scoring\.options\.path: must be the path"):
         build_scorer(ScoringConfig(type="learned", options={"path": ""}))
-    assert type(build_scorer(ScoringConfig())).__name__ == "HeuristicScorer"
+    assert type(build_scorer(ScoringConfig())).__name__ == "TransferScorer"  # the default
 
 
 def test_version_2_score_does_not_depend_on_the_hash_seed(tmp_path: Path) -> None:

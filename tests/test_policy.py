@@ -53,7 +53,7 @@ def test_loads_yaml_text() -> None:
     policy = load_policy(BASE)
     assert policy.tiers == Tiers(fast="fast", frontier="big")
     assert policy.backends["fast"].kind == "diffusion"
-    assert policy.scoring.threshold == 0.5
+    assert policy.scoring.threshold == 0.58895  # the default transfer scorer's threshold
 
 
 def test_loads_str_path_and_pathlike(tmp_path: Path) -> None:
@@ -671,11 +671,16 @@ def test_scoring_weights_must_name_heuristic_features() -> None:
     if names is None:
         pytest.skip("tiered_router.scoring.heuristic has no FEATURE_NAMES yet")
     good = sorted(names)[0]
-    policy = load_policy(BASE + f"scoring:\n  weights:\n    {good}: 0.25\n    bias: -2\n")
+    policy = load_policy(
+        BASE + f"scoring:\n  type: heuristic\n  weights:\n    {good}: 0.25\n    bias: -2\n"
+    )
     assert policy.scoring.weights == {good: 0.25, "bias": -2.0}
-    text = BASE + f"scoring:\n  weights:\n    {good}: 0.25\n    not_a_feature_xyz: 1.0\n"
+    text = (
+        BASE
+        + f"scoring:\n  type: heuristic\n  weights:\n    {good}: 0.25\n    not_a_feature_xyz: 1.0\n"
+    )
     line, field, message = only_problem(text)
-    assert (line, field) == (12, "scoring.weights.not_a_feature_xyz")
+    assert (line, field) == (13, "scoring.weights.not_a_feature_xyz")
     assert message.startswith("unknown feature 'not_a_feature_xyz'")
 
 

@@ -242,7 +242,7 @@ BAD: list[Bad] = [
     ),
     Bad(
         "heuristic-weight-name",
-        BASE + "scoring:\n  weights: {lenght: 1.0}\n",
+        BASE + "scoring:\n  type: heuristic\n  weights: {lenght: 1.0}\n",
         "weights",
         "scoring.weights.lenght",
         "unknown feature 'lenght'",
@@ -457,7 +457,7 @@ GOOD: list[tuple[str, str]] = [
     ("regex", checks("non_empty", "regex: {pattern: '^ANSWER: \\pL+', flags: im}")),
     ("options", checks("repetition: {max_ratio: 0.3}", "max_chars: {limit: 8000}")),
     ("learned-shipped", BASE + "scoring: {type: learned, threshold: 0.55}\n"),
-    ("heuristic-weights", BASE + "scoring:\n  weights: {bias: -1.0}\n"),
+    ("heuristic-weights", BASE + "scoring:\n  type: heuristic\n  weights: {bias: -1.0}\n"),
     ("preset", BASE.replace("    model: large\n", "    preset: mercury-2\n")),
     ("quirks", fast("options: {quirks: mercury, strict_quirks: true}")),
     ("aliases", fast("extra_body: &x {a: 1}", "params: {extra: *x}")),

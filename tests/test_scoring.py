@@ -343,7 +343,9 @@ def test_weight_must_be_a_finite_number(value: Any) -> None:
 
 
 def test_build_scorer_heuristic_uses_config_weights() -> None:
-    scorer = build_scorer(ScoringConfig(weights={"reasoning": 0.0}, options={"max_reasons": 1}))
+    scorer = build_scorer(
+        ScoringConfig(type="heuristic", weights={"reasoning": 0.0}, options={"max_reasons": 1})
+    )
     assert isinstance(scorer, HeuristicScorer)
     s = scorer.score(turn("Prove that there are infinitely many primes."))
     assert s.contributions["reasoning"] == 0

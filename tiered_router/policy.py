@@ -192,18 +192,37 @@ class Tiers(_Model):
     """Backend name of the frontier (autoregressive) tier."""
 
 
+DEFAULT_THRESHOLDS: Mapping[str, float] = {"transfer": 0.58895, "heuristic": 0.5, "learned": 0.5}
+"""The threshold of each scorer type when a policy gives none. ``transfer``'s is the one
+calibrated for the bundled evaluation policy on development rows its sample does not contain;
+calibrate on your own traffic (``tiered-router calibrate``) for your models."""
+
+
 class ScoringConfig(_Model):
     """The scorer and its threshold."""
 
-    type: Literal["heuristic", "learned", "transfer"] = "heuristic"
-    """Scorer: ``heuristic`` (explainable features), ``learned`` (trained weights) or
-    ``transfer`` (prompt length and option overlap, trained on every source pooled)."""
+    type: Literal["heuristic", "learned", "transfer"] = "transfer"
+    """Scorer: ``transfer`` (the default: prompt length and answer-option overlap, trained on
+    every source pooled; it beat the others on sources it was not trained on),
+    ``heuristic`` (explainable features) or ``learned`` (trained weights)."""
     threshold: float = Field(default=0.5, ge=0, le=1)
-    """A score above it goes to the frontier tier."""
+    """A score above it goes to the frontier tier (default: the scorer type's, see
+    :data:`DEFAULT_THRESHOLDS`)."""
     weights: dict[str, float] = Field(default_factory=dict)
     """Overrides of the heuristic feature weights, by feature name."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Scorer options (``learned``: ``path`` of a weights file; without it the shipped weights)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_threshold(cls, data: Any) -> Any:
+        # the threshold left out is the scorer type's own: scores of different scorers
+        # live on different scales
+        if isinstance(data, Mapping) and "threshold" not in data:
+            kind = data.get("type", "transfer")
+            if isinstance(kind, str) and kind in DEFAULT_THRESHOLDS:
+                return {**data, "threshold": DEFAULT_THRESHOLDS[kind]}
+        return data
 
 
 class RuleCondition(_Model):
