@@ -19,13 +19,12 @@ was given:
 from __future__ import annotations
 
 import ast
-import io
 import json
-import keyword
-import tokenize
 from collections.abc import Mapping
 from typing import Any
 
+# one keyword escape for BFCL's Python-syntax answers and the gate's text calls
+from tiered_router.gate._text_calls import _KEYWORD_MARK, _escape_keywords
 from tiered_router.turn import ToolCall
 
 __all__ = ["openai_tools", "parse_result", "to_json_schema"]
@@ -162,30 +161,6 @@ def _fc_calls(result: list[Any]) -> tuple[ToolCall, ...] | None:
         arguments = args if isinstance(args, str) else json.dumps(args)
         calls.append(ToolCall(id=f"call_{i}", name=fc_name(str(name)), arguments=arguments))
     return tuple(calls)
-
-
-_KEYWORD_MARK = "__bfcl_kw"
-
-
-def _escape_keywords(source: str) -> str | None:
-    """Rename Python keywords used as names (Java's ``from=``, ``Foo.class``), or ``None``.
-
-    Prompt-mode answers to Java and JavaScript questions are calls in Python syntax whose
-    argument names or values may be Python keywords; BFCL's decoder accepts them.
-    """
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    changed = False
-    out = []
-    for tok in tokens:
-        if tok.type == tokenize.NAME and keyword.iskeyword(tok.string):
-            if tok.string not in ("True", "False", "None"):
-                tok = tok._replace(string=tok.string + _KEYWORD_MARK)
-                changed = True
-        out.append(tok)
-    return tokenize.untokenize(out) if changed else None
 
 
 def _parse_calls(source: str) -> ast.Expression | None:
