@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from tiered_router._dispatch import unexpected_error
 from tiered_router._types import Tier
+from tiered_router.engine import LIFTED_TEXT_CALLS
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.resilience import breaker_outcome
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
@@ -212,7 +213,8 @@ class _StreamState:
         """The turn ended with the draft the run kept; return its chunks to replay."""
         self._result = result
         self.tier = result.tier
-        return self._pending or _as_chunks(result.completion)
+        lifted = LIFTED_TEXT_CALLS in result.completion.conversions
+        return _as_chunks(result.completion) if lifted or not self._pending else self._pending
 
     def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
         """A failure after chunks reached the caller: record it (the caller ends the turn)."""

@@ -52,6 +52,9 @@ __all__ = ["EnginePorts", "RoutedResult", "TurnRun", "decide_turn", "plan_turn"]
 
 logger = logging.getLogger("tiered_router.router")
 
+LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
+"""The conversion recorded when a draft's text calls are returned as real tool calls."""
+
 _ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open"})
 
 
@@ -337,7 +340,13 @@ class TurnRun:
 
         The draft is kept as the answer when it passes, or when it fails and no tier is
         left to try (the verdict is in the trace; ``finish`` may raise ``GateFailed``).
+        Tool calls the draft wrote as its whole text (which the gate judges as calls) come
+        back as real ``tool_calls``, so the caller's agent loop can run them; the attempt's
+        ``conversions`` say so.
         """
+        lifted = self.ports.gate.lift(completion, self.turn)
+        if lifted is not completion:
+            completion = replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
         verdict = self._record_draft(tier, backend, model, completion, latency)
         if verdict is None or verdict.passed:
             self.returned = (tier, completion, verdict)

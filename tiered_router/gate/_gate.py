@@ -163,10 +163,21 @@ class QualityGate:
                 return True
         return False
 
+    def lift(self, completion: Completion, turn: Turn) -> Completion:
+        """Return ``completion`` with tool calls written as its whole text made real calls.
+
+        What :meth:`evaluate` judges: a draft for a turn with tools, with no native calls,
+        whose whole text is calls to declared tools, comes back with those calls, no text and
+        ``finish_reason="tool_calls"``. Any other draft, or any draft when the gate was built
+        with ``text_tool_calls=False``, comes back as it is (the same object). Pure.
+        """
+        if self._text_tool_calls and turn.tools and not completion.tool_calls:
+            return lift_text_tool_calls(completion, turn)
+        return completion
+
     def evaluate(self, completion: Completion, turn: Turn) -> Verdict:
         """Run every check on ``completion`` (a draft for ``turn``) and collect the failures."""
-        if self._text_tool_calls and turn.tools and not completion.tool_calls:
-            completion = lift_text_tool_calls(completion, turn)
+        completion = self.lift(completion, turn)
         failures: list[CheckFailure] = []
         for name, check in self._checks:
             try:
