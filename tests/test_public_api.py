@@ -121,6 +121,7 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "decide_turn",
             "EnginePorts",
+            "LIFTED_TEXT_CALLS",
             "plan_turn",
             "RoutedResult",
             "TurnRun",

@@ -48,7 +48,14 @@ if TYPE_CHECKING:
     from tiered_router.scoring import Score
     from tiered_router.turn import Completion, Turn
 
-__all__ = ["EnginePorts", "RoutedResult", "TurnRun", "decide_turn", "plan_turn"]
+__all__ = [
+    "LIFTED_TEXT_CALLS",
+    "EnginePorts",
+    "RoutedResult",
+    "TurnRun",
+    "decide_turn",
+    "plan_turn",
+]
 
 logger = logging.getLogger("tiered_router.router")
 
