@@ -480,3 +480,49 @@ def test_task_benchmark_runs_on_a_few_tasks(tmp_path: Any, monkeypatch: pytest.M
     frontier = figures["results"][0]
     assert frontier["fast_share"] == 0.0 and frontier["tasks"] == 6 and frontier["steps"] == 18
     assert all(0.0 <= r["step_quality"] <= 1.0 for r in figures["results"])
+
+
+class _CountingStore:
+    """The in-process store, counting reads of task totals (a shared store's round trips)."""
+
+    def __init__(self) -> None:
+        from tiered_router.state import MemoryStateStore
+
+        self.inner = MemoryStateStore()
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def task_snapshot(self, task_id: str) -> Any:
+        self.reads += 1
+        return self.inner.task_snapshot(task_id)
+
+    async def atask_snapshot(self, task_id: str) -> Any:
+        self.reads += 1
+        return await self.inner.atask_snapshot(task_id)
+
+
+@pytest.mark.anyio
+async def test_a_task_turn_reuses_the_totals_read_on_entering() -> None:
+    from tiered_router.testing import ScriptedBackend
+
+    store = _CountingStore()
+    policy = {
+        "version": 1,
+        "backends": {"fast": {"model": "f"}, "frontier": {"model": "F"}},
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+    }
+    fast = ScriptedBackend("fast", ["one", "two"])
+    router = Router(
+        policy,
+        backends={"fast": fast, "frontier": ScriptedBackend("frontier")},
+        state=store,  # type: ignore[arg-type]
+    )
+    turn = Turn([{"role": "user", "content": "hi"}])
+    async with router.task("t1") as task:
+        await router.acomplete(turn)
+        assert store.reads == 1  # entering read the totals; the first turn reused them
+        await router.acomplete(turn)
+        assert store.reads == 2  # a later turn reads again (other workers may have added)
+    assert task.summary().steps == 2

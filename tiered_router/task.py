@@ -211,6 +211,7 @@ class Task:
         self._tokens: list[Token[TaskHooks | None]] = []
         self._traces: list[Trace] = []
         self._snap = TaskSnapshot()
+        self._just_read = False  # the totals were read on entering: the first turn reuses them
         self._over: list[str] = []
 
     def __repr__(self) -> str:
@@ -221,7 +222,9 @@ class Task:
     def __enter__(self) -> Task:
         if not self._tokens and not self._traces:
             self._started = self._clock()
+            self._just_read = False
             self.refresh()
+            self._just_read = True
         self._ended = None
         self._tokens.append(CURRENT_TASK.set(self))
         return self
@@ -241,7 +244,9 @@ class Task:
         # which would block the event loop on a shared store)
         if not self._tokens and not self._traces:
             self._started = self._clock()
+            self._just_read = False
             await self.arefresh()
+            self._just_read = True
         self._ended = None
         self._tokens.append(CURRENT_TASK.set(self))
         return self
@@ -319,11 +324,21 @@ class Task:
         )
 
     def refresh(self) -> None:
-        """Read the task's totals from the state store (other workers' turns included)."""
+        """Read the task's totals from the state store (other workers' turns included).
+
+        The first call after entering the task reuses what entering just read (one store
+        round trip less per turn on a shared store); later calls read again.
+        """
+        if self._just_read:
+            self._just_read = False
+            return
         self._snap = self._store.task_snapshot(self.id)
 
     async def arefresh(self) -> None:
         """Async twin of :meth:`refresh`."""
+        if self._just_read:
+            self._just_read = False
+            return
         self._snap = await self._store.atask_snapshot(self.id)
 
     # -- estimates -----------------------------------------------------------------------------
