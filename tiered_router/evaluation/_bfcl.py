@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 # one keyword escape for BFCL's Python-syntax answers and the gate's text calls
-from tiered_router.gate._text_calls import _KEYWORD_MARK, _escape_keywords
+from tiered_router.gate._text_calls import _KEYWORD_MARK, _dotted, _escape_keywords
 from tiered_router.turn import ToolCall
 
 __all__ = ["openai_tools", "parse_result", "to_json_schema"]
@@ -232,15 +232,6 @@ def _is_json(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, (str, int, float, bool)) and _is_json(v) for k, v in value.items())
     return False  # Ellipsis, set, bytes, complex
-
-
-def _dotted(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return None if head is None else f"{head}.{node.attr}"
-    return None
 
 
 def _xlam_calls(text: str) -> tuple[ToolCall, ...]:

@@ -36,8 +36,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tiered_router.evaluation.sources import load_data
-from tiered_router.scoring.features import focus_text
-from tiered_router.scoring.learned._train import minimise
+from tiered_router.scoring.features import focus_text, sigmoid
+from tiered_router.scoring.learned._train import _log1pexp, minimise
 from tiered_router.scoring.transfer import (
     FEATURES,
     TRANSFER_BLOCKS,
@@ -136,17 +136,6 @@ def features_of(turn: Turn) -> tuple[int, tuple[float, ...]]:
     return block, (math.log1p(turn.prompt_chars), overlap, overlap_max)
 
 
-def _log1pexp(z: float) -> float:
-    return z + math.log1p(math.exp(-z)) if z > 0 else math.log1p(math.exp(z))
-
-
-def _sigmoid(z: float) -> float:
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
-
-
 def _fit_block(
     xs: list[tuple[float, ...]],
     labels: list[float],
@@ -180,7 +169,7 @@ def _fit_block(
         loss = math.fsum(
             s * (_log1pexp(zi) - y * zi) for s, zi, y in zip(weights, z, labels, strict=True)
         )
-        err = [s * (_sigmoid(zi) - y) / total for s, zi, y in zip(weights, z, labels, strict=True)]
+        err = [s * (sigmoid(zi) - y) / total for s, zi, y in zip(weights, z, labels, strict=True)]
         grad = [0.0] * (m + k)
         for i, e in enumerate(err):
             grad[pair_index[i]] += e
