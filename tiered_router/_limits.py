@@ -11,8 +11,9 @@ limit cannot be nested deeper than it, and only documents with more are walked.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from tiered_router import _json
 
 __all__ = ["MAX_JSON_DEPTH", "JSONTooDeep", "check_depth", "loads"]
 
@@ -58,7 +59,7 @@ def loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
 
     """
     try:
-        value = json.loads(data)
+        value = _json.loads(data)
     except RecursionError as exc:
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from exc
     if _brackets(data) > max_depth:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router import _limits
+from tiered_router._json import dumps as _dumps
 from tiered_router.backends._openai_convert import server_message
 from tiered_router.exceptions import (
     BackendConnectionError,
@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from tiered_router import _http
+    from tiered_router._http._aiohttp import AiohttpTransport
+
+    Sender = _http.AsyncClient | _http.AsyncBaseTransport | AiohttpTransport
+    """What async calls are sent on: a client, httpx2's transport, or aiohttp's."""
 
 __all__ = [
     "MAX_EVENT_BYTES",
@@ -66,7 +70,6 @@ MAX_EVENT_BYTES = 1024 * 1024
 """Largest single Server-Sent Event."""
 
 _MAX_MESSAGE = 500
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +121,7 @@ def body_of(kwargs: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
     if extra_body:
         body.update(extra_body)
     headers = {_clean(k): _clean(v) for k, v in (extra_headers or {}).items()}
-    return _dumps(body).encode(), headers
+    return _dumps(body), headers
 
 
 def _clean(value: object) -> str:
@@ -236,14 +239,21 @@ def _json(data: bytes, call: Call) -> Any:
         raise error from exc
 
 
-def _status_fail(response: _http.Response, data: bytes, call: Call) -> BackendError:
+def _status_fail(response: _Answer, data: bytes, call: Call) -> BackendError:
     """Return the error for an error status, caused by httpx2's own ``HTTPStatusError``."""
     from tiered_router import _http
 
     error = status_error(response.status_code, response.headers, data, backend=call.backend)
     scrub(error, call.secret)
+    if isinstance(response, _http.Response):
+        request, cause = response.request, response
+    else:  # the lean path built no httpx2 objects: build them for the error's cause
+        request = call.request()
+        cause = _http.Response(
+            response.status_code, headers=list(response.headers.items()), request=request
+        )
     error.__cause__ = _http.HTTPStatusError(
-        f"HTTP {response.status_code}", request=response.request, response=response
+        f"HTTP {response.status_code}", request=request, response=cause
     )
     return error
 
@@ -373,7 +383,7 @@ def _deadline(call: Call) -> float | None:
     return asyncio.get_running_loop().time() + call.timeout_s
 
 
-async def _aread(response: _http.Response, call: Call) -> bytes:
+async def _aread(response: _Answer, call: Call) -> bytes:
     parts: list[bytes] = []
     size = 0
     async for part in response.aiter_bytes():
@@ -384,19 +394,41 @@ async def _aread(response: _http.Response, call: Call) -> bytes:
     return b"".join(parts)
 
 
-async def _send(via: _http.AsyncClient | _http.AsyncBaseTransport, call: Call) -> _http.Response:
-    """Send on a client, or straight on a transport (the backend's own, when no proxy)."""
+class _Answer(Protocol):
+    """What the async path reads of an answer.
+
+    An ``httpx2.Response``, or the lean :class:`tiered_router._aiohttp.Exchange`.
+    """
+
+    @property
+    def status_code(self) -> int: ...  # pragma: no cover - a protocol
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # pragma: no cover - a protocol
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...  # pragma: no cover - a protocol
+
+    async def aclose(self) -> None: ...  # pragma: no cover - a protocol
+
+
+async def _send(via: Sender, call: Call) -> _Answer:
+    """Send on a client, or straight on the backend's own transport (when no proxy).
+
+    aiohttp's transport is sent on without building httpx2 request and response objects.
+    """
     from tiered_router import _http
 
-    request = call.request()
+    if isinstance(via, _http.AsyncClient):
+        return await via.send(call.request(), stream=True)
     if isinstance(via, _http.AsyncBaseTransport):
+        request = call.request()
         response = await via.handle_async_request(request)
         response.request = request
         return response
-    return await via.send(request, stream=True)
+    return await via.exchange(call.url, call.headers, call.body, call.timeout_s)
 
 
-async def acall(client: _http.AsyncClient | _http.AsyncBaseTransport, call: Call) -> Any:
+async def acall(client: Sender, call: Call) -> Any:
     """Send a JSON call and return the parsed answer; the whole exchange within the deadline.
 
     Raises:
@@ -419,9 +451,7 @@ async def acall(client: _http.AsyncClient | _http.AsyncBaseTransport, call: Call
     return _json(data, call)
 
 
-async def aevents(
-    client: _http.AsyncClient | _http.AsyncBaseTransport, call: Call
-) -> AsyncGenerator[Any, None]:
+async def aevents(client: Sender, call: Call) -> AsyncGenerator[Any, None]:
     """Send a streaming call; yield each parsed event (``[DONE]`` ends it).
 
     Every read is bounded by what is left of the deadline, so the whole stream is.

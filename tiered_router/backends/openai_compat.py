@@ -157,7 +157,7 @@ class OpenAICompatBackend:
         self._owns_async_http = async_http_client is None
         self._url = (base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
         self._parsed_url: Any = None
-        self._async_pool: _http.AsyncClient | _http.AsyncBaseTransport | None = None
+        self._async_pool: _wire.Sender | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
         self._warned: set[str] = set()
@@ -345,7 +345,7 @@ class OpenAICompatBackend:
             weakref.finalize(self, client.close)
         return self._http_client
 
-    async def _get_async_client(self) -> _http.AsyncClient | _http.AsyncBaseTransport:
+    async def _get_async_client(self) -> _wire.Sender:
         """Return what async calls are sent on: the shared client, or this backend's own pool.
 
         Its own pool is httpx2's transport, sent on directly (no client work per call);
@@ -364,7 +364,7 @@ class OpenAICompatBackend:
             from tiered_router import _http
 
             self._loop = loop
-            pool: _http.AsyncClient | _http.AsyncBaseTransport | None
+            pool: _wire.Sender | None
             pool = _http.build_async_transport()
             if pool is None:
                 pool = _http.build_async_client(timeout_s=self.timeout_s)
@@ -562,9 +562,7 @@ def _running_loop() -> object:
         return None
 
 
-async def _close_when_loop_ends(
-    client: _http.AsyncClient | _http.AsyncBaseTransport,
-) -> AsyncGenerator[None, None]:
+async def _close_when_loop_ends(client: _wire.Sender) -> AsyncGenerator[None, None]:
     """Close ``client`` when this generator is closed.
 
     The event loop closes live async generators when it shuts down (``asyncio.run`` does), and

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import sys
@@ -18,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from tiered_router import _limits
+from tiered_router import _json, _limits
 from tiered_router._openai_wire import (
     ChunkRenderer,
     UnknownModel,
@@ -63,7 +62,6 @@ __all__ = ["build_app"]
 
 logger = logging.getLogger("tiered_router.server")
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 # fields that configure a client, not a completion: never honoured, never sent upstream
 _FORBIDDEN = frozenset(
@@ -94,7 +92,7 @@ def _error(
     headers: Mapping[str, str] | None = None,
 ) -> Response:
     body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    return Response(_dumps(body), status, headers=headers, media_type="application/json")
+    return Response(_json.dumps(body), status, headers=headers, media_type="application/json")
 
 
 class _TooLarge(Exception):
@@ -238,7 +236,7 @@ class _Proxy:
         self.metrics.response(_CHAT, response.status_code)
         if not isinstance(response, _EventStream):  # a stream logs when it ends
             trace = getattr(request.state, "trace", None)
-            _access_log(request.url.path, response.status_code, started, trace)
+            _access_log(request.scope["path"], response.status_code, started, trace)
         return response
 
     def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
@@ -321,7 +319,9 @@ class _Proxy:
         except UnknownModel as exc:
             return _error(404, str(exc), param="model", code="model_not_found")
         if options.stream:
-            return await self._stream(turn, options, tier, started, request.url.path, client=client)
+            return await self._stream(
+                turn, options, tier, started, request.scope["path"], client=client
+            )
         try:
             async with self._task(turn):
                 result = await self.router.acomplete(
@@ -339,7 +339,7 @@ class _Proxy:
             model=trace.backend or "",
             route=route,
         )
-        content = _dumps(body).encode()
+        content = _json.dumps(body)
         overhead = time.perf_counter() - started - sum(a.latency_s for a in trace.attempts)
         self.metrics.overhead.observe(max(overhead, 0.0))
         headers = _route_headers(route, overhead)
@@ -402,10 +402,10 @@ class _Proxy:
             async for chunk in chunks:
                 objs = renderer.render(chunk)
                 if objs:
-                    yield b"".join(b"data: " + _dumps(o).encode() + b"\n\n" for o in objs)
+                    yield b"".join(b"data: " + _json.dumps(o) + b"\n\n" for o in objs)
             route = result_route(stream.result)
             self.limiter.spent(client, stream.result.trace.cost)
-            tail = [b"data: " + _dumps(o).encode() + b"\n\n" for o in renderer.finish(route)]
+            tail = [b"data: " + _json.dumps(o) + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
         except Exception as exc:
             # bytes already reached the client: end the stream with an in-band error, never
@@ -418,7 +418,7 @@ class _Proxy:
                 logger.error("stream of turn %s failed", turn.id, exc_info=exc)
                 message, kind = "internal error in the proxy", "server_error"
             error = {"message": message, "type": kind, "param": None, "code": "stream_interrupted"}
-            yield b"data: " + _dumps({"error": error}).encode() + b"\n\n"
+            yield b"data: " + _json.dumps({"error": error}) + b"\n\n"
         finally:
             self.metrics.in_flight -= 1
             await _close_stream(stream, chunks)
@@ -432,7 +432,9 @@ class _Proxy:
             {"id": name, "object": "model", "created": 0, "owned_by": "tiered-router"}
             for name in model_ids(self.policy)
         ]
-        return Response(_dumps({"object": "list", "data": data}), media_type="application/json")
+        return Response(
+            _json.dumps({"object": "list", "data": data}), media_type="application/json"
+        )
 
     async def healthz(self, request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type="application/json")
@@ -450,7 +452,7 @@ class _Proxy:
             # in-process state; the body says so for the operator
             up = await asyncio.to_thread(ping)
             body["state"] = "ok" if up else "unavailable: using in-process state"
-        return Response(_dumps(body), media_type="application/json")
+        return Response(_json.dumps(body), media_type="application/json")
 
     async def metrics_text(self, request: Request) -> Response:
         denied = self._denied(request)

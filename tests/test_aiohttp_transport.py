@@ -1,0 +1,190 @@
+"""aiohttp's transport under the backends: choice, answers, failures, pools and loops.
+
+The fault matrix (tests/test_fault_matrix.py) runs every upstream fault through both
+transports; these tests pin what is particular to this one, over real HTTP to the scripted
+server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from tiered_router import _http  # noqa: E402
+from tiered_router._http import _aiohttp  # noqa: E402
+from tiered_router._http._aiohttp import ENV_VAR, AiohttpTransport, enabled  # noqa: E402
+from tiered_router.backends._base import CompletionRequest  # noqa: E402
+from tiered_router.backends.openai_compat import OpenAICompatBackend  # noqa: E402
+from tiered_router.exceptions import (  # noqa: E402
+    BackendConnectionError,
+    BackendRateLimited,
+    BackendStatusError,
+    BackendTimeout,
+)
+from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
+
+HEADERS = (("authorization", "Bearer k"), ("content-type", "application/json"))
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+def _url(server: ScriptedServer) -> str:
+    return f"{server.base_url}/chat/completions"
+
+
+def _dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _read(answer: _aiohttp.Exchange) -> bytes:
+    try:
+        return b"".join([part async for part in answer.aiter_bytes()])
+    finally:
+        await answer.aclose()
+
+
+def test_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert enabled() is True  # installed, not opted out
+    monkeypatch.setenv(ENV_VAR, "httpcore")
+    assert enabled() is False
+    monkeypatch.setenv(ENV_VAR, " AIOHTTP ")
+    assert enabled() is True
+    monkeypatch.setenv(ENV_VAR, "curl")
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}='curl': expected one of aiohttp, httpcore"):
+        enabled()
+
+
+@pytest.mark.anyio
+async def test_backends_get_aiohttp_unless_opted_out_or_proxied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert isinstance(_http.build_async_transport(), AiohttpTransport)
+    monkeypatch.setenv(ENV_VAR, "httpcore")
+    assert isinstance(_http.build_async_transport(), _http.AsyncBaseTransport)
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    assert _http.build_async_transport() is None  # httpx2's client routes through the proxy
+
+
+@pytest.mark.anyio
+async def test_answer_is_read_like_an_httpx2_response(server: ScriptedServer) -> None:
+    server.script(Reply.text("hello"))
+    transport = AiohttpTransport()
+    try:
+        answer = await transport.exchange(_url(server), HEADERS, BODY, 5.0)
+        assert answer.status_code == 200
+        assert answer.headers["Content-Type"].startswith("application/json")
+        assert answer.headers["content-type"] == answer.headers["CONTENT-TYPE"]
+        data = json.loads(await _read(answer))
+        assert data["choices"][0]["message"]["content"] == "hello"
+        sent = server.requests[-1]
+        assert sent.headers["authorization"] == "Bearer k"
+        assert "user-agent" not in {k.lower() for k in sent.headers}
+    finally:
+        await transport.aclose()
+        await transport.aclose()  # closing twice is harmless
+
+
+@pytest.mark.anyio
+async def test_stream_arrives_in_pieces_and_the_next_call_follows(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.text("one two three four").streamed(chunks=4, chunk_delay_s=0.02))
+    server.script(Reply.text("again"))
+    transport = AiohttpTransport()
+    try:
+        streaming = json.dumps({**json.loads(BODY), "stream": True}).encode()
+        answer = await transport.exchange(_url(server), HEADERS, streaming, 5.0)
+        pieces = [part async for part in answer.aiter_bytes()]
+        await answer.aclose()
+        assert len(pieces) >= 2  # handed over as they came, not buffered to the end
+        assert b"data: [DONE]" in b"".join(pieces)
+        second = await transport.exchange(_url(server), HEADERS, BODY, 5.0)
+        assert b"again" in await _read(second)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_failures_are_httpx2_exceptions() -> None:
+    transport = AiohttpTransport()
+    try:
+        with pytest.raises(_http.ConnectError, match="cannot connect"):
+            await transport.exchange(f"http://127.0.0.1:{_dead_port()}/v1", HEADERS, BODY, 2.0)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_read_timeout_and_pool_wait_are_bounded(server: ScriptedServer) -> None:
+    server.script([Reply.slow(2.0), Reply.slow(2.0)])
+    transport = AiohttpTransport(limits=_http.Limits(max_connections=1))
+    try:
+        with pytest.raises(_http.ReadTimeout):
+            await transport.exchange(_url(server), HEADERS, BODY, 0.2)
+        # one connection, held by a hung call: the next call's wait for it times out
+        held = asyncio.ensure_future(transport.exchange(_url(server), HEADERS, BODY, 5.0))
+        await asyncio.sleep(0.1)
+        with pytest.raises(_http.ConnectTimeout, match="timed out connecting"):
+            await transport.exchange(_url(server), HEADERS, BODY, 0.2)
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_backend_errors_over_aiohttp(server: ScriptedServer) -> None:
+    backend = OpenAICompatBackend("b", model="m", base_url=server.base_url, api_key="sk-abc")
+    request = CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=5)
+    try:
+        server.script(Reply.status(429, retry_after=3))
+        with pytest.raises(BackendRateLimited) as limited:
+            await backend.acomplete(request)
+        assert limited.value.retry_after_s == 3
+        assert isinstance(limited.value.__cause__, _http.HTTPStatusError)
+        server.script(Reply.status(500, message="boom sk-abc"))
+        with pytest.raises(BackendStatusError, match="boom") as failed:
+            await backend.acomplete(request)
+        assert "sk-abc" not in str(failed.value)
+        server.script(Reply.slow(3))
+        with pytest.raises(BackendTimeout):
+            await backend.acomplete(
+                CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=0.2)
+            )
+        assert isinstance(await backend._get_async_client(), AiohttpTransport)
+    finally:
+        await backend.aclose()
+
+
+def test_a_backend_used_from_two_event_loops(server: ScriptedServer) -> None:
+    backend = OpenAICompatBackend("b", model="m", base_url=server.base_url, api_key="k")
+    request = CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=5)
+    server.script([Reply.text("first"), Reply.text("second")])
+    assert asyncio.run(backend.acomplete(request)).text == "first"
+    assert asyncio.run(backend.acomplete(request)).text == "second"
+
+
+@pytest.mark.anyio
+async def test_a_dead_upstream_is_a_connection_error_through_the_backend() -> None:
+    backend = OpenAICompatBackend(
+        "b", model="m", base_url=f"http://127.0.0.1:{_dead_port()}/v1", api_key="k"
+    )
+    try:
+        with pytest.raises(BackendConnectionError, match="connection failed"):
+            await backend.acomplete(
+                CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=2)
+            )
+    finally:
+        await backend.aclose()

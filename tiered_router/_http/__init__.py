@@ -1,0 +1,305 @@
+"""The one package that imports HTTP libraries (httpx2, httpcore2, aiohttp).
+
+Everything else in tiered_router that needs HTTP (the OpenAI-compatible backend, the proxy,
+tests) gets its clients and types from here, so the dependency has one seam: httpx2's API
+(requests, responses, exceptions). Importing httpx2 costs ~0.2 s, so callers on the
+``import tiered_router`` path import this package lazily, inside the function that first
+needs it.
+
+Under that API the bytes move over one of two transports, each with its own pool per backend:
+
+- :class:`~tiered_router._http._aiohttp.AiohttpTransport` when aiohttp is installed (the
+  ``server`` extra installs it): aiohttp's client with its C HTTP parser, about half the CPU
+  per call of the other;
+- otherwise httpx2's own transport (httpcore2 + h11), with
+  :class:`~tiered_router._http._asyncio.AsyncioNetworkBackend` as its socket layer.
+
+When a proxy is set in the environment, async calls use httpx2's stock client instead
+(proxies and ``NO_PROXY`` handled by httpx2 itself). Sync calls always use httpx2's client.
+
+Example:
+    ```python
+    from tiered_router import _http
+
+    client = _http.build_async_client(transport=_http.MockTransport(handler))
+    ```
+
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import httpx2
+from httpx2 import (
+    URL,
+    AsyncBaseTransport,
+    AsyncByteStream,
+    AsyncClient,
+    BaseTransport,
+    Client,
+    ConnectError,
+    ConnectTimeout,
+    Headers,
+    HTTPError,
+    HTTPStatusError,
+    Limits,
+    MockTransport,
+    PoolTimeout,
+    ReadError,
+    ReadTimeout,
+    RemoteProtocolError,
+    Request,
+    Response,
+    Timeout,
+    TimeoutException,
+    TransportError,
+    WriteError,
+    create_ssl_context,
+)
+
+from tiered_router._http._asyncio import AsyncioNetworkBackend, tuned
+
+if TYPE_CHECKING:
+    from tiered_router._http._aiohttp import AiohttpTransport
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_LIMITS",
+    "DEFAULT_TIMEOUT_S",
+    "AsyncBaseTransport",
+    "AsyncByteStream",
+    "AsyncClient",
+    "AsyncioNetworkBackend",
+    "BaseTransport",
+    "Client",
+    "ConnectError",
+    "ConnectTimeout",
+    "HTTPError",
+    "HTTPStatusError",
+    "Headers",
+    "Limits",
+    "MockTransport",
+    "PoolTimeout",
+    "ReadError",
+    "ReadTimeout",
+    "RemoteProtocolError",
+    "Request",
+    "Response",
+    "Timeout",
+    "TimeoutException",
+    "TransportError",
+    "URL",
+    "WriteError",
+    "build_async_client",
+    "build_async_transport",
+    "build_client",
+    "call_timeout",
+    "create_ssl_context",
+    "env_proxies",
+    "parse_retry_after",
+]
+
+DEFAULT_TIMEOUT_S = 60.0
+"""Whole-request timeout of a client built here; backends pass a per-call timeout anyway."""
+
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+"""Connect timeout: a server that does not accept a connection in 5 s is down, not slow."""
+
+DEFAULT_LIMITS = Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
+"""Connection pool of one client (each backend builds its own, so one hung upstream cannot
+take the connections another needs): keep-alive connections are reused across an agent's
+turns, which saves a TLS handshake (~100 ms) per call to the same provider."""
+
+
+def _timeout(timeout_s: float | None) -> Timeout:
+    connect = (
+        DEFAULT_CONNECT_TIMEOUT_S
+        if timeout_s is None
+        else min(timeout_s, DEFAULT_CONNECT_TIMEOUT_S)
+    )
+    return Timeout(timeout_s, connect=connect)
+
+
+def call_timeout(seconds: float | None) -> dict[str, float | None]:
+    """Return the ``timeout`` request extension for a call with ``seconds`` left.
+
+    Every phase (waiting for a pooled connection, connecting, writing, each read) is bounded
+    by what is left; connecting by at most :data:`DEFAULT_CONNECT_TIMEOUT_S` too.
+    """
+    connect = (
+        DEFAULT_CONNECT_TIMEOUT_S if seconds is None else min(seconds, DEFAULT_CONNECT_TIMEOUT_S)
+    )
+    return {"connect": connect, "read": seconds, "write": seconds, "pool": seconds}
+
+
+def env_proxies() -> dict[str, str]:
+    """Return the proxies set in the environment (``HTTPS_PROXY``, ``ALL_PROXY``, ...)."""
+    return {k: v for k, v in urllib.request.getproxies().items() if k != "no"}
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+def build_client(
+    *,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    limits: Limits = DEFAULT_LIMITS,
+    headers: Mapping[str, str] | None = None,
+    transport: BaseTransport | None = None,
+) -> Client:
+    """Build a pooled, keep-alive sync client that honours proxy environment variables.
+
+    Args:
+        timeout_s: Default timeout of a request in seconds (``None`` for none); the
+            connect phase is capped at :data:`DEFAULT_CONNECT_TIMEOUT_S`.
+        limits: Connection-pool limits.
+        headers: Headers sent with every request.
+        transport: A transport to use instead of the network (e.g. :class:`MockTransport`).
+
+    Returns:
+        A new client; the caller closes it.
+
+    """
+    return httpx2.Client(
+        timeout=_timeout(timeout_s),
+        limits=limits,
+        headers=dict(headers or {}),
+        transport=transport,
+        follow_redirects=True,
+        trust_env=True,
+    )
+
+
+def build_async_transport(
+    *, limits: Limits = DEFAULT_LIMITS
+) -> AsyncBaseTransport | AiohttpTransport | None:
+    """Build the async transport a backend sends on: aiohttp's when installed, else httpx2's.
+
+    With aiohttp installed (the ``server`` extra), this is
+    :class:`~tiered_router._http._aiohttp.AiohttpTransport` (``TIERED_ROUTER_ASYNC_HTTP=
+    httpcore`` opts out); otherwise httpx2's own transport with
+    :class:`AsyncioNetworkBackend` under its pool.
+
+    Sending on the transport directly skips the client's per-request work (cookies, auth,
+    redirects, merging defaults); the caller builds complete requests. Returns ``None`` when
+    a proxy is set in the environment or no asyncio loop is running (trio): then use
+    :func:`build_async_client`, whose client routes through the proxy.
+
+    Args:
+        limits: Connection-pool limits.
+
+    Raises:
+        ValueError: ``TIERED_ROUTER_ASYNC_HTTP`` is set to something it cannot honour.
+
+    """
+    if not _direct():
+        return None
+    from tiered_router._http import _aiohttp
+
+    if _aiohttp.enabled():
+        return _aiohttp.AiohttpTransport(limits=limits)
+    return tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
+
+
+def _direct() -> bool:
+    """Whether calls may skip httpx2's client: no proxy in the environment, an asyncio loop."""
+    if env_proxies():
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def build_async_client(
+    *,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    limits: Limits = DEFAULT_LIMITS,
+    headers: Mapping[str, str] | None = None,
+    transport: AsyncBaseTransport | None = None,
+) -> AsyncClient:
+    """Build a pooled, keep-alive async client; the async twin of :func:`build_client`.
+
+    Without ``transport`` and without a proxy in the environment, the client's transport
+    is httpx2's own with :class:`AsyncioNetworkBackend` under its pool; with a proxy set,
+    it is httpx2's stock client, which routes through the proxy and honours ``NO_PROXY``.
+
+    Args:
+        timeout_s: Default timeout of a request in seconds (``None`` for none).
+        limits: Connection-pool limits.
+        headers: Headers sent with every request.
+        transport: A transport to use instead of the network (e.g. :class:`MockTransport`).
+
+    Returns:
+        A new client; the caller closes it (``await client.aclose()``).
+
+    """
+    if transport is None and _direct():
+        transport = tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
+    return httpx2.AsyncClient(
+        timeout=_timeout(timeout_s),
+        limits=limits,
+        headers=dict(headers or {}),
+        transport=transport,
+        follow_redirects=True,
+        trust_env=True,
+    )
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None,
+    *,
+    now: Callable[[], float] = time.time,
+) -> float | None:
+    """Return the wait in seconds a response asked for, or ``None`` when it asked for none.
+
+    ``retry-after-ms`` (milliseconds, OpenAI's header) is read first, then ``retry-after``
+    as seconds or as an HTTP date. A date in the past gives ``0.0``; a malformed,
+    negative or non-finite value counts as not given.
+
+    Args:
+        headers: Response headers (a case-insensitive mapping such as httpx2's ``Headers``,
+            or a plain dict with lower-case names).
+        now: Clock for the HTTP-date form, in seconds since the epoch.
+
+    Returns:
+        Seconds to wait, or ``None``.
+
+    Example:
+        ```python
+        parse_retry_after({"retry-after-ms": "1500"})  # 1.5
+        parse_retry_after({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"})
+        ```
+
+    """
+    if not headers:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            continue
+        if math.isfinite(value) and value >= 0:
+            return value / scale
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        parsed = email.utils.parsedate_tz(raw.strip())
+        if parsed is None:
+            return None
+        when = email.utils.mktime_tz(parsed)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return max(0.0, float(when) - now())
