@@ -78,7 +78,7 @@ async def test_backends_get_aiohttp_unless_opted_out_or_proxied(
 
 @pytest.mark.anyio
 async def test_answer_is_read_like_an_httpx2_response(server: ScriptedServer) -> None:
-    server.script(Reply.text("hello"))
+    server.script([Reply.text("hello"), Reply.text("again")])
     transport = AiohttpTransport()
     try:
         answer = await transport.exchange(_url(server), HEADERS, BODY, 5.0)
@@ -89,7 +89,13 @@ async def test_answer_is_read_like_an_httpx2_response(server: ScriptedServer) ->
         assert data["choices"][0]["message"]["content"] == "hello"
         sent = server.requests[-1]
         assert sent.headers["authorization"] == "Bearer k"
-        assert "user-agent" not in {k.lower() for k in sent.headers}
+        assert sent.headers["accept-encoding"] == "identity"  # no compressed answers
+        assert sent.headers["user-agent"] == "tiered-router"
+        custom = await transport.exchange(
+            _url(server), (*HEADERS, ("User-Agent", "mine/1")), BODY, 5.0
+        )
+        await _read(custom)
+        assert server.requests[-1].headers["user-agent"] == "mine/1"
     finally:
         await transport.aclose()
         await transport.aclose()  # closing twice is harmless

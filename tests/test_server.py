@@ -426,3 +426,53 @@ def test_graceful_shutdown_lets_in_flight_requests_finish(server: ScriptedServer
     thread.join(10)
     assert not thread.is_alive()
     assert results and results[0].choices[0].message.content == "finished"
+
+
+def test_chat_takes_the_short_path_until_middleware_is_added(server: ScriptedServer) -> None:
+    seen: list[str] = []
+
+    class Tag:
+        """A pure ASGI middleware that records the paths it saw."""
+
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                seen.append(scope["path"])
+            await self.app(scope, receive, send)
+
+    body = {"model": "auto", "messages": MESSAGES}
+    app = create_app(make_policy(server), env={})
+    with running(app) as url, _http.build_client(timeout_s=10) as client:
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            answer = client.post(url + path, json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-tiered-router-tier"] == "fast"
+        wrong_method = client.get(url + "/v1/chat/completions")
+        assert wrong_method.status_code == 405  # Starlette's full path still answers the rest
+        assert wrong_method.json()["error"]["type"] == "invalid_request_error"
+    app = create_app(make_policy(server), env={})
+    app.add_middleware(Tag)
+    with running(app) as url, _http.build_client(timeout_s=10) as client:
+        assert client.post(url + "/v1/chat/completions", json=body).status_code == 200
+    assert seen == ["/v1/chat/completions"]  # with middleware, chat goes through it
+
+
+def test_only_serve_tunes_the_garbage_collector(server: ScriptedServer) -> None:
+    import gc
+
+    from tiered_router.server._app import SERVE_GC_THRESHOLD
+
+    before = gc.get_threshold()
+    try:
+        with running(create_app(make_policy(server), env={})):
+            assert gc.get_threshold() == before  # a mounted app leaves the process alone
+        app = create_app(make_policy(server), env={})
+        app.state.tune_gc = True  # what serve() sets
+        with running(app):
+            assert gc.get_threshold()[0] == SERVE_GC_THRESHOLD
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -128,6 +128,17 @@ def _translate(exc: BaseException, *, reading: bool) -> BaseException:
     return exc
 
 
+_DEFAULTS = (("accept", "*/*"), ("accept-encoding", "identity"), ("user-agent", "tiered-router"))
+"""Headers aiohttp would otherwise add (asking for compression among them)."""
+
+
+def _with_defaults(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    out = list(headers)
+    present = {name.lower() for name, _ in out}
+    out.extend(item for item in _DEFAULTS if item[0] not in present)
+    return out
+
+
 class AiohttpTransport:
     """Sends the package's async calls over one aiohttp connection pool.
 
@@ -158,7 +169,6 @@ class AiohttpTransport:
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
                 trust_env=False,  # a proxy in the environment never reaches this transport
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
@@ -193,7 +203,7 @@ class AiohttpTransport:
             response = await session.request(
                 "POST",
                 yarl.URL(str(url), encoded=True),
-                headers=list(headers),
+                headers=_with_defaults(headers),
                 data=body or None,
                 allow_redirects=False,
                 compress=None,

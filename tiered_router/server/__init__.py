@@ -131,13 +131,15 @@ def _app_from_environment() -> Any:
         from tiered_router.otel import configure_otlp
 
         configure_otlp()  # in each worker: exporter threads do not cross processes
-    return create_app(
+    app = create_app(
         loaded,
         settings=settings,
         sinks=_trace_sinks(spec.get("trace_file")),
         record=bool(spec.get("record")),
         otel=otel,
     )
+    app.state.tune_gc = True  # this process only serves the proxy
+    return app
 
 
 def _trace_sinks(trace_file: str | os.PathLike[str] | None) -> list[TraceSink]:
@@ -282,6 +284,7 @@ def serve(
         configure_otlp()
     sinks = _trace_sinks(trace_file)
     app = create_app(loaded, settings=settings, env=env, sinks=sinks, record=record, otel=otel)
+    app.state.tune_gc = True  # this process only serves the proxy
     try:
         uvicorn.run(app, **options)
     finally:
