@@ -9,6 +9,7 @@ enforces one limit; otherwise, or while Redis is down, each process counts on it
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -22,8 +23,9 @@ __all__ = ["ClientLimiter", "client_id"]
 logger = logging.getLogger("tiered_router.server")
 
 
+@functools.lru_cache(maxsize=1024)
 def client_id(authorization: str | None) -> str:
-    """A stable, non-secret id for the key in an ``Authorization`` header."""
+    """A stable, non-secret id for the key in an ``Authorization`` header (cached per key)."""
     token = (authorization or "").partition(" ")[2].strip()
     if not token:
         return "anonymous"

@@ -1,0 +1,198 @@
+"""The proxy's answers: OpenAI-shaped errors, the SSE response, route headers, access log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from tiered_router import _json
+from tiered_router.exceptions import (
+    AllTiersFailed,
+    BackendStatusError,
+    BackendTimeout,
+    GateFailed,
+    TieredRouterError,
+)
+
+if TYPE_CHECKING:
+    from tiered_router.trace import Trace
+
+__all__ = [
+    "EventStream",
+    "access_log",
+    "error",
+    "failure",
+    "limited",
+    "not_found",
+    "route_headers",
+    "server_error",
+]
+
+logger = logging.getLogger("tiered_router.server")
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return Response(_json.dumps(body), status, headers=headers, media_type="application/json")
+
+
+class EventStream(Response):
+    """A Server-Sent Events response, leaner than Starlette's ``StreamingResponse``.
+
+    No task group per response: one small task watches for the client going away, and the
+    stream (with the upstream call under it) is closed at the next event once it has.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], *, headers: Mapping[str, str]) -> None:
+        # no super().__init__(): without a body, init_headers sends no content-length
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+        self._events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+
+        watcher = asyncio.ensure_future(watch())
+        events = self._events
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for event in events:
+                if gone:
+                    break
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            if not gone:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()  # closes the routed stream and the upstream connection
+
+
+def failure(exc: TieredRouterError) -> Response:
+    """Return the response for a turn that produced nothing usable."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, GateFailed):
+        return error(502, message, error_type="upstream_error", code="gate_failed")
+    errors = exc.errors if isinstance(exc, AllTiersFailed) else ()
+    if errors and all(isinstance(e, BackendTimeout) for e in errors):
+        return error(504, message, error_type="timeout_error", code="upstream_timeout")
+    statuses = {getattr(e, "status_code", None) for e in errors}
+    if len(statuses) == 1:
+        status = next(iter(statuses))
+        if status == 429:
+            waits = [getattr(e, "retry_after_s", None) for e in errors]
+            known = [w for w in waits if isinstance(w, (int, float))]
+            headers = {"retry-after": str(max(1, round(max(known))))} if known else None
+            return error(
+                429, message, error_type="rate_limit_error", code="rate_limited", headers=headers
+            )
+        if (
+            isinstance(status, int)
+            and 400 <= status < 500
+            and status not in (408, 409)
+            and all(isinstance(e, BackendStatusError) for e in errors)
+        ):
+            # every tier rejected the request itself: that is the client's to fix
+            return error(status, message, code="upstream_rejected")
+    return error(502, message, error_type="upstream_error", code="all_tiers_failed")
+
+
+def access_log(
+    path: str, status: int, started: float, trace: Trace | None, *, stream: bool = False
+) -> None:
+    """One INFO line per chat request: status, route, latency and cost (``serve`` shows it)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    latency_ms = (time.perf_counter() - started) * 1000
+    if trace is None:
+        logger.info(
+            "POST %s %d%s latency_ms=%.1f", path, status, " stream" if stream else "", latency_ms
+        )
+        return
+    d = trace.decision
+    logger.info(
+        "POST %s %d%s tier=%s score=%.2f rule=%s escalated=%s latency_ms=%.1f cost=%.6f turn=%s",
+        path,
+        status,
+        " stream" if stream else "",
+        trace.tier or "-",
+        d.score,
+        d.rule or "-",
+        "true" if trace.escalated else "false",
+        latency_ms,
+        trace.cost,
+        trace.turn_id,
+    )
+
+
+def route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]:
+    headers = {
+        "x-tiered-router-tier": str(route["tier"]),
+        "x-tiered-router-backend": str(route["backend"]),
+        "x-tiered-router-escalated": "true" if route["escalated"] else "false",
+        "x-tiered-router-score": f"{route['score']:.4f}",
+        "x-tiered-router-overhead-ms": f"{max(overhead_s, 0.0) * 1000:.3f}",
+        "x-tiered-router-turn-id": str(route["turn_id"]),
+    }
+    if route["rule"]:
+        headers["x-tiered-router-rule"] = str(route["rule"])
+    return headers
+
+
+def limited(reason: str, retry_after_s: float) -> Response:
+    """The 429 of a client over its per-key limit."""
+    headers = {"retry-after": str(max(1, math.ceil(retry_after_s)))}
+    if reason == "spend":
+        return error(
+            429,
+            "this API key reached its spend limit for the day (server.limits.spend_usd_per_day)",
+            error_type="rate_limit_error",
+            code="spend_limit_reached",
+            headers=headers,
+        )
+    return error(
+        429,
+        "this API key sent more requests this minute than server.limits.requests_per_minute",
+        error_type="rate_limit_error",
+        code="rate_limited",
+        headers=headers,
+    )
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    # the traceback goes to the log; the client gets no internals
+    logger.error("unexpected error serving %s", request.url.path, exc_info=exc)
+    return error(500, "internal error in the proxy", error_type="server_error")
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    if status == 405:
+        return error(405, f"method {request.method} not allowed on {request.url.path}")
+    return error(404, f"unknown path {request.url.path}", code="unknown_path")
