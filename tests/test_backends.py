@@ -29,8 +29,8 @@ from tiered_router.backends import (
     register_backend_type,
     resolve_config,
 )
+from tiered_router.backends._errors import scrub, translate
 from tiered_router.backends._openai_convert import reasoning_text, server_message
-from tiered_router.backends._wire import scrub, translate
 from tiered_router.backends.presets import backend_kwargs
 from tiered_router.exceptions import (
     BackendConnectionError,

@@ -14,7 +14,7 @@ import pytest
 
 from tiered_router import _http, _limits
 from tiered_router.backends._base import CompletionRequest
-from tiered_router.backends._wire import SSEDecoder
+from tiered_router.backends._sse import SSEDecoder
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.exceptions import (
     BackendConnectionError,

@@ -14,7 +14,8 @@ the answer and turns every way it can go wrong into the most specific
   in-band error event is a :class:`~tiered_router.BackendResponseError`;
 - the API key is scrubbed from every message, whatever its length.
 
-Server-Sent Events are split by :class:`SSEDecoder`, the package's one SSE parser.
+Server-Sent Events are split by :class:`~tiered_router.backends._sse.SSEDecoder`, the
+package's one SSE parser; errors are translated by :mod:`tiered_router.backends._errors`.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router import _limits
 from tiered_router._json import dumps as _dumps
+from tiered_router.backends._errors import caught, clip, scrub, status_error, translate
 from tiered_router.backends._openai_convert import server_message
+from tiered_router.backends._sse import SSEDecoder
 from tiered_router.exceptions import (
-    BackendConnectionError,
     BackendError,
-    BackendRateLimited,
     BackendResponseError,
-    BackendStatusError,
     BackendTimeout,
 )
 
@@ -49,27 +49,17 @@ if TYPE_CHECKING:
     """What async calls are sent on: a client, httpx2's transport, or aiohttp's."""
 
 __all__ = [
-    "MAX_EVENT_BYTES",
     "MAX_RESPONSE_BYTES",
     "Call",
-    "SSEDecoder",
     "acall",
     "body_of",
     "aevents",
     "call",
     "events",
-    "scrub",
-    "status_error",
-    "translate",
 ]
 
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 """Largest upstream answer read (a whole JSON body, or the sum of a stream's events)."""
-
-MAX_EVENT_BYTES = 1024 * 1024
-"""Largest single Server-Sent Event."""
-
-_MAX_MESSAGE = 500
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,84 +122,6 @@ def _clean(value: object) -> str:
 # -- errors -------------------------------------------------------------------------------
 
 
-def _clip(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
-
-
-def scrub(exc: BaseException, secret: str | None) -> None:
-    """Replace ``secret`` with ``***`` in ``exc`` and its causes, whatever its length."""
-    if not secret:
-        return
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if any(isinstance(a, str) and secret in a for a in current.args):
-            current.args = tuple(
-                a.replace(secret, "***") if isinstance(a, str) else a for a in current.args
-            )
-        message = getattr(current, "message", None)
-        if isinstance(message, str) and secret in message:
-            with contextlib.suppress(AttributeError):
-                current.message = message.replace(secret, "***")  # type: ignore[attr-defined]
-        current = current.__cause__ or current.__context__
-
-
-def status_error(
-    status: int, headers: Mapping[str, str] | None, data: bytes, *, backend: str
-) -> BackendError:
-    """Return the error for an HTTP error status, with the server's message made readable."""
-    from tiered_router import _http
-
-    try:
-        parsed: Any = _limits.loads(data)
-    except ValueError:
-        parsed = data.decode("utf-8", "replace")
-    detail = server_message(parsed) or f"HTTP {status}"
-    retry_after = _http.parse_retry_after(headers)
-    if status == 429:
-        return BackendRateLimited(
-            f"HTTP 429 rate limited: {detail}", backend=backend, retry_after_s=retry_after
-        )
-    return BackendStatusError(
-        f"HTTP {status}: {detail}",
-        backend=backend,
-        status_code=status,
-        retry_after_s=retry_after,
-    )
-
-
-def translate(exc: BaseException, *, backend: str) -> BackendError:
-    """Translate an HTTP or decoding exception to the most specific backend error.
-
-    The caller scrubs the key and raises the result ``from exc``.
-    """
-    from tiered_router import _http
-
-    if isinstance(exc, BackendError):
-        return exc
-    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, _http.TimeoutException)):
-        return BackendTimeout(f"request timed out: {type(exc).__name__}", backend=backend)
-    if isinstance(exc, _http.HTTPError):
-        return BackendConnectionError(
-            f"connection failed: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
-        )
-    if isinstance(exc, _limits.JSONTooDeep):
-        return BackendResponseError(f"unreadable response body: {exc}", backend=backend)
-    if isinstance(exc, (ValueError, RecursionError)):
-        return BackendResponseError(
-            f"unreadable response body: {type(exc).__name__}: {_clip(str(exc))}", backend=backend
-        )
-    return BackendError(f"{type(exc).__name__}: {_clip(str(exc))}", backend=backend)
-
-
-def _caught() -> tuple[type[BaseException], ...]:
-    from tiered_router import _http
-
-    return (_http.HTTPError, ValueError, RecursionError, TimeoutError, asyncio.TimeoutError)
-
-
 def _fail(exc: BaseException, call: Call) -> BackendError:
     error = translate(exc, backend=call.backend)
     scrub(error, call.secret)
@@ -231,7 +143,7 @@ def _json(data: bytes, call: Call) -> Any:
     except ValueError as exc:
         snippet = data[:200].decode("utf-8", "replace")
         error = BackendResponseError(
-            f"unreadable response body: expected JSON, got text: {_clip(snippet)!r}",
+            f"unreadable response body: expected JSON, got text: {clip(snippet)!r}",
             backend=call.backend,
         )
         scrub(error, call.secret)
@@ -270,58 +182,6 @@ def _event_error(event: Any, call: Call) -> BackendResponseError | None:
 
 
 # -- Server-Sent Events -------------------------------------------------------------------
-
-
-class SSEDecoder:
-    r"""Split a byte stream into the ``data`` of its Server-Sent Events.
-
-    Example:
-        ```python
-        decoder = SSEDecoder()
-        decoder.feed(b'data: {"a": 1}\n\ndata: [DO')  # [b'{"a": 1}']
-        decoder.feed(b"NE]\n\n")  # [b"[DONE]"]
-        ```
-
-    Args:
-        max_event_bytes: Largest event; a longer one raises ``ValueError``.
-
-    """
-
-    def __init__(self, *, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._buffer = b""
-        self._max = max_event_bytes
-
-    def feed(self, part: bytes) -> list[bytes]:
-        """Add bytes; return the data of every event they complete."""
-        buffer = self._buffer + part
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        out: list[bytes] = []
-        while True:
-            end = buffer.find(b"\n\n")
-            if end < 0:
-                break
-            data = _event_data(buffer[:end])
-            buffer = buffer[end + 2 :]
-            if data is not None:
-                out.append(data)
-        if len(buffer) > self._max:
-            raise ValueError(f"a Server-Sent Event is larger than {self._max} bytes")
-        self._buffer = buffer
-        return out
-
-    def flush(self) -> list[bytes]:
-        """Return the data of a last event the stream did not end with a blank line."""
-        buffer, self._buffer = self._buffer, b""
-        data = _event_data(buffer) if buffer.strip() else None
-        return [] if data is None else [data]
-
-
-def _event_data(event: bytes) -> bytes | None:
-    lines = [line for line in event.split(b"\n") if line.startswith(b"data:")]
-    if not lines:
-        return None  # a comment, or only event/id/retry fields
-    return b"\n".join(line[6:] if line[5:6] == b" " else line[5:] for line in lines)
 
 
 class _Events:
@@ -444,7 +304,7 @@ async def acall(client: Sender, call: Call) -> Any:
                 await response.aclose()
     except BackendError:
         raise
-    except _caught() as exc:
+    except caught() as exc:
         raise _fail(exc, call) from exc
     if response.status_code >= 400:
         raise _status_fail(response, data, call)
@@ -465,7 +325,7 @@ async def aevents(client: Sender, call: Call) -> AsyncGenerator[Any, None]:
     try:
         async with _until(deadline):
             response = await _send(client, call)
-    except _caught() as exc:
+    except caught() as exc:
         raise _fail(exc, call) from exc
     try:
         if response.status_code >= 400:
@@ -484,7 +344,7 @@ async def aevents(client: Sender, call: Call) -> AsyncGenerator[Any, None]:
             yield event
     except BackendError:
         raise
-    except _caught() as exc:
+    except caught() as exc:
         raise _fail(exc, call) from exc
     finally:
         await response.aclose()
@@ -531,7 +391,7 @@ def call(client: _http.Client, call: Call) -> Any:
             data = _read(response, call, deadline)
     except BackendError:
         raise
-    except _caught() as exc:
+    except caught() as exc:
         raise _fail(exc, call) from exc
     if response.status_code >= 400:
         raise _status_fail(response, data, call)
@@ -561,5 +421,5 @@ def events(client: _http.Client, call: Call) -> Generator[Any, None, None]:
             yield from state.flush()
     except BackendError:
         raise
-    except _caught() as exc:
+    except caught() as exc:
         raise _fail(exc, call) from exc
