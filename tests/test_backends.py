@@ -899,3 +899,16 @@ def test_importing_backends_loads_neither_openai_nor_httpx2() -> None:
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_written_out_sdk_parameters_are_the_sdks() -> None:
+    import inspect
+
+    from openai.resources.chat.completions import Completions
+
+    from tiered_router.backends._openai_convert import sdk_param_names
+
+    installed = frozenset(inspect.signature(Completions.create).parameters) - {"self"}
+    # every name sent top-level is one the SDK sends top-level; a newer SDK may add names
+    assert sdk_param_names() <= installed, sorted(sdk_param_names() - installed)
+    assert {"model", "messages", "temperature", "tools", "response_format"} <= sdk_param_names()

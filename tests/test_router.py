@@ -352,3 +352,26 @@ def test_breaker_is_not_routed_around_when_backend_errors_do_not_escalate(
     server.script([Reply.text("fast anyway")], model="fast-model")
     result = router.complete(easy_turn())
     assert result.tier == "fast" and result.trace.escalations == ()
+
+
+@pytest.mark.anyio
+async def test_a_turn_that_is_not_a_turn_is_refused_at_the_door() -> None:
+    router = Router(
+        {
+            "version": 1,
+            "backends": {
+                "f": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+            },
+            "tiers": {"fast": "f", "frontier": "f"},
+        }
+    )
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(
+        TypeError, match=r"expected a tiered_router.Turn, got list: .*Turn\(messages"
+    ):
+        await router.acomplete(messages)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got dict"):
+        router.decide({"messages": messages})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got str"):
+        router.astream("hi")  # type: ignore[arg-type]
+    await router.aclose()

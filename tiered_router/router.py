@@ -297,7 +297,7 @@ class Router:
                 rule reads ``pinned``. A pinned fast turn with tools still goes to the
                 frontier when the fast backend cannot call tools (``capability.tools``).
         """
-        return decide_turn(self, turn, tier=_tier(tier), task=CURRENT_TASK.get())[1]
+        return decide_turn(self, _turn(turn), tier=_tier(tier), task=CURRENT_TASK.get())[1]
 
     # -- completing --------------------------------------------------------------------------
 
@@ -470,7 +470,18 @@ class Router:
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
         limit = self.policy.resilience.deadline_s if isinstance(deadline_s, Unset) else deadline_s
-        return plan_turn(self, turn, deadline_s=limit, tier=_tier(tier), task=CURRENT_TASK.get())
+        return plan_turn(
+            self, _turn(turn), deadline_s=limit, tier=_tier(tier), task=CURRENT_TASK.get()
+        )
+
+
+def _turn(turn: object) -> Turn:
+    if isinstance(turn, Turn):
+        return turn
+    raise TypeError(
+        f"expected a tiered_router.Turn, got {type(turn).__name__}: build one with "
+        "Turn(messages, ...) or Turn.from_openai(**chat_completions_kwargs)"
+    )
 
 
 def _tier(tier: Tier | None) -> Tier | None:

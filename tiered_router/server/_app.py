@@ -115,10 +115,12 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        from tiered_router import _http  # noqa: F401  (imported now, not on the first request)
-        from tiered_router.backends import _openai_convert
+        # import the HTTP stack now, not on the first request (and refuse a bad
+        # TIERED_ROUTER_ASYNC_HTTP at start-up)
+        from tiered_router._http import _aiohttp
 
-        _openai_convert.sdk_param_names()  # imports the SDK now, not on the first request
+        if _aiohttp.enabled():
+            import aiohttp  # noqa: F401
         if getattr(app.state, "tune_gc", False):
             _tune_gc()
         proxy.ready = True
