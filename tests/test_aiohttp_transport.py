@@ -59,6 +59,8 @@ def test_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv(ENV_VAR, "curl")
     with pytest.raises(ValueError, match=rf"{ENV_VAR}='curl': expected one of aiohttp, httpcore"):
         enabled()
+    with pytest.raises(ValueError, match="curl"):
+        _aiohttp.preload()  # a server refuses to start on it
 
 
 @pytest.mark.anyio

@@ -38,7 +38,7 @@ from tiered_router import _http
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["ENV_VAR", "AiohttpTransport", "Exchange", "enabled"]
+__all__ = ["ENV_VAR", "AiohttpTransport", "Exchange", "enabled", "preload"]
 
 ENV_VAR = "TIERED_ROUTER_ASYNC_HTTP"
 """Environment variable choosing the async transport: ``aiohttp``, ``httpcore`` or unset
@@ -64,6 +64,19 @@ def enabled() -> bool:
             f"{ENV_VAR}=aiohttp but aiohttp is not installed: pip install 'tiered-router[server]'"
         )
     return installed and choice != "httpcore"
+
+
+def preload() -> None:
+    """Import aiohttp now when it will be used (a server calls this at start-up).
+
+    Raises:
+        ValueError: ``TIERED_ROUTER_ASYNC_HTTP`` is set to something it cannot honour, so a
+            server refuses to start rather than failing its first request.
+
+    """
+    if enabled():
+        import aiohttp  # noqa: F401
+        import yarl  # noqa: F401
 
 
 async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

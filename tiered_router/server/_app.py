@@ -115,12 +115,9 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # import the HTTP stack now, not on the first request (and refuse a bad
-        # TIERED_ROUTER_ASYNC_HTTP at start-up)
         from tiered_router._http import _aiohttp
 
-        if _aiohttp.enabled():
-            import aiohttp  # noqa: F401
+        _aiohttp.preload()  # the HTTP stack loads now, not on the first request
         if getattr(app.state, "tune_gc", False):
             _tune_gc()
         proxy.ready = True
