@@ -109,8 +109,8 @@ def store_ops(store: Any, n: int, task_prefix: str, *, task: bool) -> list[float
     """Seconds per turn's state operations, ``n`` turns.
 
     A turn without a task: breaker allow + record. With a task, as the proxy does it: the
-    task's snapshot when it opens, again when the turn starts, then allow + record + the
-    task's record.
+    task's snapshot when it opens (the turn reuses it), then allow + record + the task's
+    record.
     """
     from tiered_router.policy import BreakerConfig
     from tiered_router.state import TaskDelta, TaskRules
@@ -125,7 +125,6 @@ def store_ops(store: Any, n: int, task_prefix: str, *, task: bool) -> list[float
             task_id = f"{task_prefix}-{i % 64}"
             started = time.perf_counter()
             if task:
-                await store.atask_snapshot(task_id)
                 await store.atask_snapshot(task_id)
             admission = await store.abreaker_allow("fast", now=time.monotonic(), config=config)
             await store.abreaker_record(

@@ -352,3 +352,54 @@ def test_an_async_task_never_reads_the_store_synchronously() -> None:
 
     asyncio.run(main())
     assert (store.sync_reads, store.async_reads) == (0, 1)
+
+
+def test_a_task_turn_is_two_round_trips(redis_server: RedisServer) -> None:
+    """A routed turn in a task reads the task once (HGETALL) and writes it once (a script)."""
+    import asyncio
+
+    from tiered_router import Router, Turn
+    from tiered_router.testing import Reply, ScriptedServer
+
+    with ScriptedServer() as upstream:
+        upstream.default = Reply.text("ok")
+        policy = {
+            "version": 1,
+            "backends": {
+                name: {
+                    "type": "openai",
+                    "base_url": upstream.base_url,
+                    "api_key": "k",
+                    "model": f"{name}-model",
+                    "price": {"input_per_mtok": 1, "output_per_mtok": 1},
+                }
+                for name in ("fast", "frontier")
+            },
+            "tiers": {"fast": "fast", "frontier": "frontier"},
+            "state": {"type": "redis", "url": redis_server.url, "prefix": "rt"},
+        }
+        watcher = client(redis_server)
+
+        async def turns() -> dict[str, int]:
+            router = Router(policy)
+            turn = Turn([{"role": "user", "content": "hi"}])
+            async with router.task("warm"):
+                await router.acomplete(turn)  # connections, scripts loaded, breakers cached
+            watcher.config_resetstat()
+            async with router.task("ticket-1"):
+                await router.acomplete(turn)
+            stats = watcher.info("commandstats")
+            await router.aclose()
+            return {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+
+        calls = asyncio.run(turns())
+    watcher.close()
+    calls.pop("config|resetstat", None)
+    calls.pop("info", None)
+    evalsha = calls.pop("evalsha", 0)
+    assert evalsha == 1  # the task's record; the closed breakers answer from the cache
+    # commands run inside a script count too: one HGETALL is the read on entering the task,
+    # the other the record script's answer
+    assert calls.pop("hgetall") == 2
+    scripted = {"hincrby", "hincrbyfloat", "hset", "hget", "hmget", "hdel", "pexpire", "time"}
+    assert set(calls) <= scripted, calls  # nothing else went to Redis

@@ -8,7 +8,7 @@ is a get/set pair that a caller would have to combine.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ __all__ = [
     "TaskDelta",
     "TaskRules",
     "TaskSnapshot",
+    "apply_task_delta",
 ]
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -163,6 +164,54 @@ class TaskSnapshot:
     input_tokens: int = 0
     output_tokens: int = 0
     recent: Mapping[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
+
+
+def apply_task_delta(snapshot: TaskSnapshot, delta: TaskDelta, rules: TaskRules) -> TaskSnapshot:
+    """Return ``snapshot`` with one finished turn added: the totals and the lock rules.
+
+    The reference semantics of :meth:`StateStore.task_record`, as a pure function: the
+    in-process store runs it under its lock, and a task written in the background runs it
+    to know its totals before the shared store has answered.
+    """
+    counts = dict(snapshot.rules)
+    if delta.rule is not None:
+        counts[delta.rule] = counts.get(delta.rule, 0) + 1
+    recent = {name: tuple(pairs) for name, pairs in snapshot.recent.items()}
+    for backend, latency, tokens in delta.latencies:
+        kept = (*recent.get(backend, ()), (latency, tokens))
+        recent[backend] = kept[-rules.latency_window :] if rules.latency_window > 0 else ()
+    locked_by = snapshot.locked_by
+    window = snapshot.window_failures + delta.gate_failures
+    streak = snapshot.clean_streak
+    if delta.stalled and rules.lock_on_stall:
+        locked_by, streak = "a stall", 0
+    limit = rules.lock_after_gate_failures
+    if delta.gate_failures and limit is not None and window >= limit:
+        locked_by, streak = f"{window} gate failures", 0
+    if delta.clean:
+        streak += 1
+        if streak >= rules.unlock_after_clean_turns:
+            locked_by, window = None, 0
+    else:
+        streak = 0
+    return replace(
+        snapshot,
+        steps=snapshot.steps + 1,
+        cost=snapshot.cost + delta.cost,
+        latency_s=snapshot.latency_s + delta.latency_s,
+        escalations=snapshot.escalations + delta.escalated,
+        fast_decided=snapshot.fast_decided + delta.fast_decided,
+        fast_served=snapshot.fast_served + delta.fast_served,
+        gate_failures=snapshot.gate_failures + delta.gate_failures,
+        stalls=snapshot.stalls + delta.stalled,
+        locked_by=locked_by,
+        clean_streak=streak,
+        window_failures=window,
+        rules=counts,
+        input_tokens=snapshot.input_tokens + delta.input_tokens,
+        output_tokens=snapshot.output_tokens + delta.output_tokens,
+        recent=recent,
+    )
 
 
 @runtime_checkable

@@ -23,12 +23,10 @@ __all__ = [
     "BREAKER_SNAPSHOT",
     "LIMIT_ADMIT",
     "LIMIT_SPEND",
-    "TASK_READ",
     "TASK_RECORD",
     "register",
 ]
 
-TASK_READ = "return redis.call('HGETALL', KEYS[1])"
 
 _CLOCK = """
 local function clock(arg)
@@ -268,7 +266,6 @@ def register(client: Any) -> dict[str, Any]:
         "record": client.register_script(BREAKER_RECORD),
         "snapshot": client.register_script(BREAKER_SNAPSHOT),
         "task": client.register_script(TASK_RECORD),
-        "task_read": client.register_script(TASK_READ),
         "limit_admit": client.register_script(LIMIT_ADMIT),
         "limit_spend": client.register_script(LIMIT_SPEND),
     }

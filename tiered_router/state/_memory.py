@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field, replace
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tiered_router.state._base import (
@@ -16,6 +16,7 @@ from tiered_router.state._base import (
     TaskDelta,
     TaskRules,
     TaskSnapshot,
+    apply_task_delta,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ class _Breaker:
 @dataclass(slots=True)
 class _Task:
     snapshot: TaskSnapshot = field(default_factory=TaskSnapshot)
-    recent: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
 
 
 class MemoryStateStore:
@@ -167,45 +167,7 @@ class MemoryStateStore:
             self._tasks[task_id] = t  # most recently updated last
             while len(self._tasks) > self._max_tasks:
                 self._tasks.popitem(last=False)
-            s = t.snapshot
-            counts = dict(s.rules)
-            if delta.rule is not None:
-                counts[delta.rule] = counts.get(delta.rule, 0) + 1
-            for backend, latency, tokens in delta.latencies:
-                recent = t.recent.setdefault(backend, deque(maxlen=rules.latency_window))
-                recent.append((latency, tokens))
-            locked_by = s.locked_by
-            window = s.window_failures + delta.gate_failures
-            streak = s.clean_streak
-            if delta.stalled and rules.lock_on_stall:
-                locked_by, streak = "a stall", 0
-            limit = rules.lock_after_gate_failures
-            if delta.gate_failures and limit is not None and window >= limit:
-                locked_by, streak = f"{window} gate failures", 0
-            if delta.clean:
-                streak += 1
-                if streak >= rules.unlock_after_clean_turns:
-                    locked_by, window = None, 0
-            else:
-                streak = 0
-            t.snapshot = replace(
-                s,
-                steps=s.steps + 1,
-                cost=s.cost + delta.cost,
-                latency_s=s.latency_s + delta.latency_s,
-                escalations=s.escalations + delta.escalated,
-                fast_decided=s.fast_decided + delta.fast_decided,
-                fast_served=s.fast_served + delta.fast_served,
-                gate_failures=s.gate_failures + delta.gate_failures,
-                stalls=s.stalls + delta.stalled,
-                locked_by=locked_by,
-                clean_streak=streak,
-                window_failures=window,
-                rules=counts,
-                input_tokens=s.input_tokens + delta.input_tokens,
-                output_tokens=s.output_tokens + delta.output_tokens,
-                recent={k: tuple(v) for k, v in t.recent.items()},
-            )
+            t.snapshot = apply_task_delta(t.snapshot, delta, rules)
             return t.snapshot
 
     def task_snapshot(self, task_id: str) -> TaskSnapshot:

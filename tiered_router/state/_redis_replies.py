@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -50,8 +50,12 @@ def breaker_snapshot_of(reply: Sequence[Any]) -> BreakerSnapshot:
     )
 
 
-def task_snapshot_of(flat: Sequence[Any]) -> TaskSnapshot:
-    fields = {text_of(flat[i]): text_of(flat[i + 1]) for i in range(0, len(flat), 2)}
+def task_snapshot_of(reply: Sequence[Any] | Mapping[Any, Any]) -> TaskSnapshot:
+    """A task hash as a snapshot: ``HGETALL``'s mapping, or a script's flat list."""
+    if isinstance(reply, Mapping):
+        fields = {text_of(k): text_of(v) for k, v in reply.items()}
+    else:
+        fields = {text_of(reply[i]): text_of(reply[i + 1]) for i in range(0, len(reply), 2)}
     rules: dict[str, int] = {}
     recent: dict[str, tuple[tuple[float, int], ...]] = {}
     for name, value in fields.items():
