@@ -26,6 +26,7 @@ from openai.lib._parsing._completions import (
     parse_chat_completion,
     type_to_response_format_param,
 )
+from openai.pagination import AsyncPage, SyncPage
 from openai.types import Model
 from openai.types.chat import ChatCompletion
 
@@ -240,19 +241,19 @@ def _models(ids: list[str]) -> list[Model]:
     return [Model(id=i, object="model", created=0, owned_by="tiered-router") for i in ids]
 
 
-def model_page(ids: list[str]) -> openai.pagination.SyncPage[Model]:
+def model_page(ids: list[str]) -> SyncPage[Model]:
     """Return ``models.list()``'s page for the names the router serves."""
-    return openai.pagination.SyncPage[Model](data=_models(ids), object="list")
+    return SyncPage[Model](data=_models(ids), object="list")
 
 
 class AsyncModelList:
     """``await client.models.list()`` or ``async for model in client.models.list()``."""
 
     def __init__(self, ids: list[str]) -> None:
-        self._page = openai.pagination.AsyncPage[Model](data=_models(ids), object="list")
+        self._page = AsyncPage[Model](data=_models(ids), object="list")
 
-    def __await__(self) -> Generator[Any, None, openai.pagination.AsyncPage[Model]]:
-        async def page() -> openai.pagination.AsyncPage[Model]:
+    def __await__(self) -> Generator[Any, None, AsyncPage[Model]]:
+        async def page() -> AsyncPage[Model]:
             return self._page
 
         return page().__await__()
