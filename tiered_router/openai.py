@@ -35,23 +35,25 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from tiered_router._dropin_resources import (
+    AsyncCompletions,
+    Beta,
+    Chat,
+    Completions,
+    Models,
+    translated,
+)
 from tiered_router._openai_streams import AsyncTieredStream, TieredStream
 from tiered_router._openai_wire import (
     RequestOptions,
     UnknownModel,
-    completion_body,
-    model_ids,
     parse_request,
-    resolve_model,
-    result_route,
 )
 from tiered_router.exceptions import TieredRouterError
 from tiered_router.router import RoutedResult, Router
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-
-    from tiered_router._types import PolicySource, Tier
+    from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
     from tiered_router.policy import Policy
     from tiered_router.trace import TraceSink
@@ -77,18 +79,6 @@ def _router(
             raise ValueError("pass sinks and backends to the Router, not with a ready Router")
         return policy
     return Router(policy, sinks=sinks, backends=backends)
-
-
-def _chat_completion(result: RoutedResult, turn: Turn) -> ChatCompletion:
-    from openai.types.chat import ChatCompletion
-
-    body = completion_body(
-        result.completion,
-        completion_id=f"chatcmpl-tr-{turn.id}",
-        model=result.trace.backend or "",
-        route=result_route(result, with_trace=True),
-    )
-    return ChatCompletion.model_validate(body)
 
 
 class _Base:
@@ -119,7 +109,7 @@ class _Base:
             try:
                 client = passthrough_client(self.router, asynchronous=self._asynchronous)
             except TieredRouterError as exc:
-                raise _translated(exc) from exc
+                raise translated(exc) from exc
             self._pt = client.with_options(**self._options) if self._options else client
             self._opened.append(self._pt)
         return self._pt
@@ -147,200 +137,6 @@ class _Base:
 
     def _rebind(self) -> None:
         """Point the resource objects of a copy at the copy."""
-
-
-def _translated(exc: BaseException) -> BaseException:
-    from tiered_router._dropin import translate_error
-
-    return translate_error(exc)
-
-
-class _CompletionsBase:
-    """What the sync and async ``chat.completions`` share: pass-through and arguments."""
-
-    def __init__(self, owner: _Base, inner: Any = None) -> None:
-        self._owner = owner
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if self._inner is not None:
-            return getattr(self._inner, name)
-        return getattr(self._owner._passthrough().chat.completions, name)
-
-    def _args(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        timeout = self._owner._options.get("timeout")
-        if timeout is not None and "timeout" not in kwargs:
-            return {**kwargs, "timeout": timeout}
-        return kwargs
-
-    def _resolve(self, kwargs: Mapping[str, Any]) -> tuple[Turn, RequestOptions, Tier | None]:
-        """Parse and resolve the model; raises UnknownModel for the wrapped client to take."""
-        turn, options = self._owner._prepare(kwargs)
-        return turn, options, resolve_model(self._owner.router.policy, options.model)
-
-
-class _Completions(_CompletionsBase):
-    """``client.chat.completions`` of the sync client."""
-
-    @property
-    def with_raw_response(self) -> Any:
-        """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        from tiered_router._dropin import RawCompletions
-
-        return RawCompletions(self)
-
-    def create(self, **kwargs: Any) -> ChatCompletion | TieredStream:
-        """Route one chat completion; same arguments as ``openai``'s ``create``.
-
-        Raises:
-            openai.NotFoundError: An unknown model (without a wrapped client).
-            openai.BadRequestError: Malformed arguments.
-            openai.APIError: No tier produced a completion (``AllTiersFailed``, as the
-                subclass matching the last failure: ``RateLimitError``,
-                ``APITimeoutError``...), or the last draft failed the gate and the policy
-                says ``raise`` (``GateFailed``). Each is also our own class, with the trace.
-
-        """
-        kwargs = self._args(kwargs)
-        try:
-            turn, options, tier = self._resolve(kwargs)
-        except UnknownModel as exc:
-            if self._inner is None:
-                raise _translated(exc) from exc
-            return self._inner.create(**kwargs)  # type: ignore[no-any-return]
-        except (TieredRouterError, ValueError) as exc:
-            raise _translated(exc) from exc
-        owner = self._owner
-        router = owner.router
-        try:
-            if options.stream:
-                stream = router.stream(turn, tier=tier, deadline_s=options.deadline_s)
-                stream.start()
-                return TieredStream(stream, turn, options, owner)
-            result = router.complete(turn, tier=tier, deadline_s=options.deadline_s)
-        except TieredRouterError as exc:
-            raise _translated(exc) from exc
-        owner.last_result = result
-        return _chat_completion(result, turn)
-
-    def parse(self, **kwargs: Any) -> Any:
-        """Route one chat completion and parse it; same arguments as ``openai``'s ``parse``.
-
-        ``response_format`` may be a pydantic class (sent as its strict JSON schema, against
-        which the gate checks fast drafts); ``message.parsed`` holds the parsed object, and
-        tools made with ``openai.pydantic_function_tool`` get ``parsed_arguments``.
-        """
-        from tiered_router._dropin import parse_arguments, parsed_completion
-
-        create_kwargs, response_format, tools = parse_arguments(kwargs)
-        if self._inner is not None:
-            try:
-                self._resolve(self._args(create_kwargs))
-            except UnknownModel:
-                return self._inner.parse(**kwargs)
-            except (TieredRouterError, ValueError):
-                pass  # create() raises it translated
-        completion = self.create(**create_kwargs)
-        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
-
-
-class _AsyncCompletions(_CompletionsBase):
-    """``client.chat.completions`` of the async client."""
-
-    @property
-    def with_raw_response(self) -> Any:
-        """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        from tiered_router._dropin import AsyncRawCompletions
-
-        return AsyncRawCompletions(self)
-
-    async def create(self, **kwargs: Any) -> ChatCompletion | AsyncTieredStream:
-        """Route one chat completion; same arguments and errors as the sync ``create``."""
-        kwargs = self._args(kwargs)
-        try:
-            turn, options, tier = self._resolve(kwargs)
-        except UnknownModel as exc:
-            if self._inner is None:
-                raise _translated(exc) from exc
-            return await self._inner.create(**kwargs)  # type: ignore[no-any-return]
-        except (TieredRouterError, ValueError) as exc:
-            raise _translated(exc) from exc
-        owner = self._owner
-        router = owner.router
-        try:
-            if options.stream:
-                stream = router.astream(turn, tier=tier, deadline_s=options.deadline_s)
-                await stream.start()
-                return AsyncTieredStream(stream, turn, options, owner)
-            result = await router.acomplete(turn, tier=tier, deadline_s=options.deadline_s)
-        except TieredRouterError as exc:
-            raise _translated(exc) from exc
-        owner.last_result = result
-        return _chat_completion(result, turn)
-
-    async def parse(self, **kwargs: Any) -> Any:
-        """Route and parse one chat completion; see the sync ``parse``."""
-        from tiered_router._dropin import parse_arguments, parsed_completion
-
-        create_kwargs, response_format, tools = parse_arguments(kwargs)
-        if self._inner is not None:
-            try:
-                self._resolve(self._args(create_kwargs))
-            except UnknownModel:
-                return await self._inner.parse(**kwargs)
-            except (TieredRouterError, ValueError):
-                pass
-        completion = await self.create(**create_kwargs)
-        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
-
-
-class _Chat:
-    def __init__(self, owner: _Base, completions: Any, inner: Any = None) -> None:
-        self._owner = owner
-        self.completions = completions
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if self._inner is not None:
-            return getattr(self._inner, name)
-        return getattr(self._owner._passthrough().chat, name)
-
-
-class _Beta:
-    """``client.beta``: ``beta.chat.completions.parse`` routes, the rest passes through."""
-
-    def __init__(self, owner: _Base) -> None:
-        self._owner = owner
-        self.chat = owner.chat
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._owner._passthrough().beta, name)
-
-
-class _Models:
-    """``client.models``: ``list()`` names what the router serves; the rest passes through."""
-
-    def __init__(self, owner: _Base, *, asynchronous: bool) -> None:
-        self._owner = owner
-        self._async = asynchronous
-
-    def list(self, **kwargs: Any) -> Any:
-        """Return ``auto``, the tiers, their backends and their models, as openai's page."""
-        from tiered_router._dropin import AsyncModelList, model_page
-
-        ids = model_ids(self._owner.router.policy)
-        return AsyncModelList(ids) if self._async else model_page(ids)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._owner._passthrough().models, name)
 
 
 class TieredOpenAI(_Base):
@@ -377,9 +173,9 @@ class TieredOpenAI(_Base):
         self._rebind()
 
     def _rebind(self) -> None:
-        self.chat = _Chat(self, _Completions(self))
-        self.models = _Models(self, asynchronous=False)
-        self.beta = _Beta(self)
+        self.chat = Chat(self, Completions(self))
+        self.models = Models(self, asynchronous=False)
+        self.beta = Beta(self)
 
     def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
@@ -423,9 +219,9 @@ class AsyncTieredOpenAI(_Base):
         self._rebind()
 
     def _rebind(self) -> None:
-        self.chat = _Chat(self, _AsyncCompletions(self))
-        self.models = _Models(self, asynchronous=True)
-        self.beta = _Beta(self)
+        self.chat = Chat(self, AsyncCompletions(self))
+        self.models = Models(self, asynchronous=True)
+        self.beta = Beta(self)
 
     async def close(self) -> None:
         """Close the HTTP clients of the backends the router built (and of pass-through)."""
@@ -457,7 +253,7 @@ class _Wrapped(_Base):
 
     def _rebind(self) -> None:
         client = self._client
-        self.chat = _Chat(self, self._completions_cls(self, client.chat.completions), client.chat)
+        self.chat = Chat(self, self._completions_cls(self, client.chat.completions), client.chat)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -509,5 +305,5 @@ def wrap_openai(
     import openai
 
     router = _router(policy, sinks, backends)
-    completions = _AsyncCompletions if isinstance(client, openai.AsyncOpenAI) else _Completions
+    completions = AsyncCompletions if isinstance(client, openai.AsyncOpenAI) else Completions
     return _Wrapped(client, router, completions)
