@@ -20,6 +20,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ValidationError
 
+from tiered_router._policy_base import FieldErrors as _FieldErrors
+from tiered_router._policy_base import Loc as _Loc
+from tiered_router._policy_base import did_you_mean as _did_you_mean
+from tiered_router._policy_base import dotted as _dotted
 from tiered_router._policy_checks import check_policy
 from tiered_router._policy_limits import (
     MAX_DEPTH,
@@ -32,13 +36,7 @@ from tiered_router._policy_limits import (
 )
 from tiered_router._types import PolicySource
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import (
-    Policy,
-    _did_you_mean,
-    _dotted,
-    _FieldErrors,
-    _Loc,
-)
+from tiered_router.policy import Policy
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_POLICY_CHARS", "load_policy"]
 
