@@ -13,12 +13,13 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.testing import _http11 as http
+from tiered_router.testing._answers import drip, embeddings, send, send_events
+from tiered_router.testing._recorded import RecordedRequest
 from tiered_router.testing._render import (
     Rendered,
     broken_events,
@@ -38,42 +39,9 @@ _HOST = "127.0.0.1"
 _COMPLETIONS = frozenset({"/v1/chat/completions", "/chat/completions"})
 _MODELS = frozenset({"/v1/models", "/models"})
 _EMBEDDINGS = frozenset({"/v1/embeddings", "/embeddings"})
-_EMBEDDING_DIM = 8
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
 _DEFAULT = Reply.text("ok")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordedRequest:
-    """A request the server received.
-
-    Attributes:
-        path: The path, without the query string.
-        method: ``GET``, ``POST``, ...
-        headers: Header names lower-cased.
-        body: The JSON body (``{}`` when the body was empty or not a JSON object).
-        raw_body: The body bytes as received.
-
-    """
-
-    path: str
-    method: str
-    headers: Mapping[str, str]
-    body: dict[str, Any] = field(default_factory=dict)
-    raw_body: bytes = b""
-
-    @property
-    def model(self) -> str | None:
-        """The body's ``model``, if it is a string."""
-        model = self.body.get("model")
-        return model if isinstance(model, str) else None
-
-    @property
-    def messages(self) -> list[dict[str, Any]]:
-        """The body's ``messages`` (``[]`` when absent)."""
-        messages = self.body.get("messages")
-        return messages if isinstance(messages, list) else []
 
 
 class _Fail(Exception):
@@ -409,17 +377,17 @@ class ScriptedServer:
                 return await self._send_json(writer, 200, self._model_list(), request.keep_alive)
             if request.path in _EMBEDDINGS:
                 self._require_method(request, "POST")
-                return await self._send_json(writer, 200, _embeddings(body), request.keep_alive)
+                return await self._send_json(writer, 200, embeddings(body), request.keep_alive)
             raise _Fail(404, f"unknown path {request.path}", "invalid_request_error", None)
         except _Fail as fail:
             data = error_body(fail.message, fail.error_type, fail.code)
-            return await self._send(writer, fail.status, (), data, request.keep_alive)
+            return await send(writer, fail.status, (), data, request.keep_alive)
         except ConnectionError:
             raise
         except Exception as exc:  # a bug here must reach the test as a 500, not a hang
             self._record_error(exc)
             data = error_body(f"scripted server failed: {exc!r}", "server_error", None)
-            return await self._send(writer, 500, (), data, request.keep_alive)
+            return await send(writer, 500, (), data, request.keep_alive)
 
     @staticmethod
     def _require_method(request: http.Request, method: str) -> None:
@@ -476,9 +444,9 @@ class ScriptedServer:
         extra = (*reply.headers, ("x-request-id", f"req_scripted_{seq}"))
         if reply.kind == "status":
             data = error_body(reply.message, reply.error_type, reply.error_code)
-            return await self._send(writer, reply.status_code, extra, data, keep_alive)
+            return await send(writer, reply.status_code, extra, data, keep_alive)
         if reply.kind == "raw":
-            return await self._send(writer, reply.status_code, extra, reply.body, keep_alive)
+            return await send(writer, reply.status_code, extra, reply.body, keep_alive)
         if reply.kind == "drop":
             return False
         requested = body.get("model")
@@ -492,17 +460,17 @@ class ScriptedServer:
         if reply.kind == "broken":
             if not stream:
                 data = json.dumps(completion_body(reply, ctx)).encode()
-                return await self._send(writer, 200, extra, data[: len(data) // 2], keep_alive)
+                return await send(writer, 200, extra, data[: len(data) // 2], keep_alive)
             events, drop = broken_events(reply, ctx)
-            await self._send_events(writer, extra, events, keep_alive, finish=not drop)
+            await send_events(writer, extra, events, keep_alive, finish=not drop)
             return not drop and keep_alive
         if not stream:
             data = json.dumps(completion_body(reply, ctx)).encode()
             if reply.chunk_delay_s > 0:
-                return await self._drip(writer, extra, data, keep_alive, reply)
-            return await self._send(writer, 200, extra, data, keep_alive)
+                return await drip(writer, extra, data, keep_alive, reply)
+            return await send(writer, 200, extra, data, keep_alive)
         events = stream_events(reply, ctx)
-        await self._send_events(
+        await send_events(
             writer, extra, events, keep_alive, finish=True, delay_s=reply.chunk_delay_s
         )
         return keep_alive
@@ -510,88 +478,4 @@ class ScriptedServer:
     async def _send_json(
         self, writer: asyncio.StreamWriter, status: int, obj: Any, keep_alive: bool
     ) -> bool:
-        return await self._send(writer, status, (), json.dumps(obj).encode(), keep_alive)
-
-    @staticmethod
-    async def _send(
-        writer: asyncio.StreamWriter,
-        status: int,
-        headers: Iterable[tuple[str, str]],
-        data: bytes,
-        keep_alive: bool,
-    ) -> bool:
-        head = http.response_head(status, headers, keep_alive=keep_alive, content_length=len(data))
-        writer.write(head + data)
-        await writer.drain()
-        return keep_alive
-
-    @staticmethod
-    async def _drip(
-        writer: asyncio.StreamWriter,
-        headers: Iterable[tuple[str, str]],
-        data: bytes,
-        keep_alive: bool,
-        reply: Reply,
-    ) -> bool:
-        """Send a JSON body in ``reply.chunks`` pieces, ``reply.chunk_delay_s`` apart."""
-        head = http.response_head(200, headers, keep_alive=keep_alive, content_length=len(data))
-        writer.write(head)
-        pieces = max(1, reply.chunks)
-        size = -(-len(data) // pieces)
-        for index in range(pieces):
-            if index:
-                await asyncio.sleep(reply.chunk_delay_s)
-            writer.write(data[index * size : (index + 1) * size])
-            await writer.drain()
-        return keep_alive
-
-    @staticmethod
-    async def _send_events(
-        writer: asyncio.StreamWriter,
-        headers: Iterable[tuple[str, str]],
-        events: list[bytes],
-        keep_alive: bool,
-        *,
-        finish: bool,
-        delay_s: float = 0.0,
-    ) -> None:
-        sse_headers = (
-            ("content-type", "text/event-stream; charset=utf-8"),
-            ("cache-control", "no-cache"),
-            *headers,
-        )
-        head = http.response_head(200, sse_headers, keep_alive=keep_alive, content_length=None)
-        if delay_s <= 0:
-            tail = http.last_chunk() if finish else b""
-            writer.write(head + b"".join(http.chunk(e) for e in events) + tail)
-            await writer.drain()
-            return
-        writer.write(head)
-        for index, event in enumerate(events):
-            if index:
-                await asyncio.sleep(delay_s)
-            writer.write(http.chunk(event))
-            await writer.drain()
-        if finish:
-            writer.write(http.last_chunk())
-            await writer.drain()
-
-
-def _embeddings(body: Mapping[str, Any]) -> dict[str, Any]:
-    """OpenAI's embeddings answer: one deterministic unit-ish vector per input text."""
-    import hashlib
-
-    inputs = body.get("input")
-    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-    data = []
-    for index, text in enumerate(texts):
-        digest = hashlib.sha256(str(text).encode()).digest()
-        vector = [round(b / 255 - 0.5, 6) for b in digest[:_EMBEDDING_DIM]]
-        data.append({"object": "embedding", "index": index, "embedding": vector})
-    tokens = sum(max(1, len(str(t)) // 4) for t in texts)
-    return {
-        "object": "list",
-        "data": data,
-        "model": body.get("model") or "scripted",
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }
+        return await send(writer, status, (), json.dumps(obj).encode(), keep_alive)
