@@ -16,9 +16,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from tiered_router.cli._eval_report import (
+    print_calibration,
+    print_table,
+)
 
+if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.results import EvalResult
     from tiered_router.policy import Policy
@@ -221,152 +224,6 @@ def _run(
         raise _fail(str(exc)) from exc
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1%}"
-
-
-def _num(v: float | None, digits: int = 3) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}"
-
-
-def _print_table(console: Console, result: EvalResult, policy_label: str) -> None:
-    from rich.table import Table
-
-    s = result.summary
-    table = Table(
-        title=f"{policy_label} on {result.dataset} ({s.n} turns)",
-        caption=f"fast = {result.fast_model}, frontier = {result.frontier_model}",
-        show_header=True,
-    )
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("all-frontier", justify="right")
-    rows = [
-        ("threshold", f"{s.threshold:g}", ""),
-        ("quality (mean label)", _num(s.quality, 4), _num(s.quality_frontier, 4)),
-        ("quality retained", _pct(s.quality_retained), "100.0%"),
-        ("cost (US$)", f"{s.cost:.4f}", f"{s.cost_frontier:.4f}"),
-        ("cost saved", _pct(s.cost_saved), ""),
-        ("latency mean (s, simulated)", _num(s.latency_mean_s), _num(s.latency_frontier_mean_s)),
-        ("latency p95 (s, simulated)", _num(s.latency_p95_s), _num(s.latency_frontier_p95_s)),
-        ("fast share (answered fast)", _pct(s.fast_share), "0.0%"),
-        ("frontier calls", _pct(s.frontier_call_share), "100.0%"),
-        ("escalation rate (of fast)", f"{_pct(s.escalation_rate)} ({s.escalations})", ""),
-    ]
-    if s.tasks:
-        rows.append(
-            (
-                f"task latency mean (s, {s.tasks} tasks)",
-                _num(s.task_latency_mean_s),
-                _num(s.task_latency_frontier_mean_s),
-            )
-        )
-        rows.append(("task latency p95 (s)", _num(s.task_latency_p95_s), ""))
-    g = s.gate
-    rows += [
-        ("gate: P(wrong | pass)", _pct(g.p_wrong_given_pass), f"{g.drafts} drafts"),
-        ("gate: P(fail | wrong) catch", _pct(g.p_fail_given_wrong), ""),
-        ("gate: P(fail | right) false alarm", _pct(g.p_fail_given_right), ""),
-        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)}"),
-        ("CPT(50%)", _pct(s.cpt50), ""),
-        ("CPT(80%)", _pct(s.cpt80), ""),
-    ]
-    if s.failures:
-        rows.append(("turns without an answer", str(s.failures), ""))
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
-    if s.escalation_reasons:
-        reasons = ", ".join(f"{k} {v}" for k, v in s.escalation_reasons.items())
-        checks = ", ".join(f"{k} {v}" for k, v in s.failed_checks.items()) or "none"
-        console.print(f"escalations: {reasons}; failed checks: {checks}")
-    if s.rules:
-        console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
-    _print_sweep(console, result)
-    _print_baselines(console, result)
-    for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]", highlight=False)
-
-
-def _sweep_rows(result: EvalResult, count: int = 8) -> list[tuple[bool, Any]]:
-    """About ``count`` sweep points spread over the frontier share, plus the policy's own."""
-    points = list(result.points)
-    if not points:
-        return []
-    threshold = result.summary.threshold
-    share = result.summary.frontier_call_share
-    own = min(points, key=lambda p: (abs(p.strong_share - share), abs(p.threshold - threshold)))
-    picked = {id(own): own}
-    for k in range(count):
-        near = min(points, key=lambda p: abs(p.strong_share - k / (count - 1)))
-        picked.setdefault(id(near), near)
-    ordered = sorted(picked.values(), key=lambda p: (p.strong_share, -p.threshold))
-    return [(p is own, p) for p in ordered]
-
-
-def _print_sweep(console: Console, result: EvalResult) -> None:
-    from rich.table import Table
-
-    s = result.summary
-    table = Table(title="threshold sweep (the policy's row marked)", show_header=True)
-    for name in ("", "threshold", "frontier calls", "quality retained", "cost saved", "PGR"):
-        table.add_column(name, justify="right")
-    gap = s.q_strong - s.q_weak
-    for own, p in _sweep_rows(result):
-        retained = p.quality / s.quality_frontier if s.quality_frontier else None
-        saved = 1 - p.cost / s.cost_frontier if s.cost_frontier else None
-        if saved is not None and abs(saved) < 5e-4:
-            saved = 0.0  # no "-0.0%" from rounding
-        pgr = (p.quality - s.q_weak) / gap if gap > 0 else None
-        table.add_row(
-            "policy ->" if own else "",
-            f"{p.threshold:g}",
-            _pct(p.strong_share),
-            _pct(retained),
-            _pct(saved),
-            _num(pgr),
-        )
-    console.print(table)
-
-
-def _print_baselines(console: Console, result: EvalResult) -> None:
-    s = result.summary
-    if not result.baselines:
-        return
-    parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
-    for b in result.baselines:
-        parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
-    console.print(
-        f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
-        highlight=False,
-    )
-    best = max(result.baselines, key=lambda b: b.quality)
-    margin = s.quality - best.quality
-    if s.routed_fast_share in (0.0, 1.0):
-        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
-        console.print(
-            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
-            "there is nothing to compare. Calibrate it on data like your traffic: "
-            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
-            highlight=False,
-        )
-    elif margin < -1e-9:
-        console.print(
-            f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
-            "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
-            "your traffic, or another scorer (scoring.type: transfer | learned | heuristic; "
-            "docs/scoring.md).",
-            highlight=False,
-        )
-    else:
-        than = "more quality than" if margin > 1e-9 else "as much quality as"
-        console.print(
-            f"verdict: the policy keeps {than} random and prompt length at the same "
-            f"frontier share (+{margin:.4f} over the better, {best.name}).",
-            highlight=False,
-        )
-
-
 def eval_command(
     policy: Annotated[
         Path | None,
@@ -426,7 +283,7 @@ def eval_command(
     from rich.console import Console
 
     console = Console()
-    _print_table(console, result, str(policy) if policy else "default policy")
+    print_table(console, result, str(policy) if policy else "default policy")
     if report is not None:
         console.print(f"report written to {report}")
 
@@ -537,34 +394,7 @@ def calibrate_command(
             )
         )
         return
-    _print_calibration(result, target.describe(), expected, policy if write else None)
-
-
-def _print_calibration(
-    result: EvalResult, target: str, expected: dict[str, Any], written: Path | None
-) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = result.summary
-    table = Table(title=f"calibrated for {target} on {result.dataset} ({s.n} turns)")
-    table.add_column("metric")
-    table.add_column("calibrated", justify="right")
-    table.add_column("current", justify="right")
-    table.add_row("threshold", f"{expected['threshold']:g}", f"{s.threshold:g}")
-    table.add_row("quality", _num(expected["quality"], 4), _num(s.quality, 4))
-    table.add_row("quality retained", _pct(expected["quality_retained"]), _pct(s.quality_retained))
-    table.add_row("cost (US$)", f"{expected['cost']:.4f}", f"{s.cost:.4f}")
-    table.add_row("cost saved", _pct(expected["cost_saved"]), _pct(s.cost_saved))
-    table.add_row("fast share", _pct(expected["fast_share"]), _pct(s.fast_share))
-    table.add_row(
-        "frontier calls", _pct(expected["frontier_call_share"]), _pct(s.frontier_call_share)
-    )
-    table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
-    console = Console()
-    console.print(table)
-    if written is not None:
-        console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
+    print_calibration(result, target.describe(), expected, policy if write else None)
 
 
 def register(app: typer.Typer) -> None:
