@@ -27,16 +27,17 @@ relative to the working directory or to the package's repository.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from tiered_router.evaluation import _bfcl
+from tiered_router.evaluation._alpacaeval import ALPACAEVAL_PAIR, load_alpacaeval
+from tiered_router.evaluation._bfcl_source import BFCL_PAIR, load_bfcl
+from tiered_router.evaluation._source_files import read_jsonl, user_turn
 from tiered_router.evaluation.dataset import (
     Dataset,
     DatasetError,
@@ -75,10 +76,6 @@ _ROUTELLM_PRICES = {
     GPT4: Price(input_per_mtok=10.0, output_per_mtok=30.0),
     MIXTRAL: Price(input_per_mtok=0.7, output_per_mtok=0.7),
 }
-_ALPACA_PRICES = {
-    "gpt4_1106_preview": Price(input_per_mtok=10.0, output_per_mtok=30.0),
-    "claude-instant-1.2": Price(input_per_mtok=0.8, output_per_mtok=2.4),
-}
 
 _ROUTELLM_SOURCE = "lm-sys/RouteLLM@0b64fdafe049e596a3f5657c219329f24af24198 routellm/evals"
 _ROUTELLM_LICENSE = "Apache-2.0 (RouteLLM); MMLU MIT, GSM8K MIT; outputs: provider terms"
@@ -91,8 +88,8 @@ _PAIRS: dict[str, tuple[str, str]] = {
     "mbpp": ("gpt-3.5-turbo-1106", GPT4),
     "winogrande": ("gpt-3.5-turbo-1106", GPT4),
     "routerbench": ("gpt-3.5-turbo-1106", GPT4),
-    "bfcl": ("gpt-4o-mini-2024-07-18-FC", "gpt-4o-2024-08-06-FC"),
-    "alpacaeval": ("gpt-3.5-turbo-1106", "gpt4_1106_preview"),
+    "bfcl": BFCL_PAIR,
+    "alpacaeval": ALPACAEVAL_PAIR,
 }
 
 SOURCE_NAMES: tuple[str, ...] = ("sample", *_PAIRS)
@@ -116,22 +113,6 @@ def find_data_dir() -> Path | None:
     return None
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    if not path.is_file():
-        raise DatasetError(f"{path}: not found")
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-
-
-def _user(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
-
-
 def load_routellm(
     data_dir: str | os.PathLike[str], benchmark: str, *, include_contaminated: bool = False
 ) -> Dataset:
@@ -152,7 +133,7 @@ def load_routellm(
     if benchmark not in ("mmlu", "gsm8k"):
         raise DatasetError(f"unknown RouteLLM benchmark {benchmark!r}: mmlu, gsm8k, mt_bench")
     rows = []
-    for rec in _jsonl(folder / f"{benchmark}.jsonl"):
+    for rec in read_jsonl(folder / f"{benchmark}.jsonl"):
         if rec.get("contaminated") and not include_contaminated:
             continue
         prompt = str(rec["prompt"])
@@ -170,7 +151,7 @@ def load_routellm(
         meta = {"source": f"routellm/{benchmark}"}
         if "subject" in rec:
             meta["subject"] = rec["subject"]
-        rows.append(EvalRow.build(str(rec["id"]), _user(prompt), outcomes, metadata=meta))
+        rows.append(EvalRow.build(str(rec["id"]), user_turn(prompt), outcomes, metadata=meta))
     notes = ["token counts estimated from text length (~4 characters per token)"]
     if benchmark == "mmlu":
         notes.append("MMLU keeps no responses: the gate passes every draft without checks")
@@ -187,9 +168,9 @@ def load_routellm(
 
 
 def _load_mt_bench(folder: Path, *, include_contaminated: bool) -> Dataset:
-    questions = {q["question_id"]: q for q in _jsonl(folder / "mt_bench_questions.jsonl")}
+    questions = {q["question_id"]: q for q in read_jsonl(folder / "mt_bench_questions.jsonl")}
     scores: dict[tuple[Any, int], dict[str, float]] = defaultdict(dict)
-    for j in _jsonl(folder / "mt_bench_judgements.jsonl"):
+    for j in read_jsonl(folder / "mt_bench_judgements.jsonl"):
         scores[(j["question_id"], int(j["turn"]))][str(j["model"])] = float(j["score"])
     rows = []
     for (qid, turn_no), per_model in sorted(
@@ -249,7 +230,7 @@ def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench"
         raise DatasetError(f"unknown RouterBench task {task!r}: {', '.join(_ROUTERBENCH_TASKS)}")
     rows = []
     for t in tasks:
-        for rec in _jsonl(Path(data_dir) / "routerbench_subset" / f"{t}.jsonl"):
+        for rec in read_jsonl(Path(data_dir) / "routerbench_subset" / f"{t}.jsonl"):
             prompt = str(rec["prompt"])
             responses = rec.get("response") or {}
             costs = rec.get("cost_usd") or {}
@@ -268,7 +249,7 @@ def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench"
                 )
             meta = {"source": f"routerbench/{t}", "split": rec.get("split_routerdc")}
             rows.append(
-                EvalRow.build(str(rec["sample_id"]), _user(prompt), outcomes, metadata=meta)
+                EvalRow.build(str(rec["sample_id"]), user_turn(prompt), outcomes, metadata=meta)
             )
     fast, frontier = _PAIRS["routerbench"]
     return Dataset(
@@ -279,172 +260,6 @@ def load_routerbench(data_dir: str | os.PathLike[str], task: str = "routerbench"
         source="shuhao02/RouterDC@0e63989c datasets/routerbench_zs (RouterBench 0-shot)",
         license="no license file upstream: internal evaluation only",
         notes=("cost: RouterBench's recorded per-request dollars; tokens estimated from text",),
-    )
-
-
-def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = None) -> Dataset:
-    """Load BFCL v1 questions with every model's recorded tool calls (``bfcl_v1_results/``).
-
-    Function specs become OpenAI tools with JSON Schema parameters (see
-    :mod:`tiered_router.evaluation._bfcl`), recorded calls become tool calls the gate checks;
-    tokens and latency are recorded; cost is tokens times the list price.
-
-    Raises:
-        DatasetError: When the files are missing.
-
-    """
-    folder = Path(data_dir) / "bfcl_v1_results"
-    questions = list(_jsonl(folder / "questions.jsonl"))
-    prices_file = folder / "prices_usd_per_million_tokens.json"
-    table = json.loads(prices_file.read_text()) if prices_file.is_file() else {}
-    ins = table.get("INPUT_PRICE_PER_MILLION_TOKEN", {})
-    outs = table.get("OUTPUT_PRICE_PER_MILLION_TOKEN", {})
-    names = models or sorted(p.stem for p in (folder / "results").glob("*.jsonl"))
-    prices = {
-        m: Price(input_per_mtok=float(ins[m]), output_per_mtok=float(outs[m]))
-        for m in names
-        if m in ins and m in outs
-    }
-    results: dict[str, dict[str, Outcome]] = defaultdict(dict)
-    for model in names:
-        for rec in _jsonl(folder / "results" / f"{model}.jsonl"):
-            results[str(rec["id"])][model] = _bfcl_outcome(rec, prices.get(model))
-    asked = {str(q["id"]) for q in questions}
-    orphans = sorted(qid for qid in results if qid not in asked)
-    notes = ["every model is given the tools in function-calling form, whatever its mode"]
-    if orphans:
-        count = sum(len(results[qid]) for qid in orphans)
-        note = (
-            f"{count} recorded answers ({len(orphans)} ids, e.g. {orphans[0]}) were left out: "
-            f"their question is not in {folder / 'questions.jsonl'}"
-        )
-        logger.warning("bfcl: %s", note)
-        notes.append(note)
-    rows = []
-    for q in questions:
-        qid = str(q["id"])
-        if qid not in results:
-            continue
-        category = str(q.get("category", ""))
-        tools = _bfcl.openai_tools(q["function"], category=category)
-        meta = {"source": "bfcl_v1", "category": category}
-        rows.append(
-            EvalRow.build(
-                qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta
-            )
-        )
-    fast, frontier = _PAIRS["bfcl"]
-    return Dataset(
-        name="bfcl",
-        rows=tuple(rows),
-        fast_model=fast,
-        frontier_model=frontier,
-        prices=prices,
-        source=(
-            "ShishirPatil/gorilla@de8307b4 (questions); HuanzhiMao/BFCL-Result@b4adfc9b (outputs)"
-        ),
-        license="questions Apache-2.0; outputs: no license file, internal evaluation only",
-        notes=tuple(notes),
-    )
-
-
-def _bfcl_messages(question: Any) -> list[dict[str, Any]]:
-    if isinstance(question, str):
-        return _user(question)
-    if isinstance(question, list) and question and isinstance(question[0], list):
-        question = question[0]
-    if isinstance(question, list) and all(isinstance(m, Mapping) for m in question):
-        return [dict(m) for m in question]
-    return _user(json.dumps(question))
-
-
-def _bfcl_outcome(rec: Mapping[str, Any], price: Price | None) -> Outcome:
-    text, calls = _bfcl.parse_result(rec.get("result"))
-    tin, tout = rec.get("input_token_count"), rec.get("output_token_count")
-    usage = None
-    cost = None
-    if isinstance(tin, (int, float)) and isinstance(tout, (int, float)):
-        usage = Usage(input_tokens=int(tin), output_tokens=int(tout))
-        if price is not None:
-            cost = (tin * price.input_per_mtok + tout * price.output_per_mtok) / 1_000_000
-    latency = rec.get("latency_s")
-    return Outcome(
-        quality=1.0 if rec.get("correct") else 0.0,
-        text=text,
-        tool_calls=calls,
-        finish_reason="tool_calls" if calls else "stop",
-        usage=usage,
-        latency_s=float(latency) if isinstance(latency, (int, float)) else None,
-        cost=cost,
-    )
-
-
-def load_alpacaeval(data_dir: str | os.PathLike[str]) -> Dataset:
-    """Load AlpacaEval 2 per-prompt preferences against ``gpt4_1106_preview``.
-
-    The quality of a cheaper model on a prompt is the judge's probability that its answer
-    beats GPT-4-Turbo's (``preference - 1``); GPT-4-Turbo itself scores 0.5 (itself against
-    itself). Answers are kept for the three models whose outputs are in the data.
-
-    Raises:
-        DatasetError: When the files are missing.
-
-    """
-    folder = Path(data_dir) / "alpacaeval2_pairwise"
-    instructions = {int(r["idx"]): r for r in _jsonl(folder / "instructions.jsonl")}
-    texts: dict[tuple[int, str], str] = {}
-    if (folder / "outputs.jsonl").is_file():
-        for r in _jsonl(folder / "outputs.jsonl"):
-            texts[(int(r["idx"]), str(r["model"]))] = str(r["output"])
-    outcomes: dict[int, dict[str, Outcome]] = defaultdict(dict)
-    for r in _jsonl(folder / "preferences_vs_gpt4_1106_preview.jsonl"):
-        idx, model, base = int(r["idx"]), str(r["model"]), str(r["baseline"])
-        if idx not in instructions:
-            continue
-        prompt_tokens = estimate_tokens(str(instructions[idx]["instruction"]))
-        outcomes[idx][model] = Outcome(
-            quality=min(max(float(r["preference"]) - 1.0, 0.0), 1.0),
-            text=texts.get((idx, model)),
-            usage=Usage(
-                input_tokens=prompt_tokens,
-                output_tokens=max(1, int(r.get("model_output_chars") or 0) // 4),
-            ),
-            usage_estimated=True,
-        )
-        outcomes[idx].setdefault(
-            base,
-            Outcome(
-                quality=0.5,
-                text=texts.get((idx, base)),
-                usage=Usage(
-                    input_tokens=prompt_tokens,
-                    output_tokens=max(1, int(r.get("baseline_output_chars") or 0) // 4),
-                ),
-                usage_estimated=True,
-            ),
-        )
-    rows = [
-        EvalRow.build(
-            f"alpacaeval.{idx}",
-            _user(str(instructions[idx]["instruction"])),
-            outs,
-            metadata={"source": "alpacaeval2", "dataset": instructions[idx].get("dataset")},
-        )
-        for idx, outs in sorted(outcomes.items())
-    ]
-    fast, frontier = _PAIRS["alpacaeval"]
-    return Dataset(
-        name="alpacaeval",
-        rows=tuple(rows),
-        fast_model=fast,
-        frontier_model=frontier,
-        prices=dict(_ALPACA_PRICES),
-        source="tatsu-lab/alpaca_eval@cd543a14 results/*/weighted_alpaca_eval_gpt4_turbo",
-        license="CC BY-NC 4.0: internal evaluation only",
-        notes=(
-            "quality = judge's P(answer beats GPT-4-Turbo); GPT-4-Turbo scores 0.5",
-            "judged without length control; tokens estimated from output length",
-        ),
     )
 
 
