@@ -11,13 +11,8 @@ from routerkit import make_policy
 
 from tiered_router import Router, Turn
 from tiered_router.backends import OpenAICompatBackend, from_preset
-from tiered_router.backends._dialect import (
-    DIALECTS,
-    Plan,
-    capability_gap,
-    resolve_dialect,
-    shape,
-)
+from tiered_router.backends._dialect import DIALECTS, capability_gap, resolve_dialect
+from tiered_router.backends._dialect_shape import Plan, shape
 from tiered_router.backends.presets import PRESETS, dialect_for
 from tiered_router.exceptions import CapabilityError, PolicyError
 from tiered_router.policy import BackendConfig, load_policy

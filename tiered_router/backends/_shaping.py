@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from tiered_router._types import Message
-from tiered_router.backends import _dialect
+from tiered_router.backends import _dialect, _dialect_shape
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.presets import Quirks
@@ -54,7 +54,7 @@ class RequestShaping:
 
     def _prepare(
         self, request: CompletionRequest, *, stream: bool
-    ) -> tuple[dict[str, Any], _dialect.Plan]:
+    ) -> tuple[dict[str, Any], _dialect_shape.Plan]:
         """Return the SDK keyword arguments in the server's dialect, and the reply's plan.
 
         Raises:
@@ -68,7 +68,7 @@ class RequestShaping:
         frame: dict[str, Any] = {
             k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
         }
-        body, plan = _dialect.shape(self.dialect, {**kwargs, **extra_body}, backend=self.name)
+        body, plan = _dialect_shape.shape(self.dialect, {**kwargs, **extra_body}, backend=self.name)
         sdk_params = _convert.sdk_param_names()
         out: dict[str, Any] = {}
         extra: dict[str, Any] = {}

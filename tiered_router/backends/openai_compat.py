@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind
-from tiered_router.backends import _dialect, _errors, _wire
+from tiered_router.backends import _dialect, _dialect_shape, _errors, _wire
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends._shaping import RequestShaping
@@ -306,7 +306,7 @@ class OpenAICompatBackend(RequestShaping):
 
     def _call(
         self, request: CompletionRequest, *, stream: bool
-    ) -> tuple[_wire.Call, _dialect.Plan]:
+    ) -> tuple[_wire.Call, _dialect_shape.Plan]:
         """Build the HTTP call for ``request`` in the server's dialect, and the reply's plan."""
         kwargs, plan = self._prepare(request, stream=stream)
         timeout = kwargs.get("timeout")

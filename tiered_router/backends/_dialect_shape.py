@@ -1,0 +1,324 @@
+"""Shaping a request to a server's dialect, and the plan for reading its reply.
+
+:func:`shape` converts a chat-completions body to a dialect profile
+(:class:`~tiered_router.backends._dialect.DialectProfile`) and returns the :class:`Plan`
+that turns the reply back into what the caller asked for (prompted tool calls parsed,
+``stop`` applied). :mod:`tiered_router.backends._dialect` re-exports both.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tiered_router.backends import _prompted_tools as _pt
+from tiered_router.backends._dialect import (
+    JSON_ONLY,
+    TOOL_FIELDS,
+    DialectProfile,
+    capability_gap,
+)
+from tiered_router.exceptions import CapabilityError
+from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, ToolSpec, assemble
+
+__all__ = ["Plan", "shape"]
+
+
+# -- the plan for the reply --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What was converted in a request, and what must be done to its reply.
+
+    Attributes:
+        conversions: Every conversion made, human-readable, in order.
+        stop: Stop sequences to apply to the reply (the server could not take them).
+        tools: Tools to parse prompted calls against (empty when tools are native).
+
+    """
+
+    conversions: tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+
+    @property
+    def buffers(self) -> bool:
+        """Whether a stream must be read whole before its reply can be finished."""
+        return bool(self.stop or self.tools)
+
+    def finish(self, completion: Completion) -> Completion:
+        """Apply client-side stop and parse prompted tool calls; attach the conversions."""
+        if not (self.stop or self.tools or self.conversions):
+            return completion
+        text, finish_reason = completion.text, completion.finish_reason
+        if self.stop and text:
+            cut = min((i for i in (text.find(s) for s in self.stop if s) if i >= 0), default=-1)
+            if cut >= 0:
+                text, finish_reason = text[:cut], "stop"
+        calls = completion.tool_calls
+        if self.tools and not calls and text:
+            prefix = f"call_{uuid.uuid4().hex[:12]}_"
+            rest, parsed = _pt.split_tool_calls(text, self.tools, id_prefix=prefix)
+            if parsed:
+                text, calls, finish_reason = rest, tuple(parsed), "tool_calls"
+        return replace(
+            completion,
+            text=text,
+            tool_calls=calls,
+            finish_reason=finish_reason,
+            conversions=self.conversions,
+        )
+
+    def finish_chunks(self, chunks: Sequence[CompletionChunk], *, backend: str) -> CompletionChunk:
+        """Fold a buffered stream into one finished chunk (text, calls, finish, usage)."""
+        done = self.finish(assemble(chunks, backend=backend))
+        return CompletionChunk(
+            text=done.text,
+            tool_calls=tuple(
+                ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
+                for i, c in enumerate(done.tool_calls)
+            ),
+            finish_reason=done.finish_reason,
+            usage=done.usage,
+            model=done.model,
+            reasoning=done.reasoning,
+            refusal=done.refusal,
+            conversions=done.conversions,
+        )
+
+    def mark(self, chunk: CompletionChunk) -> CompletionChunk:
+        """Attach the conversions to the first chunk of a stream passed straight through."""
+        return replace(chunk, conversions=self.conversions) if self.conversions else chunk
+
+
+# -- shaping a request -------------------------------------------------------------------------
+
+
+def _join(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping):
+                value = part.get("text", part.get("refusal"))
+                if isinstance(value, str):
+                    texts.append(value)
+        return "\n".join(texts)
+    return str(content)
+
+
+def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            if isinstance(call.get("id"), str) and isinstance(fn.get("name"), str):
+                names[call["id"]] = fn["name"]
+    return names
+
+
+def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """Assistant tool calls and tool results become protocol text the model can read."""
+    names = _tool_names(messages)
+    out: list[dict[str, Any]] = []
+    calls_done = results_done = 0
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            rendered = [
+                _pt.render_tool_call(
+                    str((c.get("function") or {}).get("name", "")),
+                    (c.get("function") or {}).get("arguments"),
+                )
+                for c in message["tool_calls"]
+            ]
+            text = _join(message.get("content"))
+            new = {k: v for k, v in message.items() if k != "tool_calls"}
+            new["content"] = "\n".join([text, *rendered] if text else rendered)
+            out.append(new)
+            calls_done += len(rendered)
+        elif role in ("tool", "function"):
+            call_id = message.get("tool_call_id")
+            name = message.get("name") or (names.get(call_id) if isinstance(call_id, str) else None)
+            text = _pt.render_tool_result(
+                _join(message.get("content")),
+                name=name if isinstance(name, str) else None,
+                call_id=call_id if isinstance(call_id, str) else None,
+            )
+            results_done += 1
+            if out and out[-1].get("_tool_results"):
+                # consecutive results (parallel calls) share one user message
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text, "_tool_results": True})
+        else:
+            out.append(message)
+    for message in out:
+        message.pop("_tool_results", None)
+    if calls_done:
+        notes.append(f"history: {calls_done} assistant tool call(s) -> text")
+    if results_done:
+        notes.append(f"history: {results_done} tool result(s) -> user text")
+    return out
+
+
+def _instruct(messages: list[dict[str, Any]], text: str, profile: DialectProfile) -> None:
+    """Append ``text`` to the leading system message (or add one)."""
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        current = _join(first.get("content"))
+        first["content"] = f"{current}\n\n{text}" if current else text
+    elif "system" in profile.roles:
+        messages.insert(0, {"role": "system", "content": text})
+    else:  # pragma: no cover - every shipped profile has system
+        messages.insert(0, {"role": "user", "content": text})
+
+
+def _format_instruction(response_format: Mapping[str, Any]) -> str:
+    schema = None
+    if response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    if schema is None:
+        return JSON_ONLY
+    return f"{JSON_ONLY} It must validate against this JSON Schema: {json.dumps(schema)}"
+
+
+def _messages(
+    profile: DialectProfile, messages: Sequence[Mapping[str, Any]], notes: list[str]
+) -> list[dict[str, Any]]:
+    out = [dict(m) for m in messages]
+    if profile.tools != "native":
+        out = _history_as_text(out, notes)
+    if "developer" not in profile.roles:
+        moved = [i for i, m in enumerate(out) if m.get("role") == "developer"]
+        for i in moved:
+            out[i]["role"] = "system"
+        if moved:
+            notes.append(f"messages{moved}: developer -> system")
+    if profile.content == "text":
+        joined = []
+        for i, m in enumerate(out):
+            content = m.get("content")
+            if not isinstance(content, str):
+                if isinstance(content, list):
+                    joined.append(i)
+                m["content"] = _join(content)
+        if joined:
+            notes.append(f"messages{joined}: content parts joined into text")
+    for i, m in enumerate(out):
+        if m.get("role") not in profile.roles:
+            raise ValueError(f"messages[{i}]: role {m.get('role')!r}")
+    if profile.plain_messages:
+        extra = sorted({k for m in out for k in m} - {"role", "content"})
+        out = [{"role": m["role"], "content": m.get("content")} for m in out]
+        if extra:
+            notes.append(f"message fields dropped: {', '.join(extra)}")
+    return out
+
+
+def shape(
+    profile: DialectProfile, body: Mapping[str, Any], *, backend: str = "?"
+) -> tuple[dict[str, Any], Plan]:
+    """Convert a chat-completions request body to ``profile``'s dialect.
+
+    Args:
+        profile: The server's dialect.
+        body: The flat request body (``model``, ``messages``, ``tools``, every parameter
+            and provider field); it is not changed.
+        backend: The backend's name, for errors.
+
+    Returns:
+        The body to send, and the :class:`Plan` for its reply.
+
+    Raises:
+        CapabilityError: The request needs something the dialect cannot express (before any
+            call is made); the message says what and where.
+
+    """
+    out = dict(body)
+    notes: list[str] = []
+    tools = list(out.get("tools") or ())
+    response_format = out.get("response_format")
+    gap = capability_gap(
+        profile,
+        messages=out.get("messages") or (),
+        tools=tools,
+        response_format=response_format,
+        params=out,
+    )
+    if gap is not None:
+        raise CapabilityError(gap[1], backend=backend)
+    try:
+        messages = _messages(profile, out.get("messages") or (), notes)
+    except ValueError as exc:
+        raise CapabilityError(
+            f"{exc} is not accepted by the {profile.name} dialect "
+            f"(roles: {', '.join(sorted(profile.roles))})",
+            backend=backend,
+        ) from None
+    instructions: list[str] = []
+    parse_against: tuple[ToolSpec, ...] = ()
+    if profile.tools == "prompted" and any(k in out for k in TOOL_FIELDS):
+        choice = out.get("tool_choice")
+        parallel = out.get("parallel_tool_calls")
+        for key in TOOL_FIELDS:
+            out.pop(key, None)
+        if tools and choice != "none":
+            specs = tuple(ToolSpec.from_openai(t) for t in tools)
+            instructions.append(
+                _pt.render_tool_prompt(specs, tool_choice=choice, parallel_tool_calls=parallel)
+            )
+            parse_against = specs
+            notes.append(f"tools: {len(specs)} described in the system prompt (prompted)")
+            if choice not in (None, "auto"):
+                notes.append(f"tool_choice {json.dumps(choice)} -> instruction")
+        elif tools:
+            notes.append("tools: not described (tool_choice none)")
+    if response_format is not None:
+        kind = response_format.get("type") if isinstance(response_format, Mapping) else None
+        if kind == "text" or kind is None:
+            out.pop("response_format")
+        elif profile.response_format == "prompted":
+            out.pop("response_format")
+            instructions.append(_format_instruction(response_format))
+            notes.append(f"response_format {kind} -> instruction")
+        elif profile.response_format == "json_object" and kind == "json_schema":
+            out["response_format"] = {"type": "json_object"}
+            instructions.append(_format_instruction(response_format))
+            notes.append("response_format json_schema -> json_object + schema instruction")
+    if instructions:
+        _instruct(messages, "\n\n".join(instructions), profile)
+    out["messages"] = messages
+    stop: tuple[str, ...] = ()
+    if not profile.stop and out.get("stop") is not None:
+        value = out.pop("stop")
+        stop = (value,) if isinstance(value, str) else tuple(s for s in value if s)
+        notes.append(f"stop: {len(stop)} sequence(s) applied to the reply")
+    if not profile.stream_options and "stream_options" in out:
+        out.pop("stream_options")
+        notes.append("stream_options dropped")
+    if (
+        "max_completion_tokens" in out
+        and not profile.accepts("max_completion_tokens")
+        and profile.accepts("max_tokens")
+    ):
+        out.setdefault("max_tokens", out.pop("max_completion_tokens"))
+        notes.append("max_completion_tokens -> max_tokens")
+    if out.get("n") == 1 and not profile.multiple_choices:
+        out.pop("n")
+    dropped = sorted(k for k in out if not profile.accepts(k))
+    for key in dropped:
+        out.pop(key)
+    if dropped:
+        notes.append(f"dropped (not accepted): {', '.join(dropped)}")
+    return out, Plan(conversions=tuple(notes), stop=stop, tools=parse_against)
