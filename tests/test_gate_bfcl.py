@@ -12,8 +12,9 @@ import pytest
 from tiered_router.evaluation import _bfcl, find_data_dir
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate import QualityGate, check_names
-from tiered_router.gate._calls import RedundantToolCallsCheck, ToolCallInTextCheck
+from tiered_router.gate._calls import ToolCallInTextCheck
 from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
+from tiered_router.gate._redundant import RedundantToolCallsCheck
 from tiered_router.turn import Completion, ToolCall, Turn
 
 NEW_CHECKS = ["tool_call_in_text", "redundant_tool_calls", "argument_grounding", "requested_tools"]

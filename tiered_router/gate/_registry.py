@@ -16,10 +16,11 @@ from typing import Any
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
-from tiered_router.gate._calls import RedundantToolCallsCheck, ToolCallInTextCheck
+from tiered_router.gate._calls import ToolCallInTextCheck
 from tiered_router.gate._count import EnumeratedTargetsCheck
 from tiered_router.gate._fit import ToolFitCheck
 from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
+from tiered_router.gate._redundant import RedundantToolCallsCheck
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
     MaxCharsCheck,
