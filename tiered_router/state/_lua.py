@@ -260,12 +260,14 @@ return 1
 
 
 def register(client: Any) -> dict[str, Any]:
-    """Register every script on a redis-py client (sync or asyncio), by operation name."""
+    """Every operation on a redis-py client (sync or asyncio) by name: scripts, and the read."""
     return {
         "allow": client.register_script(BREAKER_ALLOW),
         "record": client.register_script(BREAKER_RECORD),
         "snapshot": client.register_script(BREAKER_SNAPSHOT),
         "task": client.register_script(TASK_RECORD),
+        # a plain read needs no script: one HGETALL, called like the scripts
+        "task_read": lambda keys, args: client.hgetall(keys[0]),
         "limit_admit": client.register_script(LIMIT_ADMIT),
         "limit_spend": client.register_script(LIMIT_SPEND),
     }

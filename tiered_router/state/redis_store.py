@@ -407,14 +407,7 @@ class RedisStateStore:
 
     def task_snapshot(self, task_id: str) -> TaskSnapshot:
         """See :meth:`tiered_router.state.StateStore.task_snapshot` (one ``HGETALL``)."""
-        self._check_up()
-        self._sync_scripts()
-        assert self._sync is not None
-        try:
-            reply = self._sync.hgetall(self.task_key(task_id))
-        except (redis.RedisError, OSError) as exc:
-            raise self._failed(exc) from exc
-        return task_snapshot_of(reply)
+        return task_snapshot_of(self._call("task_read", [self.task_key(task_id)], []))
 
     # -- async -------------------------------------------------------------------------------
 
@@ -473,14 +466,7 @@ class RedisStateStore:
 
     async def atask_snapshot(self, task_id: str) -> TaskSnapshot:
         """Async twin of :meth:`task_snapshot`."""
-        self._check_up()
-        self._async_scripts()
-        assert self._async is not None
-        try:
-            reply = await self._async.hgetall(self.task_key(task_id))
-        except (redis.RedisError, OSError) as exc:
-            raise self._failed(exc) from exc
-        return task_snapshot_of(reply)
+        return task_snapshot_of(await self._acall("task_read", [self.task_key(task_id)], []))
 
     # -- per-client limits (the proxy's) ----------------------------------------------------
 
