@@ -4,12 +4,12 @@ import json
 
 import pytest
 
+from tiered_router._text_calls import read_tool_calls as parse_text_tool_calls
+from tiered_router._text_calls import split_tool_calls
 from tiered_router.backends._prompted_tools import (
-    parse_text_tool_calls,
     render_tool_call,
     render_tool_prompt,
     render_tool_result,
-    split_tool_calls,
 )
 from tiered_router.turn import ToolSpec
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tiered_router._text_calls import split_tool_calls
 from tiered_router.backends import _prompted_tools as _pt
 from tiered_router.backends._dialect import (
     JSON_ONLY,
@@ -62,7 +63,7 @@ class Plan:
         calls = completion.tool_calls
         if self.tools and not calls and text:
             prefix = f"call_{uuid.uuid4().hex[:12]}_"
-            rest, parsed = _pt.split_tool_calls(text, self.tools, id_prefix=prefix)
+            rest, parsed = split_tool_calls(text, self.tools, id_prefix=prefix)
             if parsed:
                 text, calls, finish_reason = rest, tuple(parsed), "tool_calls"
         return replace(

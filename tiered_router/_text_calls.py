@@ -1,0 +1,531 @@
+"""Tool calls written as text, read back into :class:`ToolCall` objects: one reader, two uses.
+
+Models without native tool calling (or served without a tool parser) write their calls in
+text. One reader here knows the common formats:
+
+- Python call syntax: ``[get_weather(city='Paris'), get_time(tz="CET")]`` (BFCL, Llama 3
+  prompt style), a bare ``get_weather(city="Paris")``, several calls one per line,
+  ``functions.get_weather(...)``, Python keywords as argument names (``from=1``), JSON's
+  ``true`` / ``false`` / ``null``, positional arguments in the order the tool declares them;
+- JSON: ``{"name": ..., "arguments": {...}}`` (``parameters`` for ``arguments`` too, and
+  arguments given as a JSON string), a list of those, ``{"tool_calls": [...]}``,
+  ``{"function": {"name": ..., "arguments": ...}}``, one object per line;
+- either of the above inside ``<tool_call>...</tool_call>`` tags (Hermes, Qwen; the text
+  protocol of the prompted-tools dialect), ``<|python_tag|>`` (Llama 3.1), ``[TOOL_CALLS]``
+  (Mistral) or a Markdown code fence.
+
+Two entry points apply it with different policies:
+
+- :func:`parse_text_tool_calls` (strict, for the gate): the whole text, wrappers aside, must
+  be calls to declared tools with JSON-object arguments, or the answer is ``None``; prose
+  that mentions a call is left to ``tool_call_in_text``. :func:`lift_text_tool_calls`
+  applies it to a draft.
+- :func:`split_tool_calls` (tolerant, for the prompted-tools dialect of the backends): a
+  reply is read as far as it can be. Tagged calls are taken whatever they name (the gate's
+  ``tool_arguments`` then rejects an unknown tool), and a tagged call whose arguments do not
+  parse keeps them verbatim so the gate says why; text around tags is kept; untagged JSON
+  and Python-style calls count only when they name declared tools. :func:`read_tool_calls`
+  returns just the calls.
+
+Everything here is pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import io
+import json
+import keyword
+import re
+import tokenize
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
+
+__all__ = [
+    "KEYWORD_MARK",
+    "TOOL_CALL_CLOSE",
+    "TOOL_CALL_OPEN",
+    "ToolsLike",
+    "dotted_name",
+    "escape_keywords",
+    "lift_text_tool_calls",
+    "parse_text_tool_calls",
+    "read_tool_calls",
+    "split_tool_calls",
+    "tool_specs",
+]
+
+TOOL_CALL_OPEN = "<tool_call>"
+"""Opening tag of a call in the prompted-tools text protocol."""
+TOOL_CALL_CLOSE = "</tool_call>"
+"""Closing tag of a call in the prompted-tools text protocol."""
+
+KEYWORD_MARK = "__kw_"
+"""Appended to Python keywords used as names (``from=``) so that the text parses."""
+
+ToolsLike = Iterable[ToolSpec | Mapping[str, Any] | str] | None
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
+_TAGS = re.compile(r"<(tool_call|function_call|tool_calls)>(.*?)</\1>", re.DOTALL)
+_OPEN_TAGS = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]", "<tool_call>", "<|tool_call|>")
+_NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
+_ARGS = re.compile(r"""["'](?:arguments|parameters)["']\s*:\s*(.*)\}\s*\Z""", re.DOTALL)
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+_POSITIONAL = "__positional__"
+_MAX_SOURCE = 20_000  # a call list this long is not a tool call; keep parsing cheap
+
+
+# -- shared: tools, names, fences --------------------------------------------------------------
+
+
+def tool_specs(tools: ToolsLike) -> dict[str, ToolSpec]:
+    """Declared tools by name (a bare name is a tool without a schema)."""
+    out: dict[str, ToolSpec] = {}
+    for tool in tools or ():
+        if isinstance(tool, str):
+            spec = ToolSpec(name=tool)
+        elif isinstance(tool, ToolSpec):
+            spec = tool
+        else:
+            spec = ToolSpec.from_openai(tool)
+        out[spec.name] = spec
+    return out
+
+
+def _spellings(specs: Mapping[str, ToolSpec]) -> dict[str, str]:
+    return {name.replace(".", "_"): name for name in specs}
+
+
+def _declared_name(written: str, spellings: Mapping[str, str]) -> str | None:
+    """The declared tool a written name means (``a.b`` for ``a_b``, ``functions.`` dropped)."""
+    key = written.replace(".", "_")
+    name = spellings.get(key)
+    if name is None and key.startswith("functions_"):  # OpenAI's "functions." namespace
+        name = spellings.get(key[len("functions_") :])
+    return name
+
+
+def _unfenced(body: str) -> str:
+    fenced = _FENCE.fullmatch(body)
+    return fenced.group(2).strip() if fenced else body
+
+
+def _place(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any] | None:
+    """Give positional arguments the names of the tool's parameters, in declared order."""
+    if _POSITIONAL not in args:
+        return args
+    args = dict(args)
+    positional = args.pop(_POSITIONAL)
+    props = spec.parameters.get("properties")
+    if not isinstance(props, Mapping) or len(positional) > len(props):
+        return None
+    for name, value in zip(props, positional, strict=False):
+        if name in args:
+            return None
+        args[name] = value
+    return args
+
+
+# -- shared: JSON call objects -----------------------------------------------------------------
+
+
+def _call_object(item: Any) -> tuple[str, Any] | None:
+    """``(name, arguments as written)`` of one JSON call object, in any of its shapes."""
+    if not isinstance(item, Mapping):
+        return None
+    if isinstance(item.get("function"), Mapping):
+        item = item["function"]
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return name, item.get("arguments", item.get("parameters"))
+
+
+def _json_arguments(raw: Any) -> dict[str, Any] | None:
+    """Arguments as a JSON object (a JSON string of one is read), else ``None``."""
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return None
+    return raw if isinstance(raw, dict) else None
+
+
+# -- shared: Python-style calls ----------------------------------------------------------------
+
+
+class _NotLiteral(Exception):
+    """A value that is not a literal, where only literals are accepted."""
+
+
+def escape_keywords(source: str) -> str | None:
+    """Rename Python keywords used as names (``from=``, ``Foo.class``), or ``None``."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    changed = False
+    out = []
+    for tok in tokens:
+        if tok.type == tokenize.NAME and keyword.iskeyword(tok.string):
+            if tok.string not in ("True", "False", "None"):
+                tok = tok._replace(string=tok.string + KEYWORD_MARK)
+                changed = True
+        out.append(tok)
+    return tokenize.untokenize(out) if changed else None
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(source: str) -> ast.Expression | None:
+    if len(source) > _MAX_SOURCE:
+        return None
+    try:
+        return ast.parse(source, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    escaped = escape_keywords(source)
+    if escaped is None:
+        return None
+    try:
+        return ast.parse(escaped, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def dotted_name(node: ast.expr) -> str | None:
+    """``a.b.c`` for a name or attribute chain, else ``None``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = dotted_name(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+_CONSTANTS = {"true": True, "false": False, "null": None}
+
+
+def _is_json(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
+    return False
+
+
+def _literal(node: ast.expr, *, literal_only: bool) -> Any:
+    """An argument's value as JSON data; else its source text (or :class:`_NotLiteral`)."""
+    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+        return _CONSTANTS[node.id]  # JSON spellings inside a Python-style call
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = _literal
+    if value is not _literal and _is_json(value):
+        return value
+    if literal_only:
+        raise _NotLiteral
+    return ast.unparse(node).replace(KEYWORD_MARK, "")
+
+
+def _python_calls(
+    piece: str, *, literal_only: bool = False
+) -> list[tuple[str, dict[str, Any]]] | None:
+    """``[f(a=1), g(b="x")]``, ``(f(), g())``, ``f(a="x")`` or calls one per line.
+
+    Returns ``(name as written, arguments)`` per call, positional arguments under
+    ``__positional__``; ``None`` when the piece is anything else (or, with
+    ``literal_only``, holds a value that is not a literal).
+    """
+    source = piece.strip().rstrip(";").strip()
+    if not source or source[0] in "{\"'" or "(" not in source:
+        return None
+    if not source.startswith(("[", "(")):
+        lines = [ln.strip().rstrip(";,") for ln in source.splitlines() if ln.strip()]
+        source = "[" + ", ".join(lines) + "]"
+    tree = _parse(source)
+    if tree is None:
+        return None
+    body = tree.body
+    nodes = list(body.elts) if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    if not nodes:
+        return None
+    out = []
+    try:
+        for node in nodes:
+            if not isinstance(node, ast.Call):
+                return None
+            name = dotted_name(node.func)
+            if name is None:
+                return None
+            args: dict[str, Any] = {}
+            for kw in node.keywords:
+                if kw.arg is None:
+                    return None
+                args[kw.arg.replace(KEYWORD_MARK, "")] = _literal(
+                    kw.value, literal_only=literal_only
+                )
+            if node.args:
+                args[_POSITIONAL] = [_literal(a, literal_only=literal_only) for a in node.args]
+            out.append((name.replace(KEYWORD_MARK, ""), args))
+    except _NotLiteral:
+        return None
+    return out
+
+
+# -- strict: the gate ------------------------------------------------------------------------
+
+
+def parse_text_tool_calls(
+    text: str, tools: Sequence[ToolSpec | Mapping[str, Any] | str]
+) -> tuple[ToolCall, ...] | None:
+    """Read ``text`` as tool calls to the declared ``tools``, or return ``None``.
+
+    Args:
+        text: A draft's text.
+        tools: The declared tools (``ToolSpec``, OpenAI tool dicts, or names).
+
+    Returns:
+        The calls, with JSON-object arguments and ids ``text_call_0``, ... when the whole
+        text (wrappers and whitespace aside) is calls to declared tools; ``None`` when it
+        is anything else, including a call to a tool that was not declared.
+
+    Example:
+        ```python
+        calls = parse_text_tool_calls('[get_weather(city="Paris")]', ["get_weather"])
+        calls[0].name, calls[0].arguments     # ("get_weather", '{"city": "Paris"}')
+        ```
+    """
+    body = text.strip()
+    if not body or not tools or ("(" not in body and "{" not in body):
+        return None
+    specs = tool_specs(tools)
+    spellings = _spellings(specs)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for piece in _strict_pieces(body):
+        found = _strict_json(piece) if piece[:1] in "[{" else None
+        if found is None:
+            found = _python_calls(piece)
+        if not found:
+            return None
+        calls.extend(found)
+    out = []
+    for i, (written, args) in enumerate(calls):
+        name = _declared_name(written, spellings)
+        if name is None:
+            return None
+        placed = _place(args, specs[name])
+        if placed is None:
+            return None
+        out.append(ToolCall(id=f"text_call_{i}", name=name, arguments=json.dumps(placed)))
+    return tuple(out)
+
+
+def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
+    """Return ``completion`` with the calls its text holds as real tool calls.
+
+    A draft that made no call, for a turn that declares tools (and whose ``tool_choice`` is
+    not ``"none"``), whose whole text is calls to declared tools (see
+    :func:`parse_text_tool_calls`) comes back with those calls and no text. Any other
+    draft comes back unchanged.
+    """
+    if completion.tool_calls or not turn.tools or not completion.text:
+        return completion
+    if turn.params.get("tool_choice") == "none":
+        return completion
+    calls = parse_text_tool_calls(completion.text, turn.tools)
+    if not calls:
+        return completion
+    return replace(completion, text="", tool_calls=calls, finish_reason="tool_calls")
+
+
+def _strict_pieces(body: str) -> list[str]:
+    """Strip fences and wrappers; return the pieces that each hold one or more calls."""
+    body = _unfenced(body)
+    tagged = list(_TAGS.finditer(body))
+    if tagged:
+        if _TAGS.sub("", body).strip():
+            return [body]  # text outside the tags: not a pure call
+        return [m.group(2).strip() for m in tagged]
+    for prefix in _PREFIXES:
+        if body.startswith(prefix):
+            body = body[len(prefix) :].strip()
+    return [body]
+
+
+def _strict_json(piece: str) -> list[tuple[str, dict[str, Any]]] | None:
+    try:
+        data = json.loads(piece)
+    except ValueError:
+        # one JSON object per line (several <tool_call> bodies written without tags)
+        lines = [ln for ln in piece.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            return None
+        out: list[tuple[str, dict[str, Any]]] = []
+        for line in lines:
+            found = _strict_json(line.strip())
+            if not found:
+                return None
+            out.extend(found)
+        return out
+    if isinstance(data, Mapping) and isinstance(data.get("tool_calls"), list):
+        data = data["tool_calls"]
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        return None
+    out = []
+    for item in items:
+        call = _call_object(item)
+        args = _json_arguments(call[1]) if call is not None else None
+        if call is None or args is None:
+            return None
+        out.append((call[0], args))
+    return out
+
+
+# -- tolerant: the prompted-tools dialect ----------------------------------------------------
+
+
+def split_tool_calls(
+    text: str, tools: ToolsLike, *, id_prefix: str = "call_"
+) -> tuple[str, list[ToolCall]]:
+    """Read the tool calls written in a reply; return the remaining text and the calls.
+
+    Args:
+        text: The model's reply.
+        tools: The declared tools (specs, OpenAI tool dicts or names).
+        id_prefix: Call ids are ``id_prefix`` followed by the call's index; pass a prefix
+            unique to the reply so that ids do not repeat across an agent's turns.
+
+    Returns:
+        ``(text, calls)``: with calls found, the text around them (``""`` when the reply
+        was only calls); without, ``text`` unchanged and ``[]``.
+    """
+    specs = tool_specs(tools)
+    if not text or not specs:
+        return text, []
+    found: list[tuple[str, str]] | None
+    rest = ""
+    tagged = _tolerant_tagged(text)
+    if tagged is not None:
+        rest, found = tagged
+    else:
+        found = _tolerant_untagged(text, specs)
+    if not found:
+        return text, []
+    calls = [
+        ToolCall(id=f"{id_prefix}{i}", name=name, arguments=args)
+        for i, (name, args) in enumerate(found)
+    ]
+    return rest, calls
+
+
+def read_tool_calls(text: str, tools: ToolsLike) -> list[ToolCall]:
+    """Return the tool calls :func:`split_tool_calls` reads in ``text`` (ids ``call_0``...).
+
+    A reply with no readable call gives ``[]``.
+    """
+    return split_tool_calls(text, tools)[1]
+
+
+def _loads(text: str) -> Any:
+    """JSON, or failing that a Python literal (single quotes, ``True``); raises ValueError."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _arguments_text(value: Any) -> str:
+    if value is None:
+        return "{}"
+    if isinstance(value, str):
+        return value  # already JSON text (maybe invalid: the gate says so)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _tolerant_objects(value: Any, *, need_arguments: bool) -> list[tuple[str, str]] | None:
+    """Calls in a parsed JSON value that is only calls; ``None`` when it is anything else.
+
+    Untagged JSON needs an ``arguments`` (or ``parameters``) key to count as a call; inside
+    a ``<tool_call>`` tag the name alone is enough.
+    """
+    if isinstance(value, Mapping) and isinstance(value.get("tool_calls"), list):
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        return None
+    calls: list[tuple[str, str]] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            return None
+        keys = set(item)
+        if "function" in keys and isinstance(item["function"], Mapping):
+            keys = (keys - {"function"}) | set(item["function"])
+        if not keys <= _CALL_KEYS or (need_arguments and not {"arguments", "parameters"} & keys):
+            return None
+        call = _call_object(item)
+        if call is None:
+            return None
+        calls.append((call[0], _arguments_text(call[1])))
+    return calls
+
+
+def _tolerant_tagged(text: str) -> tuple[str, list[tuple[str, str]]] | None:
+    """Calls in ``<tool_call>`` tags, and the text around them; ``None`` without tags."""
+    if TOOL_CALL_OPEN not in text:
+        return None
+    calls: list[tuple[str, str]] = []
+    for match in _OPEN_TAGS.finditer(text):
+        body = _unfenced(match.group(1).strip())
+        try:
+            found = _tolerant_objects(_loads(body), need_arguments=False)
+        except ValueError:
+            found = None
+        if found is None:
+            name = _NAME.search(body)
+            if name is None:
+                return None  # unreadable: leave the whole text to the gate
+            args = _ARGS.search(body)
+            # the arguments as written, so that tool_arguments reports why they fail
+            found = [(name.group(1), args.group(1).strip() if args else body)]
+        calls.extend(found)
+    rest = _OPEN_TAGS.sub("", text).strip()
+    return rest, calls
+
+
+def _tolerant_untagged(text: str, specs: Mapping[str, ToolSpec]) -> list[tuple[str, str]] | None:
+    """Calls in a reply that is only JSON calls or Python-style calls (maybe fenced)."""
+    body = _unfenced(text.strip())
+    if body[:1] in "[{":
+        try:
+            calls = _tolerant_objects(_loads(body), need_arguments=True)
+        except ValueError:
+            calls = None
+        if calls is not None and all(name in specs for name, _ in calls):
+            return calls
+    written = _python_calls(body, literal_only=True)
+    if not written:
+        return None
+    spellings = _spellings(specs)
+    out = []
+    for name_written, args in written:
+        name = _declared_name(name_written, spellings)
+        placed = _place(args, specs[name]) if name is not None else None
+        if name is None or placed is None:
+            return None
+        out.append((name, json.dumps(placed, ensure_ascii=False)))
+    return out
