@@ -48,7 +48,6 @@ def test_loads_fails_like_the_standard_library() -> None:
         {"a": [1, 2.5, "x", None, True], "é": "☃"},
         {1: "int key"},  # orjson refuses non-string keys
         {"big": 2**70},
-        {"s": "lone \ud800"},
     ],
 )
 def test_dumps_writes_what_the_standard_library_writes(value: object) -> None:
@@ -59,10 +58,12 @@ def test_dumps_writes_what_the_standard_library_writes(value: object) -> None:
         .encode("utf-8", "surrogatepass")
         .decode("utf-8", "surrogatepass")
     )
-    assert b" " not in out.replace(b"int key", b"").replace(b"lone ", b"")  # compact
+    assert b" " not in out.replace(b"int key", b"")  # compact
 
 
 def test_dumps_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        _json.dumps({"s": "lone \ud800"})  # never sent upstream as invalid UTF-8
     with pytest.raises(TypeError):
         _json.dumps({"x": object()})
     loop: list[object] = []

@@ -46,10 +46,11 @@ def dumps(value: Any) -> bytes:
 
     Raises:
         TypeError: ``value`` holds something JSON cannot represent.
-        ValueError: ``value`` contains itself.
+        ValueError: ``value`` contains itself, or a string with a lone UTF-16 surrogate
+            (which UTF-8 cannot encode; ``UnicodeEncodeError``).
 
     """
     try:
         return orjson.dumps(value)
     except TypeError:
-        return _std_dumps(value).encode("utf-8", "surrogatepass")
+        return _std_dumps(value).encode("utf-8")
