@@ -375,3 +375,37 @@ async def test_a_turn_that_is_not_a_turn_is_refused_at_the_door() -> None:
     with pytest.raises(TypeError, match="got str"):
         router.astream("hi")  # type: ignore[arg-type]
     await router.aclose()
+
+
+def test_bad_arguments_get_errors_that_say_what_and_how() -> None:
+    from tiered_router import Turn
+
+    router = Router(
+        {
+            "version": 1,
+            "backends": {
+                "f": {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+            },
+            "tiers": {"fast": "f", "frontier": "f"},
+        }
+    )
+    turn = Turn([{"role": "user", "content": "hi"}])
+    for bad in (0, -1, float("nan"), "5", True):
+        with pytest.raises(ValueError, match=r"deadline_s must be a number of seconds > 0"):
+            router.complete(turn, deadline_s=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="task max_cost must be a number > 0"):
+        router.task(max_cost=-1)
+    with pytest.raises(ValueError, match="task max_escalations must be a number >= 0"):
+        router.task(max_escalations=-2)
+    assert router.task(max_escalations=0).max_escalations == 0
+    with pytest.raises(ValueError, match=r"^Turn.messages: must be a list, got str$"):
+        Turn("hi")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^Turn.tools: must be a list, got str$"):
+        Turn([{"role": "user", "content": "hi"}], tools="get_weather")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^Turn.tools\[1\]: must be an OpenAI tool dict"):
+        Turn([{"role": "user", "content": "hi"}], tools=[{"name": "a"}, 5])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"^Turn.tools\[0\]: tool has no function name"):
+        Turn([{"role": "user", "content": "hi"}], tools=[{"type": "function"}])
+    with pytest.raises(ValueError, match=r"^Turn.messages: must be a list, got int$"):
+        Turn.from_openai(messages=5)
+    router.close()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tiered_router._call_args import checked_deadline, checked_tier, checked_turn
 from tiered_router._context import CURRENT_TASK
 from tiered_router._dispatch import Dispatcher
 from tiered_router._latency import LatencyTracker
@@ -297,7 +298,9 @@ class Router:
                 rule reads ``pinned``. A pinned fast turn with tools still goes to the
                 frontier when the fast backend cannot call tools (``capability.tools``).
         """
-        return decide_turn(self, _turn(turn), tier=_tier(tier), task=CURRENT_TASK.get())[1]
+        return decide_turn(
+            self, checked_turn(turn), tier=checked_tier(tier), task=CURRENT_TASK.get()
+        )[1]
 
     # -- completing --------------------------------------------------------------------------
 
@@ -469,25 +472,17 @@ class Router:
         )
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
-        limit = self.policy.resilience.deadline_s if isinstance(deadline_s, Unset) else deadline_s
+        if isinstance(deadline_s, Unset):
+            limit = self.policy.resilience.deadline_s
+        else:
+            limit = checked_deadline(deadline_s)
         return plan_turn(
-            self, _turn(turn), deadline_s=limit, tier=_tier(tier), task=CURRENT_TASK.get()
+            self,
+            checked_turn(turn),
+            deadline_s=limit,
+            tier=checked_tier(tier),
+            task=CURRENT_TASK.get(),
         )
-
-
-def _turn(turn: object) -> Turn:
-    if isinstance(turn, Turn):
-        return turn
-    raise TypeError(
-        f"expected a tiered_router.Turn, got {type(turn).__name__}: build one with "
-        "Turn(messages, ...) or Turn.from_openai(**chat_completions_kwargs)"
-    )
-
-
-def _tier(tier: Tier | None) -> Tier | None:
-    if tier is None or tier == "fast" or tier == "frontier":
-        return tier
-    raise ValueError(f"tier must be 'fast', 'frontier' or None, not {tier!r}")
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:

@@ -93,6 +93,16 @@ class Task:
         max_escalations: int | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
+        for name, value, low in (
+            ("max_cost", max_cost, "> 0"),
+            ("max_latency_s", max_latency_s, "> 0"),
+            ("max_escalations", max_escalations, ">= 0"),
+        ):
+            if value is None:
+                continue
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or not (value > 0 if low == "> 0" else value >= 0):
+                raise ValueError(f"task {name} must be a number {low}, or None; got {value!r}")
         config: TaskConfig = router.policy.task
         self.router = router
         self.id = task_id or uuid.uuid4().hex[:16]

@@ -223,12 +223,12 @@ class Turn:
         params: Mapping[str, Any] | None = None,
         id: str | None = None,
     ) -> None:
-        msgs = tuple(_normalise_message(m, i) for i, m in enumerate(messages))
+        msgs = tuple(_normalise_message(m, i) for i, m in enumerate(_items("messages", messages)))
         if not msgs:
             raise ValueError("Turn.messages: at least one message is required")
         specs = None
         if tools is not None:
-            specs = tuple(t if isinstance(t, ToolSpec) else ToolSpec.from_openai(t) for t in tools)
+            specs = tuple(_tool_spec(t, i) for i, t in enumerate(_items("tools", tools)))
         if step is not None and (not isinstance(step, int) or step < 0):
             raise ValueError(f"Turn.step: must be a non-negative integer, got {step!r}")
         set_ = object.__setattr__
@@ -328,6 +328,27 @@ class Turn:
         messages = changes.pop("messages", self.messages)
         values.update(changes)
         return Turn(messages, **values)
+
+
+def _items(field: str, value: Any) -> list[Any]:
+    """``value`` as a list, refusing what is not a sequence of items (a string, a dict)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ValueError(f"Turn.{field}: must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _tool_spec(tool: Any, index: int) -> ToolSpec:
+    if isinstance(tool, ToolSpec):
+        return tool
+    if not isinstance(tool, Mapping):
+        raise ValueError(
+            f"Turn.tools[{index}]: must be an OpenAI tool dict or a ToolSpec, "
+            f"got {type(tool).__name__}"
+        )
+    try:
+        return ToolSpec.from_openai(tool)
+    except ValueError as exc:
+        raise ValueError(f"Turn.tools[{index}]: {exc}") from None
 
 
 def _normalise_message(message: Any, index: int) -> Message:
