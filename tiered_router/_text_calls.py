@@ -33,25 +33,19 @@ Everything here is pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 import ast
-import functools
-import io
 import json
-import keyword
 import re
-import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tiered_router._python_calls import POSITIONAL, python_calls
 from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
 
 __all__ = [
-    "KEYWORD_MARK",
     "TOOL_CALL_CLOSE",
     "TOOL_CALL_OPEN",
     "ToolsLike",
-    "dotted_name",
-    "escape_keywords",
     "lift_text_tool_calls",
     "parse_text_tool_calls",
     "read_tool_calls",
@@ -64,9 +58,6 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 """Closing tag of a call in the prompted-tools text protocol."""
 
-KEYWORD_MARK = "__kw_"
-"""Appended to Python keywords used as names (``from=``) so that the text parses."""
-
 ToolsLike = Iterable[ToolSpec | Mapping[str, Any] | str] | None
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
@@ -76,8 +67,6 @@ _PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]", "<tool_call>", "<|tool_call|>")
 _NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
 _ARGS = re.compile(r"""["'](?:arguments|parameters)["']\s*:\s*(.*)\}\s*\Z""", re.DOTALL)
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
-_POSITIONAL = "__positional__"
-_MAX_SOURCE = 20_000  # a call list this long is not a tool call; keep parsing cheap
 
 
 # -- shared: tools, names, fences --------------------------------------------------------------
@@ -117,10 +106,10 @@ def _unfenced(body: str) -> str:
 
 def _place(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any] | None:
     """Give positional arguments the names of the tool's parameters, in declared order."""
-    if _POSITIONAL not in args:
+    if POSITIONAL not in args:
         return args
     args = dict(args)
-    positional = args.pop(_POSITIONAL)
+    positional = args.pop(POSITIONAL)
     props = spec.parameters.get("properties")
     if not isinstance(props, Mapping) or len(positional) > len(props):
         return None
@@ -158,130 +147,6 @@ def _json_arguments(raw: Any) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
-# -- shared: Python-style calls ----------------------------------------------------------------
-
-
-class _NotLiteral(Exception):
-    """A value that is not a literal, where only literals are accepted."""
-
-
-def escape_keywords(source: str) -> str | None:
-    """Rename Python keywords used as names (``from=``, ``Foo.class``), or ``None``."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    changed = False
-    out = []
-    for tok in tokens:
-        if tok.type == tokenize.NAME and keyword.iskeyword(tok.string):
-            if tok.string not in ("True", "False", "None"):
-                tok = tok._replace(string=tok.string + KEYWORD_MARK)
-                changed = True
-        out.append(tok)
-    return tokenize.untokenize(out) if changed else None
-
-
-@functools.lru_cache(maxsize=256)
-def _parse(source: str) -> ast.Expression | None:
-    if len(source) > _MAX_SOURCE:
-        return None
-    try:
-        return ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        pass
-    escaped = escape_keywords(source)
-    if escaped is None:
-        return None
-    try:
-        return ast.parse(escaped, mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def dotted_name(node: ast.expr) -> str | None:
-    """``a.b.c`` for a name or attribute chain, else ``None``."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = dotted_name(node.value)
-        return None if head is None else f"{head}.{node.attr}"
-    return None
-
-
-_CONSTANTS = {"true": True, "false": False, "null": None}
-
-
-def _is_json(value: Any) -> bool:
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(_is_json(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_json(v) for k, v in value.items())
-    return False
-
-
-def _literal(node: ast.expr, *, literal_only: bool) -> Any:
-    """An argument's value as JSON data; else its source text (or :class:`_NotLiteral`)."""
-    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
-        return _CONSTANTS[node.id]  # JSON spellings inside a Python-style call
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        value = _literal
-    if value is not _literal and _is_json(value):
-        return value
-    if literal_only:
-        raise _NotLiteral
-    return ast.unparse(node).replace(KEYWORD_MARK, "")
-
-
-def _python_calls(
-    piece: str, *, literal_only: bool = False
-) -> list[tuple[str, dict[str, Any]]] | None:
-    """``[f(a=1), g(b="x")]``, ``(f(), g())``, ``f(a="x")`` or calls one per line.
-
-    Returns ``(name as written, arguments)`` per call, positional arguments under
-    ``__positional__``; ``None`` when the piece is anything else (or, with
-    ``literal_only``, holds a value that is not a literal).
-    """
-    source = piece.strip().rstrip(";").strip()
-    if not source or source[0] in "{\"'" or "(" not in source:
-        return None
-    if not source.startswith(("[", "(")):
-        lines = [ln.strip().rstrip(";,") for ln in source.splitlines() if ln.strip()]
-        source = "[" + ", ".join(lines) + "]"
-    tree = _parse(source)
-    if tree is None:
-        return None
-    body = tree.body
-    nodes = list(body.elts) if isinstance(body, (ast.List, ast.Tuple)) else [body]
-    if not nodes:
-        return None
-    out = []
-    try:
-        for node in nodes:
-            if not isinstance(node, ast.Call):
-                return None
-            name = dotted_name(node.func)
-            if name is None:
-                return None
-            args: dict[str, Any] = {}
-            for kw in node.keywords:
-                if kw.arg is None:
-                    return None
-                args[kw.arg.replace(KEYWORD_MARK, "")] = _literal(
-                    kw.value, literal_only=literal_only
-                )
-            if node.args:
-                args[_POSITIONAL] = [_literal(a, literal_only=literal_only) for a in node.args]
-            out.append((name.replace(KEYWORD_MARK, ""), args))
-    except _NotLiteral:
-        return None
-    return out
-
-
 # -- strict: the gate ------------------------------------------------------------------------
 
 
@@ -314,7 +179,7 @@ def parse_text_tool_calls(
     for piece in _strict_pieces(body):
         found = _strict_json(piece) if piece[:1] in "[{" else None
         if found is None:
-            found = _python_calls(piece)
+            found = python_calls(piece)
         if not found:
             return None
         calls.extend(found)
@@ -517,7 +382,7 @@ def _tolerant_untagged(text: str, specs: Mapping[str, ToolSpec]) -> list[tuple[s
             calls = None
         if calls is not None and all(name in specs for name, _ in calls):
             return calls
-    written = _python_calls(body, literal_only=True)
+    written = python_calls(body, literal_only=True)
     if not written:
         return None
     spellings = _spellings(specs)
