@@ -50,6 +50,7 @@ __all__ = [
     "DIALECTS",
     "ContentShape",
     "DialectProfile",
+    "GENERIC_DIFFUSION",
     "FormatMode",
     "JSON_ONLY",
     "TOOL_FIELDS",
@@ -144,7 +145,7 @@ _DLMSERVE_DIFFUSION = frozenset(
         "local_leap_radius",
     }
 )
-_GENERIC_DIFFUSION = frozenset(
+GENERIC_DIFFUSION = frozenset(
     {
         "num_denoising_steps",
         "block_length",
@@ -156,6 +157,8 @@ _GENERIC_DIFFUSION = frozenset(
         "vllm_xargs",
     }
 )
+"""Diffusion fields a generic local diffusion server (vLLM, SGLang, Fast-dLLM) takes in the
+body; the ``local_diffusion`` quirks move them from parameters into ``extra_body``."""
 
 DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
     {
@@ -219,7 +222,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             response_format="prompted",
             stop=False,
             stream_options=False,
-            diffusion_params=_GENERIC_DIFFUSION,
+            diffusion_params=GENERIC_DIFFUSION,
             latency=LatencyModel(ttft_s=0.2, tokens_per_s=100.0),
             checked="lenient generic profile: unknown fields pass through",
         ),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from tiered_router.backends._dialect import GENERIC_DIFFUSION
+
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",
     "MERCURY_QUIRKS",
@@ -90,18 +92,7 @@ MERCURY_QUIRKS = Quirks(
 
 LOCAL_DIFFUSION_QUIRKS = Quirks(
     name="local_diffusion",
-    extra_body_fields=frozenset(
-        {
-            "num_denoising_steps",
-            "block_length",
-            "confidence_threshold",
-            "gen_length",
-            "steps",
-            "threshold",
-            "remasking",
-            "vllm_xargs",
-        }
-    ),
+    extra_body_fields=GENERIC_DIFFUSION,
     tolerate_unfinished_stream=True,
 )
 """Local diffusion servers (SGLang, vLLM, dlmserve, dfastllm, ollada, ...)."""
