@@ -14,7 +14,14 @@ import keyword
 import tokenize
 from typing import Any
 
-__all__ = ["KEYWORD_MARK", "POSITIONAL", "dotted_name", "escape_keywords", "python_calls"]
+__all__ = [
+    "KEYWORD_MARK",
+    "POSITIONAL",
+    "dotted_name",
+    "escape_keywords",
+    "parse_expression",
+    "python_calls",
+]
 
 KEYWORD_MARK = "__kw_"
 """Appended to Python keywords used as names (``from=``) so that the text parses."""
@@ -47,9 +54,12 @@ def escape_keywords(source: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _parse(source: str) -> ast.Expression | None:
-    if len(source) > _MAX_SOURCE:
-        return None
+def parse_expression(source: str) -> ast.Expression | None:
+    """Parse ``source`` as one Python expression, Python keywords used as names escaped.
+
+    Returns ``None`` for text that does not parse (cached: an agent loop sends the same
+    text step after step).
+    """
     try:
         return ast.parse(source, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -116,7 +126,7 @@ def python_calls(
     if not source.startswith(("[", "(")):
         lines = [ln.strip().rstrip(";,") for ln in source.splitlines() if ln.strip()]
         source = "[" + ", ".join(lines) + "]"
-    tree = _parse(source)
+    tree = parse_expression(source) if len(source) <= _MAX_SOURCE else None
     if tree is None:
         return None
     body = tree.body

@@ -26,7 +26,7 @@ from typing import Any
 # one keyword escape for BFCL's Python-syntax answers and the gate's text calls
 from tiered_router._python_calls import KEYWORD_MARK as _KEYWORD_MARK
 from tiered_router._python_calls import dotted_name as _dotted
-from tiered_router._python_calls import escape_keywords as _escape_keywords
+from tiered_router._python_calls import parse_expression
 from tiered_router.turn import ToolCall
 
 __all__ = ["openai_tools", "parse_result", "to_json_schema"]
@@ -165,25 +165,11 @@ def _fc_calls(result: list[Any]) -> tuple[ToolCall, ...] | None:
     return tuple(calls)
 
 
-def _parse_calls(source: str) -> ast.Expression | None:
-    try:
-        return ast.parse(source, mode="eval")
-    except (SyntaxError, ValueError):
-        pass
-    escaped = _escape_keywords(source)
-    if escaped is None:
-        return None
-    try:
-        return ast.parse(escaped, mode="eval")
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _python_calls(text: str) -> tuple[ToolCall, ...]:
     source = text.strip()
     if not (source.startswith("[") and source.endswith("]")):
         return ()
-    tree = _parse_calls(source)
+    tree = parse_expression(source)
     if tree is None:
         return ()
     body = tree.body
