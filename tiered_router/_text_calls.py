@@ -120,6 +120,24 @@ def _place(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any] | None:
     return args
 
 
+def _resolved(
+    written: Sequence[tuple[str, dict[str, Any]]], specs: Mapping[str, ToolSpec]
+) -> list[tuple[str, dict[str, Any]]] | None:
+    """Each call's declared tool and its arguments, positional ones named.
+
+    ``None`` when a call names no declared tool, or its positional arguments do not fit.
+    """
+    spellings = _spellings(specs)
+    out = []
+    for name_written, args in written:
+        name = _declared_name(name_written, spellings)
+        placed = _place(args, specs[name]) if name is not None else None
+        if name is None or placed is None:
+            return None
+        out.append((name, placed))
+    return out
+
+
 # -- shared: JSON call objects -----------------------------------------------------------------
 
 
@@ -133,6 +151,17 @@ def _call_object(item: Any) -> tuple[str, Any] | None:
     if not isinstance(name, str) or not name:
         return None
     return name, item.get("arguments", item.get("parameters"))
+
+
+def _call_items(value: Any) -> list[Any] | None:
+    """The items of a JSON value that holds calls; ``None`` for an empty list.
+
+    A list, ``{"tool_calls": [...]}``, or one object.
+    """
+    if isinstance(value, Mapping) and isinstance(value.get("tool_calls"), list):
+        value = value["tool_calls"]
+    items = value if isinstance(value, list) else [value]
+    return items or None
 
 
 def _json_arguments(raw: Any) -> dict[str, Any] | None:
@@ -174,7 +203,6 @@ def parse_text_tool_calls(
     if not body or not tools or ("(" not in body and "{" not in body):
         return None
     specs = tool_specs(tools)
-    spellings = _spellings(specs)
     calls: list[tuple[str, dict[str, Any]]] = []
     for piece in _strict_pieces(body):
         found = _strict_json(piece) if piece[:1] in "[{" else None
@@ -183,16 +211,13 @@ def parse_text_tool_calls(
         if not found:
             return None
         calls.extend(found)
-    out = []
-    for i, (written, args) in enumerate(calls):
-        name = _declared_name(written, spellings)
-        if name is None:
-            return None
-        placed = _place(args, specs[name])
-        if placed is None:
-            return None
-        out.append(ToolCall(id=f"text_call_{i}", name=name, arguments=json.dumps(placed)))
-    return tuple(out)
+    resolved = _resolved(calls, specs)
+    if resolved is None:
+        return None
+    return tuple(
+        ToolCall(id=f"text_call_{i}", name=name, arguments=json.dumps(args))
+        for i, (name, args) in enumerate(resolved)
+    )
 
 
 def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
@@ -242,10 +267,8 @@ def _strict_json(piece: str) -> list[tuple[str, dict[str, Any]]] | None:
                 return None
             out.extend(found)
         return out
-    if isinstance(data, Mapping) and isinstance(data.get("tool_calls"), list):
-        data = data["tool_calls"]
-    items = data if isinstance(data, list) else [data]
-    if not items:
+    items = _call_items(data)
+    if items is None:
         return None
     out = []
     for item in items:
@@ -328,10 +351,8 @@ def _tolerant_objects(value: Any, *, need_arguments: bool) -> list[tuple[str, st
     Untagged JSON needs an ``arguments`` (or ``parameters``) key to count as a call; inside
     a ``<tool_call>`` tag the name alone is enough.
     """
-    if isinstance(value, Mapping) and isinstance(value.get("tool_calls"), list):
-        value = value["tool_calls"]
-    items = value if isinstance(value, list) else [value]
-    if not items:
+    items = _call_items(value)
+    if items is None:
         return None
     calls: list[tuple[str, str]] = []
     for item in items:
@@ -383,14 +404,7 @@ def _tolerant_untagged(text: str, specs: Mapping[str, ToolSpec]) -> list[tuple[s
         if calls is not None and all(name in specs for name, _ in calls):
             return calls
     written = python_calls(body, literal_only=True)
-    if not written:
+    resolved = _resolved(written, specs) if written else None
+    if not resolved:
         return None
-    spellings = _spellings(specs)
-    out = []
-    for name_written, args in written:
-        name = _declared_name(name_written, spellings)
-        placed = _place(args, specs[name]) if name is not None else None
-        if name is None or placed is None:
-            return None
-        out.append((name, json.dumps(placed, ensure_ascii=False)))
-    return out
+    return [(name, json.dumps(args, ensure_ascii=False)) for name, args in resolved]
