@@ -205,6 +205,11 @@ def build_async_transport(
 
     if _aiohttp.enabled():
         return _aiohttp.AiohttpTransport(limits=limits)
+    return _httpcore_transport(limits)
+
+
+def _httpcore_transport(limits: Limits) -> AsyncBaseTransport:
+    """httpx2's own async transport with :class:`AsyncioNetworkBackend` under its pool."""
     return tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
 
 
@@ -243,7 +248,7 @@ def build_async_client(
 
     """
     if transport is None and _direct():
-        transport = tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
+        transport = _httpcore_transport(limits)
     return httpx2.AsyncClient(
         timeout=_timeout(timeout_s),
         limits=limits,
