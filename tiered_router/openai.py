@@ -31,6 +31,7 @@ chunk raises from ``create`` (like the SDK), one after it raises from the iterat
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,12 @@ if TYPE_CHECKING:
     from tiered_router.policy import Policy
     from tiered_router.trace import TraceSink
     from tiered_router.turn import Turn
+
+if importlib.util.find_spec("openai") is None:  # the SDK itself is imported on first use
+    raise ImportError(
+        "tiered_router.openai returns the openai SDK's own types and needs the SDK, "
+        'from the openai extra: pip install "tiered-router[openai]"'
+    )
 
 __all__ = [
     "AsyncTieredOpenAI",

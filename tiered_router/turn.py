@@ -193,7 +193,8 @@ class Turn:
         messages: The conversation, OpenAI-shaped dicts, oldest first.
         tools: Tools the model may call.
         response_format: OpenAI's ``response_format`` (``json_object`` or ``json_schema``), or a
-            pydantic class (taken as its strict ``json_schema``, as openai's ``parse`` sends it).
+            pydantic class (taken as its strict ``json_schema``, as openai's ``parse`` sends it;
+            that conversion is the openai SDK's, so a class needs the ``openai`` extra).
         final: The agent says this turn produces its final answer.
         step: The agent's step index (0-based), when it tracks one.
         metadata: Free-form labels; rules can match on them (``when: {metadata: {...}}``).
@@ -474,7 +475,16 @@ def _response_format(value: Any) -> Any:
     """
     if not isinstance(value, type):
         return value
-    from openai.lib._parsing._completions import type_to_response_format_param
+    try:
+        from openai.lib._parsing._completions import type_to_response_format_param
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "openai":
+            raise
+        raise ImportError(
+            f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
+            "schema by the openai SDK, from the openai extra: pip install "
+            '"tiered-router[openai]"; or pass {"type": "json_schema", ...} as a dict'
+        ) from None
 
     try:
         return type_to_response_format_param(value)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from tiered_router.integrations._common import (
     METADATA_KEY,
@@ -55,6 +55,7 @@ try:
         convert_to_openai_messages,
     )
     from langchain_core.messages.ai import UsageMetadata
+    from langchain_core.messages.tool import invalid_tool_call
     from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
     from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
@@ -138,13 +139,7 @@ class TieredChatModel(BaseChatModel):
             args, error = parse_arguments(call)
             if args is None:
                 invalid.append(
-                    InvalidToolCall(
-                        name=call.name,
-                        args=call.arguments,
-                        id=call.id,
-                        error=error,
-                        type="invalid_tool_call",
-                    )
+                    invalid_tool_call(name=call.name, args=call.arguments, id=call.id, error=error)
                 )
             else:
                 valid.append(ToolCall(name=call.name, args=args, id=call.id, type="tool_call"))
@@ -152,10 +147,15 @@ class TieredChatModel(BaseChatModel):
 
     @staticmethod
     def _usage(usage: Usage) -> UsageMetadata:
-        return UsageMetadata(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
+        # the token details are NotRequired, but some langchain-core releases' stubs make
+        # mypy ask for them; a cast states the shape without sending empty details
+        return cast(
+            "UsageMetadata",
+            {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "total_tokens": usage.total_tokens,
+            },
         )
 
     def _result(self, routed: RoutedResult) -> ChatResult:
