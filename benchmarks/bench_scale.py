@@ -14,6 +14,9 @@ Measured per configuration:
    latency p50 / p99, and what the proxy adds over a direct upstream call;
 2. concurrency 32, task turns: requests per second (and p50 / p99 under load).
 
+Redis runs twice: ``redis`` (a task turn's record sent before the turn returns, confirmed in
+the background: the default) and ``redis-c`` (``confirm_writes: true``, the record awaited).
+
 Then, in this process, the state operations of one turn (``breaker_allow`` +
 ``breaker_record`` + ``task_record``) on :class:`MemoryStateStore` and on
 :class:`RedisStateStore`: p50 / p99 per turn, and what Redis adds. The target is Redis
@@ -182,7 +185,10 @@ def main() -> None:
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
         states = {"memory": "{type: memory}"}
         if redis_proc is not None:
-            states["redis"] = json.dumps({"type": "redis", "url": redis_url, "prefix": "bench"})
+            redis_state = {"type": "redis", "url": redis_url, "prefix": "bench"}
+            states["redis"] = json.dumps(redis_state)
+            # the task record awaited instead of sent (state.confirm_writes: true)
+            states["redis-c"] = json.dumps({**redis_state, "confirm_writes": True})
         print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
 
         direct = request_bytes(
@@ -251,15 +257,16 @@ def main() -> None:
                     f"p99 {many.pct(0.99):6.2f} ms" + (f"  ({errors} errors)" if errors else "")
                 )
         for workers in (1, 2):
-            if ("redis", workers) not in results:
-                continue
-            for i, label in ((0, "plain turn"), (1, "task turn")):
-                mem, red = results[("memory", workers)][i], results[("redis", workers)][i]
-                print(
-                    f"redis vs memory, workers {workers}, C=1 {label}: "
-                    f"{red.pct(0.5) - mem.pct(0.5):+.3f} ms p50, "
-                    f"{red.pct(0.99) - mem.pct(0.99):+.3f} ms p99"
-                )
+            for name in ("redis", "redis-c"):
+                if (name, workers) not in results:
+                    continue
+                for i, label in ((0, "plain turn"), (1, "task turn")):
+                    mem, red = results[("memory", workers)][i], results[(name, workers)][i]
+                    print(
+                        f"{name} vs memory, workers {workers}, C=1 {label}: "
+                        f"{red.pct(0.5) - mem.pct(0.5):+.3f} ms p50, "
+                        f"{red.pct(0.99) - mem.pct(0.99):+.3f} ms p99"
+                    )
 
         from tiered_router.state import MemoryStateStore
 
@@ -280,17 +287,22 @@ def main() -> None:
                 continue
             from tiered_router.state.redis_store import RedisStateStore
 
-            store = RedisStateStore(redis_url, prefix="ops", timeout_s=1.0)
-            store_ops(store, 200, "warm", task=task)
-            red = store_ops(store, args.ops, "r", task=task)
-            store.close()
-            added = pct(red, 0.5) - pct(memory, 0.5)
-            print(
-                f"  redis  {label:<10}       p50 {pct(red, 0.5):.3f} ms  "
-                f"p99 {pct(red, 0.99):.3f} ms"
-                f"  -> redis adds {added:.3f} ms p50 (target <= 0.3 ms), mean "
-                f"{statistics.fmean(red) * 1000:.3f} ms"
-            )
+            for name, confirm in (("redis", False), ("redis-c", True)):
+                if confirm and not task:
+                    continue  # only task records are sent or confirmed
+                store = RedisStateStore(
+                    redis_url, prefix="ops", timeout_s=1.0, confirm_writes=confirm
+                )
+                store_ops(store, 200, "warm", task=task)
+                red = store_ops(store, args.ops, "r", task=task)
+                store.close()
+                added = pct(red, 0.5) - pct(memory, 0.5)
+                print(
+                    f"  {name:<7}{label:<10}       p50 {pct(red, 0.5):.3f} ms  "
+                    f"p99 {pct(red, 0.99):.3f} ms"
+                    f"  -> redis adds {added:.3f} ms p50 (target <= 0.3 ms), mean "
+                    f"{statistics.fmean(red) * 1000:.3f} ms"
+                )
     finally:
         for proc in reversed(procs):
             if proc.stdin is not None:

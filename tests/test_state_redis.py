@@ -354,8 +354,8 @@ def test_an_async_task_never_reads_the_store_synchronously() -> None:
     assert (store.sync_reads, store.async_reads) == (0, 1)
 
 
-def test_a_task_turn_is_two_round_trips(redis_server: RedisServer) -> None:
-    """A routed turn in a task reads the task once (HGETALL) and writes it once (a script)."""
+def test_a_task_turn_is_one_round_trip_and_one_sent_record(redis_server: RedisServer) -> None:
+    """A turn in a task reads the task once (HGETALL) and sends its record once (a script)."""
     import asyncio
 
     from tiered_router import Router, Turn
@@ -403,8 +403,210 @@ def test_a_task_turn_is_two_round_trips(redis_server: RedisServer) -> None:
     calls.pop("info", None)
     evalsha = calls.pop("evalsha", 0)
     assert evalsha == 1  # the task's record; the closed breakers answer from the cache
-    # commands run inside a script count too: one HGETALL is the read on entering the task,
-    # the other the record script's answer
-    assert calls.pop("hgetall") == 2
+    # commands run inside a script count too; the record is sent, so its script returns no
+    # totals and the one HGETALL is the read on entering the task
+    assert calls.pop("hgetall") == 1
     scripted = {"hincrby", "hincrbyfloat", "hset", "hget", "hmget", "hdel", "pexpire", "time"}
     assert set(calls) <= scripted, calls  # nothing else went to Redis
+
+
+# -- a task turn's record, sent before the turn returns and confirmed in the background --------
+
+
+def _same_totals(got: Any, want: Any) -> None:
+    assert got.cost == pytest.approx(want.cost)
+    assert got.latency_s == pytest.approx(want.latency_s)
+    exact = ("cost", "latency_s", "recent")
+    assert {k: v for k, v in vars_of(got).items() if k not in exact} == {
+        k: v for k, v in vars_of(want).items() if k not in exact
+    }
+
+
+def test_a_sent_record_returns_the_read_totals_with_the_turn_applied(
+    redis_server: RedisServer,
+) -> None:
+    import asyncio
+
+    from tiered_router.state._base import apply_task_delta
+
+    async def main() -> None:
+        store = RedisStateStore(redis_server.url, prefix="sent1", timeout_s=1.0)
+        memory = MemoryStateStore()
+        for delta in TASK_DELTAS:
+            base = await store.atask_snapshot("t")
+            got = await store.atask_record("t", delta, rules=RULES)
+            _same_totals(got, apply_task_delta(base, delta, RULES))
+            _same_totals(got, memory.task_record("t", delta, rules=RULES))
+        await store.flush()
+        _same_totals(await store.atask_snapshot("t"), memory.task_snapshot("t"))
+        assert store.background_failures == 0
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_sent_records_from_two_stores_add_up_exactly(redis_server: RedisServer) -> None:
+    import asyncio
+
+    delta = TaskDelta(cost=0.25, latency_s=0.5, fast_decided=True, fast_served=True, clean=True)
+
+    async def main() -> float:
+        one = RedisStateStore(redis_server.url, prefix="sent2", timeout_s=1.0)
+        two = RedisStateStore(redis_server.url, prefix="sent2", timeout_s=1.0)
+        await one.atask_snapshot("t")
+        await two.atask_snapshot("t")
+
+        async def turns(store: RedisStateStore) -> None:
+            for _ in range(60):
+                await store.atask_record("t", delta, rules=RULES)
+
+        await asyncio.gather(turns(one), turns(two), turns(one))
+        await one.flush()
+        await two.flush()
+        final = await one.atask_snapshot("t")
+        assert final.steps == 180
+        assert (one.background_failures, two.background_failures) == (0, 0)
+        await one.aclose()
+        await two.aclose()
+        return final.cost
+
+    assert asyncio.run(main()) == pytest.approx(45.0)
+
+
+def test_what_sent_and_confirmed_records_return_when_another_replica_wrote_meanwhile(
+    redis_server: RedisServer,
+) -> None:
+    """Sent: the totals read on entering, plus this turn. Confirmed: Redis's totals."""
+    import asyncio
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1, clean=True)
+
+    async def main() -> tuple[int, int, int]:
+        other = RedisStateStore(redis_server.url, prefix="sent3", timeout_s=1.0)
+        sent = RedisStateStore(redis_server.url, prefix="sent3", timeout_s=1.0)
+        confirmed = RedisStateStore(
+            redis_server.url, prefix="sent3", timeout_s=1.0, confirm_writes=True
+        )
+        await sent.atask_snapshot("t")
+        await confirmed.atask_snapshot("t")
+        for _ in range(3):  # another replica's turns, after both read the task
+            await other.atask_record("t", delta, rules=RULES)
+        await other.flush()
+        a = (await sent.atask_record("t", delta, rules=RULES)).steps
+        b = (await confirmed.atask_record("t", delta, rules=RULES)).steps
+        await sent.flush()
+        total = (await other.atask_snapshot("t")).steps
+        for store in (other, sent, confirmed):
+            await store.aclose()
+        return a, b, total
+
+    assert asyncio.run(main()) == (1, 5, 5)
+
+
+def test_a_task_not_read_in_this_process_is_recorded_and_confirmed(
+    redis_server: RedisServer,
+) -> None:
+    import asyncio
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+
+    async def main() -> int:
+        first = RedisStateStore(redis_server.url, prefix="sent4", timeout_s=1.0)
+        for _ in range(2):
+            await first.atask_record("t", delta, rules=RULES)  # never read: each one awaited
+        later = RedisStateStore(redis_server.url, prefix="sent4", timeout_s=1.0)
+        steps = (await later.atask_record("t", delta, rules=RULES)).steps
+        await first.aclose()
+        await later.aclose()
+        return steps
+
+    assert asyncio.run(main()) == 3
+
+
+def test_a_sent_record_lands_when_redis_lost_the_script(redis_server: RedisServer) -> None:
+    import asyncio
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+    watcher = client(redis_server)
+
+    async def main() -> tuple[int, int]:
+        store = RedisStateStore(redis_server.url, prefix="sent5", timeout_s=1.0)
+        await store.atask_snapshot("t")
+        await store.atask_record("t", delta, rules=RULES)
+        await store.flush()
+        watcher.script_flush()  # as after a Redis restart
+        returned = (await store.atask_record("t", delta, rules=RULES)).steps
+        await store.flush()
+        landed = (await store.atask_snapshot("t")).steps
+        failures = store.background_failures
+        await store.aclose()
+        assert failures == 0
+        return returned, landed
+
+    try:
+        assert asyncio.run(main()) == (2, 2)
+    finally:
+        watcher.close()
+
+
+def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import logging
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+    watcher = client(redis_server)
+
+    async def main() -> tuple[int, float, int]:
+        store = RedisStateStore(redis_server.url, prefix="sent6", timeout_s=0.1, retry_s=30)
+        await store.atask_snapshot("t")
+        watcher.execute_command("CLIENT", "PAUSE", "600", "WRITE")  # scripts that write wait
+        started = time.perf_counter()
+        returned = (await store.atask_record("t", delta, rules=RULES)).steps
+        waited = time.perf_counter() - started
+        await store.flush()
+        failures = store.background_failures
+        with pytest.raises(StateStoreUnavailable):  # and the store rests for retry_s
+            await store.atask_snapshot("t")
+        await store.aclose()
+        return returned, waited, failures
+
+    with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
+        try:
+            returned, waited, failures = asyncio.run(main())
+        finally:
+            watcher.execute_command("CLIENT", "UNPAUSE")
+            watcher.close()
+    assert returned == 1
+    assert waited < 0.1  # the turn did not wait for the paused Redis
+    assert failures == 1
+    assert "did not take a record of task 't'" in caplog.text
+
+
+def test_confirm_writes_comes_from_the_policy(redis_server: RedisServer) -> None:
+    from tiered_router import Router
+
+    policy: dict[str, Any] = {
+        "version": 1,
+        "backends": {
+            n: {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key": "k",
+                "model": n}
+            for n in ("fast", "frontier")
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+        "state": {"type": "redis", "url": redis_server.url, "confirm_writes": True},
+    }  # fmt: skip
+    router = Router(policy)
+    try:
+        store = router.state.store  # type: ignore[attr-defined]
+        assert isinstance(store, RedisStateStore)
+        assert store.confirm_writes is True
+    finally:
+        router.close()
+    policy["state"].pop("confirm_writes")
+    router = Router(policy)
+    try:
+        assert router.state.store.confirm_writes is False  # type: ignore[attr-defined]
+    finally:
+        router.close()

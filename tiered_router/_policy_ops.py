@@ -172,6 +172,9 @@ class StateConfig(Model):
     """Lifetime of a task's state after its last turn."""
     cache_s: float = Field(default=0.1, ge=0, le=10)
     """How long a breaker seen closed is trusted without asking Redis (0: ask every call)."""
+    confirm_writes: bool = False
+    """Wait for Redis's answer to a task turn's record, instead of sending the record before
+    the turn returns and confirming it in the background (one round trip less)."""
 
     @model_validator(mode="after")
     def _url_for_redis(self) -> StateConfig:

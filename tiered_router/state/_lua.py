@@ -163,11 +163,13 @@ return {state_of(opened, now, cooldown), tonumber(v[2] or '0'), calls, failures,
 )
 
 TASK_RECORD = """
--- KEYS[1] task; ARGV: ttl_ms, cost, latency_s, escalated, fast_decided, fast_served,
+-- KEYS[1] task; ARGV[1] a JSON list of strings (one argument packs and sends faster than
+-- eighteen): ttl_ms, cost, latency_s, escalated, fast_decided, fast_served,
 -- gate_failures, stalled, clean, rule, input_tokens, output_tokens,
 -- lock_after_gate_failures (0: never), lock_on_stall, unlock_after_clean_turns,
--- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...])
--- returns HGETALL of the task after the update
+-- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...]),
+-- answer ('1': HGETALL of the task after the update; '0': nothing, for a sent record)
+local ARGV = cjson.decode(ARGV[1])
 local key = KEYS[1]
 local ttl = tonumber(ARGV[1])
 local gate_failures = tonumber(ARGV[7])
@@ -220,6 +222,7 @@ else
 end
 redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
 redis.call('PEXPIRE', key, ttl)
+if ARGV[18] == '0' then return 1 end
 return redis.call('HGETALL', key)
 """
 

@@ -9,11 +9,25 @@ for breakers), so nothing piles up.
 Time comes from the Redis server (``TIME``) unless ``clock="caller"``: every process then
 reads the same clock, whatever their own monotonic clocks say.
 
-A slow or dead Redis never holds a turn up for long: every command is bounded by
-``timeout_s`` (connect and read), redis-py's own retries are off, and after a failure the
-store refuses at once, without touching the network, for ``retry_s`` seconds. Its errors
-are :class:`StateStoreUnavailable`; the router's :class:`~tiered_router.state.SafeStateStore`
-answers those from in-process state with a warning, so turns go on.
+A task turn's record is *sent* before the turn returns and confirmed in the background
+(``confirm_writes=False``, the default): the script's bytes are on the connection before the
+caller gets its answer, so a command any process sends after that answer (the task's next
+turn, on this replica or another) reaches Redis after it and sees the record, unless the
+network holds the record back longer than the caller takes to send that next turn (a lost
+packet's TCP retransmission waits 200 ms or more). The turn's own
+totals are the ones read on entering the task with this turn applied, by the rules the
+script runs (as :class:`~tiered_router.state.MemoryStateStore` applies them). A record that
+Redis then refuses is counted in ``background_failures`` (and in
+``tiered_router_state_fallbacks_total``) and logged. ``confirm_writes=True`` waits for
+Redis's answer instead: one more round trip per task turn, and the totals as Redis holds
+them, other replicas' concurrent turns included.
+
+A slow or dead Redis never holds a turn up for long (:mod:`._redis_link`): every command is
+bounded by ``timeout_s`` (connect and read), redis-py's own retries are off, and after a
+failure the store refuses at once, without touching the network, for ``retry_s`` seconds.
+Its errors are :class:`StateStoreUnavailable`; the router's
+:class:`~tiered_router.state.SafeStateStore` answers those from in-process state with a
+warning, so turns go on.
 
 Example:
     ```yaml
@@ -35,13 +49,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from tiered_router.exceptions import PolicyError, TieredRouterError
-from tiered_router.state import _lua
+from tiered_router.exceptions import PolicyError
 from tiered_router.state._base import (
     Admission,
     BreakerSnapshot,
@@ -50,25 +65,16 @@ from tiered_router.state._base import (
     TaskDelta,
     TaskRules,
     TaskSnapshot,
+    apply_task_delta,
 )
+from tiered_router.state._redis_link import RedisLink, StateStoreUnavailable
 from tiered_router.state._redis_replies import (
     admission_of,
     breaker_snapshot_of,
     state_of,
     task_snapshot_of,
     text_of,
-    where_of,
 )
-
-try:
-    import redis
-    import redis.asyncio as aioredis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'the Redis state store needs the redis extra: install "tiered-router[redis]"'
-    ) from exc
 
 if TYPE_CHECKING:
     from tiered_router.policy import BreakerConfig, StateConfig
@@ -77,22 +83,12 @@ __all__ = ["RedisStateStore", "StateStoreUnavailable"]
 
 _BUCKETS = 10
 """The breaker's failure window is kept as this many buckets (as in MemoryStateStore)."""
-_MAX_CONNECTIONS = 64
-"""Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
 _MAX_BEHIND = 16
 """Background writes in flight at most; past it a success is written inline (backpressure)."""
+_KNOWN_TASKS = 4096
+"""Tasks whose last totals are kept, as the base of a sent (unconfirmed) record."""
 
-
-class StateStoreUnavailable(TieredRouterError):
-    """The shared state store did not answer (down, slow, or refused): use local state.
-
-    Attributes:
-        store: Where the store is (``host:port``; never the password).
-    """
-
-    def __init__(self, message: str, *, store: str) -> None:
-        super().__init__(message)
-        self.store = store
+logger = logging.getLogger("tiered_router.state")
 
 
 class RedisStateStore:
@@ -111,6 +107,9 @@ class RedisStateStore:
             how long a success in that state is written in the background instead of
             awaited; ``0`` asks Redis on every call. A breaker another process opened is
             seen here within this time.
+        confirm_writes: Wait for Redis's answer to a task turn's record (async path)
+            instead of sending it before the turn returns and confirming it in the
+            background. The sync path always waits.
 
     """
 
@@ -124,30 +123,27 @@ class RedisStateStore:
         retry_s: float = 1.0,
         clock: Literal["server", "caller"] = "server",
         cache_s: float = 0.1,
+        confirm_writes: bool = False,
     ) -> None:
-        self._url = url
-        self.where = where_of(url)
+        self._link = RedisLink(url, timeout_s=timeout_s, retry_s=retry_s)
+        self.where = self._link.where
         self.prefix = prefix
         self.timeout_s = timeout_s
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.retry_s = retry_s
         self.clock = clock
-        self._down_until = 0.0
         self._lock = threading.Lock()
-        self._sync: redis.Redis | None = None
-        self._async: aioredis.Redis | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._scripts: dict[str, Any] = {}
-        self._ascripts: dict[str, Any] = {}
         self.cache_s = cache_s
         self._closed_seen: dict[str, float] = {}  # breaker -> monotonic time seen closed
-        self._pending: set[asyncio.Task[Any]] = set()
         self._behind: dict[str, tuple[int, Sequence[object]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.behind_s = 0.01
         """Successes on a closed breaker wait at most this long to be written together."""
         self.background_failures = 0
-        """Background writes (successes in the closed state) that Redis did not take."""
+        """Background writes (successes in the closed state, sent task records) that Redis
+        did not take."""
+        self.confirm_writes = confirm_writes
+        self._known: OrderedDict[str, TaskSnapshot] = OrderedDict()
 
     @classmethod
     def from_config(cls, config: StateConfig) -> RedisStateStore:
@@ -161,73 +157,11 @@ class RedisStateStore:
             ttl_s=config.ttl_s,
             retry_s=config.retry_s,
             cache_s=config.cache_s,
+            confirm_writes=config.confirm_writes,
         )
 
     def __repr__(self) -> str:
         return f"RedisStateStore({self.where!r}, prefix={self.prefix!r})"
-
-    # -- connections -------------------------------------------------------------------------
-
-    def _options(self) -> dict[str, Any]:
-        return {
-            "socket_timeout": self.timeout_s,
-            "socket_connect_timeout": self.timeout_s,
-            "retry": Retry(NoBackoff(), 0),
-            "health_check_interval": 0,
-            "max_connections": _MAX_CONNECTIONS,
-        }
-
-    def _sync_scripts(self) -> dict[str, Any]:
-        if self._sync is None:
-            with self._lock:
-                if self._sync is None:
-                    pool = redis.BlockingConnectionPool.from_url(
-                        self._url, timeout=self.timeout_s, **self._options()
-                    )
-                    client = redis.Redis.from_pool(pool)
-                    self._scripts = _lua.register(client)
-                    self._sync = client
-        return self._scripts
-
-    def _async_scripts(self) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        if self._async is None or self._loop is not loop:
-            # a redis.asyncio client belongs to the loop it first ran on
-            apool = aioredis.BlockingConnectionPool.from_url(
-                self._url, timeout=self.timeout_s, **self._options()
-            )
-            client = aioredis.Redis.from_pool(apool)
-            self._ascripts = _lua.register(client)
-            self._async, self._loop = client, loop
-        return self._ascripts
-
-    def _check_up(self) -> None:
-        if self._down_until and time.monotonic() < self._down_until:
-            raise StateStoreUnavailable(
-                f"Redis state store at {self.where} is unavailable; retrying after "
-                f"{self.retry_s:g} s",
-                store=self.where,
-            )
-
-    def _failed(self, exc: Exception) -> StateStoreUnavailable:
-        self._down_until = time.monotonic() + self.retry_s
-        return StateStoreUnavailable(
-            f"Redis state store at {self.where} failed: {type(exc).__name__}", store=self.where
-        )
-
-    def _call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        self._check_up()
-        try:
-            return self._sync_scripts()[script](keys=keys, args=args)
-        except (redis.RedisError, OSError) as exc:
-            raise self._failed(exc) from exc
-
-    async def _acall(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        self._check_up()
-        try:
-            return await self._async_scripts()[script](keys=keys, args=args)
-        except (redis.RedisError, OSError) as exc:
-            raise self._failed(exc) from exc
 
     # -- the closed-state cache ---------------------------------------------------------------
 
@@ -255,13 +189,11 @@ class RedisStateStore:
         self._timer = None
         batch, self._behind = self._behind, {}
         for name, (count, args) in batch.items():
-            task = asyncio.ensure_future(self._write(name, [*args[:-1], count]))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            self._link.track(asyncio.ensure_future(self._write(name, [*args[:-1], count])))
 
     async def _write(self, name: str, args: Sequence[object]) -> None:
         try:
-            state = state_of(await self._acall("record", [self.breaker_key(name)], args))
+            state = state_of(await self._link.acall("record", [self.breaker_key(name)], args))
             self._seen(name, state)
         except StateStoreUnavailable:
             self.background_failures += 1  # the turns are long done; nothing else to tell
@@ -271,32 +203,20 @@ class RedisStateStore:
         if self._timer is not None:
             self._timer.cancel()
             self._write_behind()
-        while self._pending:
-            await asyncio.gather(*list(self._pending))
+        await self._link.drain()
 
     def close(self) -> None:
         """Close the sync client's connections."""
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        self._link.close()
 
     async def aclose(self) -> None:
         """Finish the background writes, then close both clients' connections."""
         await self.flush()
-        self.close()
-        if self._async is not None:
-            client, self._async = self._async, None
-            if self._loop is asyncio.get_running_loop():
-                await client.aclose()
+        await self._link.aclose()
 
     def ping(self) -> bool:
         """Whether Redis answers now (for readiness checks); never raises."""
-        try:
-            self._sync_scripts()
-            assert self._sync is not None
-            return bool(self._sync.ping())
-        except (redis.RedisError, OSError):
-            return False
+        return self._link.ping()
 
     # -- keys and arguments -----------------------------------------------------------------
 
@@ -344,8 +264,10 @@ class RedisStateStore:
     def _snapshot_args(self, now: float, config: BreakerConfig) -> list[object]:
         return [self._now(now), config.cooldown_s, config.window_s, _BUCKETS]
 
-    def _task_args(self, delta: TaskDelta, rules: TaskRules) -> list[object]:
-        return [
+    def _task_args(
+        self, delta: TaskDelta, rules: TaskRules, *, answer: bool = True
+    ) -> list[object]:
+        fields = [
             self.ttl_ms,
             repr(float(delta.cost)),
             repr(float(delta.latency_s)),
@@ -363,7 +285,9 @@ class RedisStateStore:
             rules.unlock_after_clean_turns,
             rules.latency_window,
             json.dumps([list(item) for item in delta.latencies]),
+            int(answer),
         ]
+        return [json.dumps([str(field) for field in fields])]  # the script's one argument
 
     # -- sync --------------------------------------------------------------------------------
 
@@ -371,7 +295,7 @@ class RedisStateStore:
         """See :meth:`tiered_router.state.StateStore.breaker_allow`."""
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
-        reply = self._call("allow", [self.breaker_key(name)], self._allow_args(now, config))
+        reply = self._link.call("allow", [self.breaker_key(name)], self._allow_args(now, config))
         admission = admission_of(reply)
         self._seen(name, admission.state)
         return admission
@@ -390,24 +314,28 @@ class RedisStateStore:
         waiting = self._behind.pop(name, None)
         if waiting is not None:  # batched successes land first (a cancelled call runs here)
             count, earlier = waiting
-            self._call("record", [self.breaker_key(name)], [*earlier[:-1], count])
-        state = state_of(self._call("record", [self.breaker_key(name)], args))
+            self._link.call("record", [self.breaker_key(name)], [*earlier[:-1], count])
+        state = state_of(self._link.call("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
 
     def breaker_snapshot(self, name: str, *, now: float, config: BreakerConfig) -> BreakerSnapshot:
         """See :meth:`tiered_router.state.StateStore.breaker_snapshot`."""
         args = self._snapshot_args(now, config)
-        return breaker_snapshot_of(self._call("snapshot", [self.breaker_key(name)], args))
+        return breaker_snapshot_of(self._link.call("snapshot", [self.breaker_key(name)], args))
 
     def task_record(self, task_id: str, delta: TaskDelta, *, rules: TaskRules) -> TaskSnapshot:
         """See :meth:`tiered_router.state.StateStore.task_record`."""
-        reply = self._call("task", [self.task_key(task_id)], self._task_args(delta, rules))
-        return task_snapshot_of(reply)
+        reply = self._link.call("task", [self.task_key(task_id)], self._task_args(delta, rules))
+        snapshot = task_snapshot_of(reply)
+        self._remember(task_id, snapshot)
+        return snapshot
 
     def task_snapshot(self, task_id: str) -> TaskSnapshot:
         """See :meth:`tiered_router.state.StateStore.task_snapshot` (one ``HGETALL``)."""
-        return task_snapshot_of(self._call("task_read", [self.task_key(task_id)], []))
+        snapshot = task_snapshot_of(self._link.call("task_read", [self.task_key(task_id)], []))
+        self._remember(task_id, snapshot)
+        return snapshot
 
     # -- async -------------------------------------------------------------------------------
 
@@ -415,7 +343,9 @@ class RedisStateStore:
         """Async twin of :meth:`breaker_allow`."""
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
-        reply = await self._acall("allow", [self.breaker_key(name)], self._allow_args(now, config))
+        reply = await self._link.acall(
+            "allow", [self.breaker_key(name)], self._allow_args(now, config)
+        )
         admission = admission_of(reply)
         self._seen(name, admission.state)
         return admission
@@ -435,18 +365,18 @@ class RedisStateStore:
             token is None
             and outcome == "success"
             and self._fresh(name)
-            and len(self._pending) < _MAX_BEHIND
+            and len(self._link.pending) < _MAX_BEHIND
         ):
             # the common case: a success on a closed breaker changes nothing anyone waits
             # for, so it goes to Redis in the background, off the turn's path
-            self._check_up()
+            self._link.check_up()
             self._background(name, args)
             return "closed"
         waiting = self._behind.pop(name, None)
         if waiting is not None:  # successes before this outcome land before it
             count, earlier = waiting
             await self._write(name, [*earlier[:-1], count])
-        state = state_of(await self._acall("record", [self.breaker_key(name)], args))
+        state = state_of(await self._link.acall("record", [self.breaker_key(name)], args))
         self._seen(name, state)
         return state
 
@@ -455,18 +385,55 @@ class RedisStateStore:
     ) -> BreakerSnapshot:
         """Async twin of :meth:`breaker_snapshot`."""
         args = self._snapshot_args(now, config)
-        return breaker_snapshot_of(await self._acall("snapshot", [self.breaker_key(name)], args))
+        return breaker_snapshot_of(
+            await self._link.acall("snapshot", [self.breaker_key(name)], args)
+        )
 
     async def atask_record(
         self, task_id: str, delta: TaskDelta, *, rules: TaskRules
     ) -> TaskSnapshot:
-        """Async twin of :meth:`task_record`."""
-        args = self._task_args(delta, rules)
-        return task_snapshot_of(await self._acall("task", [self.task_key(task_id)], args))
+        """Async twin of :meth:`task_record`.
+
+        Unless ``confirm_writes``, a task read in this process lately has its record sent
+        and confirmed in the background (see the module's docs); it returns the totals read
+        last with this turn applied. Otherwise it waits for Redis's answer.
+        """
+        keys = [self.task_key(task_id)]
+        base = self._known.get(task_id)
+        if self.confirm_writes or base is None:
+            args = self._task_args(delta, rules)
+            snapshot = task_snapshot_of(await self._link.acall("task", keys, args))
+        else:
+            args = self._task_args(delta, rules, answer=False)
+            await self._link.send("task", keys, args, lost=lambda: self._lost_record(task_id))
+            snapshot = apply_task_delta(base, delta, rules)
+        self._remember(task_id, snapshot)
+        return snapshot
 
     async def atask_snapshot(self, task_id: str) -> TaskSnapshot:
         """Async twin of :meth:`task_snapshot`."""
-        return task_snapshot_of(await self._acall("task_read", [self.task_key(task_id)], []))
+        snapshot = task_snapshot_of(
+            await self._link.acall("task_read", [self.task_key(task_id)], [])
+        )
+        self._remember(task_id, snapshot)
+        return snapshot
+
+    # -- sent records (confirmed in the background) ----------------------------------------
+
+    def _remember(self, task_id: str, snapshot: TaskSnapshot) -> None:
+        with self._lock:  # the sync path may run on other threads
+            self._known[task_id] = snapshot
+            self._known.move_to_end(task_id)
+            while len(self._known) > _KNOWN_TASKS:
+                self._known.popitem(last=False)
+
+    def _lost_record(self, task_id: str) -> None:
+        self.background_failures += 1
+        logger.warning(
+            "Redis state store at %s did not take a record of task %r; its totals miss a turn",
+            self.where,
+            task_id,
+        )
 
     # -- per-client limits (the proxy's) ----------------------------------------------------
 
@@ -482,9 +449,9 @@ class RedisStateStore:
         """
         keys = [f"{self.prefix}:rate:{client}", f"{self.prefix}:spend:{client}"]
         args = [per_minute or 0, "" if spend_per_day is None else repr(float(spend_per_day))]
-        allowed, reason, retry = await self._acall("limit_admit", keys, args)
+        allowed, reason, retry = await self._link.acall("limit_admit", keys, args)
         return bool(int(allowed)), text_of(reason), float(text_of(retry))
 
     async def alimit_spend(self, client: str, usd: float) -> None:
         """Add ``usd`` to ``client``'s spend today."""
-        await self._acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])
+        await self._link.acall("limit_spend", [f"{self.prefix}:spend:{client}"], [repr(float(usd))])

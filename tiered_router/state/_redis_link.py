@@ -1,0 +1,234 @@
+"""Talking to Redis for the state store: bounded waits, failing fast, and sent-only calls.
+
+:class:`RedisLink` owns a sync and an asyncio redis-py client (each with a blocking pool of
+at most ``_MAX_CONNECTIONS``), the scripts registered on them (:mod:`._lua`), and the rule
+that a slow or dead Redis never holds a turn up for long: every command is bounded by
+``timeout_s``, redis-py's own retries are off, and after a failure every call raises
+:class:`StateStoreUnavailable` at once, without touching the network, for ``retry_s``.
+
+:meth:`RedisLink.send` puts a script call on a connection and returns once its bytes are
+written; Redis's answer is read in the background. :mod:`.redis_store` uses it for a task
+turn's record, so the turn does not wait a round trip for an answer it does not need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tiered_router.exceptions import TieredRouterError
+from tiered_router.state import _lua
+from tiered_router.state._redis_replies import where_of
+
+try:
+    import redis
+    import redis.asyncio as aioredis
+    from redis.backoff import NoBackoff
+    from redis.exceptions import NoScriptError
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        'the Redis state store needs the redis extra: install "tiered-router[redis]"'
+    ) from exc
+
+__all__ = ["RedisLink", "StateStoreUnavailable"]
+
+_MAX_CONNECTIONS = 64
+"""Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
+
+
+class StateStoreUnavailable(TieredRouterError):
+    """The shared state store did not answer (down, slow, or refused): use local state.
+
+    Attributes:
+        store: Where the store is (``host:port``; never the password).
+    """
+
+    def __init__(self, message: str, *, store: str) -> None:
+        super().__init__(message)
+        self.store = store
+
+
+class RedisLink:
+    """The store's connections to one Redis (see the module's docs).
+
+    Args:
+        url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS, ``unix://``).
+        timeout_s: Longest wait for a connection or an answer, per command.
+        retry_s: After a failure, how long to refuse at once before trying Redis again.
+    """
+
+    def __init__(self, url: str, *, timeout_s: float, retry_s: float) -> None:
+        self._url = url
+        self.where = where_of(url)
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self._down_until = 0.0
+        self._lock = threading.Lock()
+        self._sync: redis.Redis | None = None
+        self._async: aioredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scripts: dict[str, Any] = {}
+        self._ascripts: dict[str, Any] = {}
+        self.pending: set[asyncio.Future[Any]] = set()
+        """Background work in flight (answers of sent calls, batched writes)."""
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "socket_timeout": self.timeout_s,
+            "socket_connect_timeout": self.timeout_s,
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+            "max_connections": _MAX_CONNECTIONS,
+        }
+
+    def _sync_scripts(self) -> dict[str, Any]:
+        if self._sync is None:
+            with self._lock:
+                if self._sync is None:
+                    pool = redis.BlockingConnectionPool.from_url(
+                        self._url, timeout=self.timeout_s, **self._options()
+                    )
+                    client = redis.Redis.from_pool(pool)
+                    self._scripts = _lua.register(client)
+                    self._sync = client
+        return self._scripts
+
+    def _async_scripts(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._loop is not loop:
+            # a redis.asyncio client belongs to the loop it first ran on
+            apool = aioredis.BlockingConnectionPool.from_url(
+                self._url, timeout=self.timeout_s, **self._options()
+            )
+            client = aioredis.Redis.from_pool(apool)
+            self._ascripts = _lua.register(client)
+            self._async, self._loop = client, loop
+        return self._ascripts
+
+    def check_up(self) -> None:
+        """Raise :class:`StateStoreUnavailable` while a recent failure's ``retry_s`` runs."""
+        if self._down_until and time.monotonic() < self._down_until:
+            raise StateStoreUnavailable(
+                f"Redis state store at {self.where} is unavailable; retrying after "
+                f"{self.retry_s:g} s",
+                store=self.where,
+            )
+
+    def failed(self, exc: Exception) -> StateStoreUnavailable:
+        """Note a failure (refuse for ``retry_s``) and return the error to raise."""
+        self._down_until = time.monotonic() + self.retry_s
+        return StateStoreUnavailable(
+            f"Redis state store at {self.where} failed: {type(exc).__name__}", store=self.where
+        )
+
+    def call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run ``script`` (a name in :func:`._lua.register`) and return Redis's answer."""
+        self.check_up()
+        try:
+            return self._sync_scripts()[script](keys=keys, args=args)
+        except (redis.RedisError, OSError) as exc:
+            raise self.failed(exc) from exc
+
+    async def acall(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Async twin of :meth:`call`."""
+        self.check_up()
+        try:
+            return await self._async_scripts()[script](keys=keys, args=args)
+        except (redis.RedisError, OSError) as exc:
+            raise self.failed(exc) from exc
+
+    def track(self, work: asyncio.Future[Any]) -> None:
+        """Keep background ``work`` until it ends (:meth:`drain` waits for it)."""
+        self.pending.add(work)
+        work.add_done_callback(self.pending.discard)
+
+    async def send(
+        self,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        *,
+        lost: Callable[[], None],
+    ) -> None:
+        """Write a call of ``script`` and return; its answer is read in the background.
+
+        When it returns, the call's bytes are on the connection, ahead of any command sent
+        after. A Redis that answers with an error, or not within ``timeout_s``, calls
+        ``lost`` (and counts as a failure); a Redis that lost the script (a restart) gets
+        it loaded and the call run again, later.
+
+        Raises:
+            StateStoreUnavailable: When the call could not be written (nothing was sent).
+        """
+        self.check_up()
+        scripts = self._async_scripts()
+        assert self._async is not None
+        pool = self._async.connection_pool
+        try:
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except (redis.RedisError, OSError) as exc:
+            raise self.failed(exc) from exc
+        try:
+            await connection.send_command("EVALSHA", scripts[script].sha, len(keys), *keys, *args)
+        except BaseException as exc:
+            await pool.release(connection)  # redis-py dropped a connection a write failed on
+            if isinstance(exc, (redis.RedisError, OSError)):
+                raise self.failed(exc) from exc
+            raise
+        answer = self._answer(pool, connection, script, keys, args, lost)
+        self.track(asyncio.ensure_future(answer))
+
+    async def _answer(
+        self,
+        pool: Any,
+        connection: Any,
+        script: str,
+        keys: Sequence[str],
+        args: Sequence[object],
+        lost: Callable[[], None],
+    ) -> None:
+        try:
+            try:
+                await connection.read_response()
+            finally:
+                await pool.release(connection)
+        except NoScriptError:  # the call ran nothing: load the script, run it now
+            try:
+                await self.acall(script, keys, args)
+            except StateStoreUnavailable:
+                lost()
+        except (redis.RedisError, OSError) as exc:
+            self.failed(exc)
+            lost()
+
+    async def drain(self) -> None:
+        """Wait for the background work in flight."""
+        while self.pending:
+            await asyncio.gather(*list(self.pending))
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    async def aclose(self) -> None:
+        """Close both clients' connections (the async one only from its own loop)."""
+        self.close()
+        if self._async is not None:
+            client, self._async = self._async, None
+            if self._loop is asyncio.get_running_loop():
+                await client.aclose()
+
+    def ping(self) -> bool:
+        """Whether Redis answers now (for readiness checks); never raises."""
+        try:
+            self._sync_scripts()
+            assert self._sync is not None
+            return bool(self._sync.ping())
+        except (redis.RedisError, OSError):
+            return False
