@@ -12,7 +12,6 @@ thread on the sync path), and its failure is only logged.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import threading
@@ -25,6 +24,8 @@ from tiered_router.engine import TurnRun
 from tiered_router.resilience import Deadline
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tiered_router._dispatch import Dispatcher
 
 __all__ = ["ShadowRunner", "plan_shadow", "sampled"]
@@ -95,6 +96,8 @@ class ShadowRunner:
         """Start ``run``'s shadow run as an asyncio task, when the policy samples it."""
         shadow = plan_shadow(run)
         if shadow is not None:
+            import asyncio  # off the package's import path (see router._asyncio_sleep)
+
             job = asyncio.get_running_loop().create_task(self._arun(shadow))
             self._jobs.add(job)
             job.add_done_callback(self._jobs.discard)
@@ -136,5 +139,7 @@ class ShadowRunner:
 
     async def adrain(self) -> None:
         """Wait for the shadow tasks still running."""
+        import asyncio
+
         while self._jobs:
             await asyncio.gather(*list(self._jobs), return_exceptions=True)

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import tenacity
-
 from tiered_router.exceptions import (
     BackendError,
     BackendUnavailable,
@@ -29,6 +27,8 @@ from tiered_router.exceptions import (
 from tiered_router.state import Admission, BreakerSnapshot, BreakerState, Outcome, StateStore
 
 if TYPE_CHECKING:
+    import tenacity
+
     from tiered_router.policy import BreakerConfig, RetryConfig
 
 __all__ = ["BreakerPass", "CircuitBreaker", "Deadline", "RetrySchedule", "breaker_outcome"]
@@ -126,6 +126,8 @@ class RetrySchedule:
         self, *, max_retries: int, deadline: Deadline, sleep: Callable[[float], None]
     ) -> tenacity.Retrying:
         """Return a sync retry loop (``for attempt in loop: with attempt: ...``)."""
+        import tenacity  # with asyncio under it: off the import path of the package
+
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception(_is_retryable),
             wait=self._wait,
@@ -142,6 +144,8 @@ class RetrySchedule:
         sleep: Callable[[float], Awaitable[None]],
     ) -> tenacity.AsyncRetrying:
         """Return an async retry loop (``async for attempt in loop: with attempt: ...``)."""
+        import tenacity
+
         return tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception(_is_retryable),
             wait=self._wait,

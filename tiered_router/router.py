@@ -10,7 +10,6 @@ capability lookups and trace sinks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -65,7 +64,7 @@ class Router:
         sinks: Where finished traces go.
         clock: Monotonic clock in seconds (inject one for tests and simulations).
         sleep: Sync sleep used between retries.
-        asleep: Async sleep used between retries.
+        asleep: Async sleep used between retries (default: ``asyncio.sleep``).
         rng: Source of retry jitter.
         record: Record each turn's request and each attempt's output in its trace
             (``True``), through a redaction hook (a callable: record in, what to keep out,
@@ -85,7 +84,7 @@ class Router:
         sinks: Sequence[TraceSink] = (),
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
-        asleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        asleep: Callable[[float], Awaitable[None]] | None = None,
         rng: random.Random | None = None,
         record: RecordOption = False,
         state: StateStore | None = None,
@@ -101,7 +100,7 @@ class Router:
         self._backends: dict[str, Backend] = dict(backends or {})
         self._clock = clock
         self._sleep = sleep
-        self._asleep = asleep
+        self._asleep = asleep or _asyncio_sleep
         self._own_state: Any = None  # a store built from the policy's state: section
         if state is None and self.policy.state.type == "redis":
             from tiered_router.state.redis_store import RedisStateStore
@@ -125,7 +124,7 @@ class Router:
             retries=RetrySchedule(self.policy.resilience.retry, clock=clock, rng=rng),
             clock=clock,
             sleep=sleep,
-            asleep=asleep,
+            asleep=self._asleep,
             emit=self.emit,
         )
         self._shadows = ShadowRunner(
@@ -491,3 +490,11 @@ async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion
 
 def _complete(backend: Backend, request: CompletionRequest) -> Completion:
     return backend.complete(request)
+
+
+async def _asyncio_sleep(seconds: float) -> None:
+    # asyncio is imported on the first async call: `from tiered_router import Router` stays
+    # without it (and ssl, which it brings) for code that only routes synchronously
+    import asyncio
+
+    await asyncio.sleep(seconds)

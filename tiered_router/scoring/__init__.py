@@ -18,18 +18,18 @@ from tiered_router.scoring.heuristic import (
     FEATURE_NAMES,
     HeuristicScorer,
 )
-from tiered_router.scoring.learned import (
-    LearnedModel,
-    LearnedScorer,
-    LearnedWeights,
-    fit,
-    fit_model,
-    load_weights,
-)
 from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
     from tiered_router.policy import ScoringConfig
+    from tiered_router.scoring.learned import (
+        LearnedModel,
+        LearnedScorer,
+        LearnedWeights,
+        fit,
+        fit_model,
+        load_weights,
+    )
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -48,6 +48,20 @@ __all__ = [
     "fit_model",
     "load_weights",
 ]
+
+_LEARNED = frozenset(
+    {"LearnedModel", "LearnedScorer", "LearnedWeights", "fit", "fit_model", "load_weights"}
+)
+
+
+def __getattr__(name: str) -> object:
+    # the learned scorer (and its training code) loads on first use, not with the package
+    if name in _LEARNED:
+        from tiered_router.scoring import learned
+
+        return getattr(learned, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _HEURISTIC_OPTIONS = frozenset({"max_reasons"})
 _LEARNED_OPTIONS = frozenset({"path", "max_reasons"})
@@ -88,6 +102,8 @@ def build_scorer(config: ScoringConfig) -> Scorer:
         except ValueError as exc:
             raise ValueError(f"scoring.weights: {exc}") from exc
     if config.type == "learned":
+        from tiered_router.scoring.learned import LearnedScorer
+
         _check_options(options, _LEARNED_OPTIONS, "learned")
         if config.weights:
             raise ValueError(

@@ -55,7 +55,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
@@ -411,6 +410,8 @@ class TransferScorer:
 
 @lru_cache(maxsize=1)
 def _shipped() -> TransferModel:
+    from importlib import resources  # with pathlib and tempfile under it: on first use
+
     ref = resources.files("tiered_router.scoring") / "data" / DEFAULT_WEIGHTS_FILE
     data = json.loads(ref.read_text(encoding="utf-8"))
     return TransferModel.from_dict(

@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 from typing import Any
 
 from tiered_router.scoring._base import Score, Scorer
@@ -85,7 +84,6 @@ from tiered_router.scoring.learned._model import (
     LearnedModel,
     compile_model,
 )
-from tiered_router.scoring.learned._train import fit_model
 from tiered_router.scoring.learned._v1 import CompiledV1, LearnedWeights, fit
 from tiered_router.turn import Turn
 
@@ -104,6 +102,16 @@ __all__ = [
     "fit_model",
     "load_weights",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # the training code loads only when asked for: scoring a turn never needs it
+    if name == "fit_model":
+        from tiered_router.scoring.learned._train import fit_model
+
+        return fit_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_WEIGHTS_FILE = "learned_default.json"
 """File name of the shipped weights in the ``tiered_router.scoring`` package's ``data/``."""
@@ -199,6 +207,8 @@ class LearnedScorer:
         Args:
             max_reasons: How many reasons a score carries.
         """
+        from importlib import resources
+
         ref = resources.files("tiered_router.scoring") / "data" / DEFAULT_WEIGHTS_FILE
         source = f"tiered_router/scoring/data/{DEFAULT_WEIGHTS_FILE}"
         data = json.loads(ref.read_text(encoding="utf-8"))
