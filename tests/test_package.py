@@ -66,3 +66,33 @@ def test_importing_the_router_does_not_load_pydantic() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_importing_the_router_loads_no_asyncio_retries_or_training_code() -> None:
+    # they load on first use: the first async call, the first retry loop, a learned scorer
+    code = (
+        "import sys; from tiered_router import Router, Turn; "
+        "print(sorted(m for m in ('asyncio', 'ssl', 'tenacity', 'importlib.resources', "
+        "'tiered_router.scoring.learned', 'tiered_router.scoring.learned._train') "
+        "if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_lazy_scoring_names_resolve_and_unknown_ones_fail() -> None:
+    import pytest
+
+    import tiered_router.scoring as scoring
+    import tiered_router.scoring.learned as learned
+    from tiered_router.scoring.learned._train import fit_model
+
+    assert scoring.fit_model is learned.fit_model is fit_model
+    assert scoring.LearnedScorer is learned.LearnedScorer
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        scoring.nothing  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        learned.nothing  # type: ignore[attr-defined]  # noqa: B018

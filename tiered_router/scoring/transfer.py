@@ -59,8 +59,9 @@ from types import MappingProxyType
 from typing import Any
 
 from tiered_router.scoring._base import Score
+from tiered_router.scoring._choices import option_overlap as _overlap
+from tiered_router.scoring._choices import split_options as _options
 from tiered_router.scoring.features import focus_text, sigmoid
-from tiered_router.scoring.learned._features import _options, _overlap
 from tiered_router.turn import Turn
 
 __all__ = [

@@ -33,6 +33,9 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import NamedTuple
 
+from tiered_router.scoring._choices import NORMALISE as _NORMALISE
+from tiered_router.scoring._choices import option_overlap as _overlap
+from tiered_router.scoring._choices import split_options as _options
 from tiered_router.scoring.features import FEATURE_ORDER, FeatureVector, extract, focus_text
 from tiered_router.turn import Turn
 
@@ -119,10 +122,7 @@ _QUANTITY = frozenset(
 )
 _FRACTION_WORDS = frozenset({"half", "third", "thirds", "quarter", "quarters", "fifth", "fifths"})
 _CATCHALL = re.compile(r"\b(?:all|none|both|neither) of the (?:above|these|options)\b", re.I)
-_LETTERS = "abcdefgh"
-_PUNCT = b"!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~\t\n\r\x0b\x0c"
 # ASCII letters lowered, ASCII punctuation and whitespace -> space, other bytes unchanged
-_NORMALISE = bytes(32 if i in _PUNCT else (i + 32 if 65 <= i <= 90 else i) for i in range(256))
 _NOT_UPPER = bytes(i for i in range(256) if not 65 <= i <= 90)
 _NOT_DIGITS = bytes(i for i in range(256) if not 48 <= i <= 57)
 _NOT_SYMBOLS = bytes(i for i in range(256) if i not in b"=+*/^<>()[]{}|")
@@ -132,63 +132,6 @@ def _log_scale(x: float, full: float, unit: float) -> float:
     if x <= 0:
         return 0.0
     return min(1.0, math.log1p(x / unit) / math.log1p(full / unit))
-
-
-def _option(line: str) -> tuple[str, str] | None:
-    """``("b", "text")`` for a line ``B. text`` / ``(b) text`` / ``b) text``, else ``None``."""
-    line = line.strip()
-    if len(line) < 2:
-        return None
-    if line[0] == "(" and len(line) >= 3 and line[2] == ")":
-        letter, rest = line[1], line[3:]
-    elif line[1] in ".)":
-        letter, rest = line[0], line[2:]
-    else:
-        return None
-    letter = letter.lower()
-    return (letter, rest.strip()) if letter in _LETTERS else None
-
-
-def _options(text: str) -> tuple[str, list[str]]:
-    """Split a multiple-choice text into its stem and its lettered options (in order)."""
-    if "\n" not in text:
-        return text, []
-    found: list[str] = []
-    start = -1
-    offset = 0
-    for line in text.split("\n"):
-        option = _option(line) if len(line) >= 2 else None
-        if option is not None:
-            letter, rest = option
-            if letter == _LETTERS[len(found) % len(_LETTERS)] and len(found) < len(_LETTERS):
-                if not found:
-                    start = offset
-                found.append(rest)
-            elif letter == "a":  # a new list starts: keep the later one (the question's)
-                found = [rest]
-                start = offset
-        offset += len(line) + 1
-    if len(found) < 2:
-        return text, []
-    return text[:start], found
-
-
-def _overlap(options: list[str]) -> tuple[float, float]:
-    joined = "\x00".join(options).encode("utf-8", "replace").translate(_NORMALISE)
-    sets = [frozenset(part.split()) for part in joined.split(b"\x00")]
-    sizes = [len(a) for a in sets]
-    total = 0.0
-    top = 0.0
-    pairs = 0
-    for i, a in enumerate(sets):
-        for j in range(i + 1, len(sets)):
-            shared = len(a.intersection(sets[j]))
-            union = sizes[i] + sizes[j] - shared
-            value = shared / union if union else 1.0
-            total += value
-            top = value if value > top else top
-            pairs += 1
-    return (total / pairs, top) if pairs else (0.0, 0.0)
 
 
 def _catchall(options: list[str]) -> bool:
