@@ -581,7 +581,7 @@ def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
     assert returned == 1
     assert waited < 0.1  # the turn did not wait for the paused Redis
     assert failures == 1
-    assert "did not take a record of task 't'" in caplog.text
+    assert "did not confirm a record of task 't'" in caplog.text
 
 
 def test_confirm_writes_comes_from_the_policy(redis_server: RedisServer) -> None:

@@ -87,6 +87,8 @@ _MAX_BEHIND = 16
 """Background writes in flight at most; past it a success is written inline (backpressure)."""
 _KNOWN_TASKS = 4096
 """Tasks whose last totals are kept, as the base of a sent (unconfirmed) record."""
+_WARN_EVERY_S = 30.0
+"""Least seconds between two warnings about records Redis did not confirm."""
 
 logger = logging.getLogger("tiered_router.state")
 
@@ -144,6 +146,7 @@ class RedisStateStore:
         did not take."""
         self.confirm_writes = confirm_writes
         self._known: OrderedDict[str, TaskSnapshot] = OrderedDict()
+        self._warned_at: float | None = None
 
     @classmethod
     def from_config(cls, config: StateConfig) -> RedisStateStore:
@@ -429,10 +432,16 @@ class RedisStateStore:
 
     def _lost_record(self, task_id: str) -> None:
         self.background_failures += 1
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < _WARN_EVERY_S:
+            return  # counted; one warning per _WARN_EVERY_S is enough
+        self._warned_at = now
         logger.warning(
-            "Redis state store at %s did not take a record of task %r; its totals miss a turn",
+            "Redis state store at %s did not confirm a record of task %r; its totals may "
+            "miss that turn (records not confirmed so far: %d)",
             self.where,
             task_id,
+            self.background_failures,
         )
 
     # -- per-client limits (the proxy's) ----------------------------------------------------
