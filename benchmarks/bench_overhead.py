@@ -70,7 +70,12 @@ async def measure(calls: dict[str, Callable[[], Awaitable[Any]]], n: int) -> dic
 
 
 async def run(base_url: str, n: int, *, breaker: bool) -> None:
-    import openai
+    try:
+        import openai  # the baseline: a plain SDK call to the same server
+    except ModuleNotFoundError:
+        raise SystemExit(
+            'bench_overhead compares with the openai SDK: pip install "tiered-router[openai]"'
+        ) from None
 
     from tiered_router import Router, Turn
 
