@@ -259,6 +259,44 @@ def test_slow_redis_is_bounded_by_the_timeout(redis_server: RedisServer) -> None
     s.close()
 
 
+def test_a_hung_redis_bounds_every_async_call_by_the_timeout(redis_server: RedisServer) -> None:
+    """The async client's calls are bounded by one timeout each (not per socket operation)."""
+    import asyncio
+    import os
+    import signal
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+
+    async def main() -> list[tuple[str, float]]:
+        s = RedisStateStore(redis_server.url, prefix="h", timeout_s=0.1, retry_s=0, cache_s=0)
+        await s.atask_snapshot("t")  # connected, and the task known: its record is sent
+        assert redis_server.process is not None
+        os.kill(redis_server.process.pid, signal.SIGSTOP)  # hung, not dead
+        took: list[tuple[str, float]] = []
+        try:
+            for name, call in (
+                ("allow", lambda: s.abreaker_allow("fast", now=0.0, config=CONFIG)),
+                ("read", lambda: s.atask_snapshot("t")),
+                # the two timed-out connections were dropped: a sent record needs a new
+                # one, whose handshake a hung Redis does not answer either
+                ("record", lambda: s.atask_record("t", delta, rules=RULES)),
+            ):
+                started = time.perf_counter()
+                with pytest.raises(StateStoreUnavailable, match="TimeoutError"):
+                    await call()
+                took.append((name, time.perf_counter() - started))
+            await s.flush()
+            assert s.background_failures == 0  # nothing was sent, so nothing went missing
+        finally:
+            os.kill(redis_server.process.pid, signal.SIGCONT)
+        await s.aclose()
+        return took
+
+    took = asyncio.run(main())
+    assert [name for name, _ in took] == ["allow", "read", "record"]
+    assert all(seconds < 1.0 for _, seconds in took), took
+
+
 def test_closed_breaker_is_cached_and_successes_written_behind(
     redis_server: RedisServer,
 ) -> None:

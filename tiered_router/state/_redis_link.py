@@ -14,6 +14,7 @@ turn's record, so the turn does not wait a round trip for an answer it does not 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         'the Redis state store needs the redis extra: install "tiered-router[redis]"'
     ) from exc
 
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _bounded
+else:  # pragma: no cover - Python 3.10 (redis-py depends on async-timeout there)
+    from async_timeout import timeout as _bounded  # type: ignore[import-not-found,unused-ignore]
+
 __all__ = ["RedisLink", "StateStoreUnavailable"]
+
+_TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # the same class from Python 3.11
 
 _MAX_CONNECTIONS = 64
 """Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
@@ -76,9 +84,9 @@ class RedisLink:
         self.pending: set[asyncio.Future[Any]] = set()
         """Background work in flight (answers of sent calls, batched writes)."""
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
         return {
-            "socket_timeout": self.timeout_s,
+            "socket_timeout": self.timeout_s if socket_timeout else None,
             "socket_connect_timeout": self.timeout_s,
             "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 0,
@@ -100,9 +108,12 @@ class RedisLink:
     def _async_scripts(self) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         if self._async is None or self._loop is not loop:
-            # a redis.asyncio client belongs to the loop it first ran on
+            # a redis.asyncio client belongs to the loop it first ran on. Its connections
+            # have no socket timeout: redis-py would bound every write with
+            # asyncio.wait_for (a task per command); each call is bounded here instead,
+            # with one timeout around the whole exchange
             apool = aioredis.BlockingConnectionPool.from_url(
-                self._url, timeout=self.timeout_s, **self._options()
+                self._url, timeout=self.timeout_s, **self._options(socket_timeout=False)
             )
             client = aioredis.Redis.from_pool(apool)
             self._ascripts = _lua.register(client)
@@ -137,8 +148,9 @@ class RedisLink:
         """Async twin of :meth:`call`."""
         self.check_up()
         try:
-            return await self._async_scripts()[script](keys=keys, args=args)
-        except (redis.RedisError, OSError) as exc:
+            async with _bounded(self.timeout_s):
+                return await self._async_scripts()[script](keys=keys, args=args)
+        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
             raise self.failed(exc) from exc
 
     def track(self, work: asyncio.Future[Any]) -> None:
@@ -169,14 +181,18 @@ class RedisLink:
         assert self._async is not None
         pool = self._async.connection_pool
         try:
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        except (redis.RedisError, OSError) as exc:
+            async with _bounded(self.timeout_s):
+                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
             raise self.failed(exc) from exc
         try:
-            await connection.send_command("EVALSHA", scripts[script].sha, len(keys), *keys, *args)
+            async with _bounded(self.timeout_s):
+                await connection.send_command(
+                    "EVALSHA", scripts[script].sha, len(keys), *keys, *args
+                )
         except BaseException as exc:
             await pool.release(connection)  # redis-py dropped a connection a write failed on
-            if isinstance(exc, (redis.RedisError, OSError)):
+            if isinstance(exc, (redis.RedisError, OSError, *_TIMEOUTS)):
                 raise self.failed(exc) from exc
             raise
         answer = self._answer(pool, connection, script, keys, args, lost)
@@ -193,7 +209,8 @@ class RedisLink:
     ) -> None:
         try:
             try:
-                await connection.read_response()
+                async with _bounded(self.timeout_s):
+                    await connection.read_response()
             finally:
                 await pool.release(connection)
         except NoScriptError:  # the call ran nothing: load the script, run it now
@@ -201,7 +218,7 @@ class RedisLink:
                 await self.acall(script, keys, args)
             except StateStoreUnavailable:
                 lost()
-        except (redis.RedisError, OSError) as exc:
+        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
             self.failed(exc)
             lost()
 
