@@ -160,7 +160,7 @@ def ping_rtt(url: str, n: int) -> list[float]:
     return asyncio.run(main())
 
 
-def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int) -> None:
+def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int, batch: int = 100) -> None:
     """Task turns at C=1 through one proxy per state, all running, taking turns in batches.
 
     The single runs above drift with the machine by more than the difference between the
@@ -177,7 +177,6 @@ def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int) -> None
             port = free_port()
             procs[name] = (serve(policy, port, 1), port)
         p50s: dict[str, list[float]] = {name: [] for name in procs}
-        batch = 100
         for name, (_, port) in procs.items():  # warm up
             asyncio.run(drive(port, proxy_payload(port, f"ab-{name}"), requests=200, concurrency=1))
         for _ in range(max(1, n // batch)):
