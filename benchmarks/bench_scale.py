@@ -143,14 +143,20 @@ def store_ops(store: Any, n: int, task_prefix: str, *, task: bool) -> list[float
     return asyncio.run(main())
 
 
-def ping_rtt(url: str, n: int) -> list[float]:
-    """Seconds per PING on a redis.asyncio client: the floor of any Redis operation here."""
+def ping_rtt(url: str, n: int, *, idle_s: float = 0.0) -> list[float]:
+    """Seconds per PING on a redis.asyncio client: the floor of any Redis operation here.
+
+    ``idle_s``: sleep that long before each PING, as a proxy at concurrency 1 leaves Redis
+    idle between turns (an idle server, and on a VM its idle vCPU, answers slower).
+    """
     import redis.asyncio as aioredis
 
     async def main() -> list[float]:
         client = aioredis.Redis.from_url(url)
         out: list[float] = []
         for _ in range(n):
+            if idle_s:
+                time.sleep(idle_s)
             started = time.perf_counter()
             await client.ping()
             out.append(time.perf_counter() - started)
@@ -315,6 +321,11 @@ def main() -> None:
             rtt = ping_rtt(redis_url, args.ops)
             print(
                 f"  redis PING round trip   p50 {pct(rtt, 0.5):.3f} ms  p99 {pct(rtt, 0.99):.3f} ms"
+            )
+            idle = ping_rtt(redis_url, min(args.ops, 1000), idle_s=0.001)
+            print(
+                f"  ... after 1 ms idle     p50 {pct(idle, 0.5):.3f} ms  p99 "
+                f"{pct(idle, 0.99):.3f} ms  (what a turn at concurrency 1 meets)"
             )
         # the machine's speed drifts over minutes: the stores take turns, round after round,
         # and each figure is the median of the rounds' p50s (and of their p99s)
