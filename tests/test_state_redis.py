@@ -648,3 +648,33 @@ def test_confirm_writes_comes_from_the_policy(redis_server: RedisServer) -> None
         assert router.state.store.confirm_writes is False  # type: ignore[attr-defined]
     finally:
         router.close()
+
+
+def test_unconfirmed_records_are_all_counted_and_warned_about_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import logging
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+    watcher = client(redis_server)
+
+    async def main() -> int:
+        store = RedisStateStore(redis_server.url, prefix="sent7", timeout_s=0.1, retry_s=0)
+        await store.atask_snapshot("t")
+        watcher.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+        for _ in range(2):
+            await store.atask_record("t", delta, rules=RULES)
+            await store.flush()
+        failures = store.background_failures
+        await store.aclose()
+        return failures
+
+    with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
+        try:
+            failures = asyncio.run(main())
+        finally:
+            watcher.execute_command("CLIENT", "UNPAUSE")
+            watcher.close()
+    assert failures == 2
+    assert caplog.text.count("did not confirm a record") == 1
