@@ -599,6 +599,7 @@ def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
     async def main() -> tuple[int, float, int]:
         store = RedisStateStore(redis_server.url, prefix="sent6", timeout_s=0.1, retry_s=30)
         await store.atask_snapshot("t")
+        await store.atask_record("t", delta, rules=RULES)  # the first one, awaited: loads
         watcher.execute_command("CLIENT", "PAUSE", "600", "WRITE")  # scripts that write wait
         started = time.perf_counter()
         returned = (await store.atask_record("t", delta, rules=RULES)).steps
@@ -616,7 +617,7 @@ def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
         finally:
             watcher.execute_command("CLIENT", "UNPAUSE")
             watcher.close()
-    assert returned == 1
+    assert returned == 2
     assert waited < 0.1  # the turn did not wait for the paused Redis
     assert failures == 1
     assert "did not confirm a record of task 't'" in caplog.text
@@ -662,6 +663,7 @@ def test_unconfirmed_records_are_all_counted_and_warned_about_once(
     async def main() -> int:
         store = RedisStateStore(redis_server.url, prefix="sent7", timeout_s=0.1, retry_s=0)
         await store.atask_snapshot("t")
+        await store.atask_record("t", delta, rules=RULES)  # the first one, awaited: loads
         watcher.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
         for _ in range(2):
             await store.atask_record("t", delta, rules=RULES)
@@ -678,3 +680,35 @@ def test_unconfirmed_records_are_all_counted_and_warned_about_once(
             watcher.close()
     assert failures == 2
     assert caplog.text.count("did not confirm a record") == 1
+
+
+def test_the_first_record_of_a_process_is_awaited_so_redis_has_the_script(
+    redis_server: RedisServer,
+) -> None:
+    """A sent call that met NOSCRIPT would land only later, in the background."""
+    import asyncio
+
+    delta = TaskDelta(cost=1.0, latency_s=0.1)
+    watcher = client(redis_server)
+    watcher.script_flush()  # a Redis that has never seen the scripts
+    watcher.config_resetstat()
+
+    async def main() -> list[str | None]:
+        store = RedisStateStore(redis_server.url, prefix="sent8", timeout_s=1.0)
+        await store.atask_snapshot("t")
+        seen: list[str | None] = []
+        for _ in range(3):
+            await store.atask_record("t", delta, rules=RULES)
+            # read at once, with this event loop blocked: only what Redis has already run
+            seen.append(watcher.hget(store.task_key("t"), "steps"))  # type: ignore[arg-type]
+        await store.flush()
+        await store.aclose()
+        return seen
+
+    try:
+        seen = asyncio.run(main())
+        noscript = watcher.info("errorstats").get("errorstat_NOSCRIPT", {}).get("count", 0)
+    finally:
+        watcher.close()
+    assert seen[0] == "1"  # the first record was awaited: Redis ran it (and loaded it)
+    assert noscript == 1  # met once, by that awaited call; no sent call met it

@@ -83,6 +83,7 @@ class RedisLink:
         self._ascripts: dict[str, Any] = {}
         self.pending: set[asyncio.Future[Any]] = set()
         """Background work in flight (answers of sent calls, batched writes)."""
+        self._loaded: set[str] = set()  # scripts Redis has run for this process
 
     def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
         return {
@@ -149,9 +150,11 @@ class RedisLink:
         self.check_up()
         try:
             async with _bounded(self.timeout_s):
-                return await self._async_scripts()[script](keys=keys, args=args)
+                reply = await self._async_scripts()[script](keys=keys, args=args)
         except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
             raise self.failed(exc) from exc
+        self._loaded.add(script)
+        return reply
 
     def track(self, work: asyncio.Future[Any]) -> None:
         """Keep background ``work`` until it ends (:meth:`drain` waits for it)."""
@@ -171,11 +174,16 @@ class RedisLink:
         When it returns, the call's bytes are on the connection, ahead of any command sent
         after. A Redis that answers with an error, or not within ``timeout_s``, calls
         ``lost`` (and counts as a failure); a Redis that lost the script (a restart) gets
-        it loaded and the call run again, later.
+        it loaded and the call run again, later. The first call of a script in this
+        process is awaited instead, so that Redis has the script before a call is sent
+        without waiting.
 
         Raises:
             StateStoreUnavailable: When the call could not be written (nothing was sent).
         """
+        if script not in self._loaded:
+            await self.acall(script, keys, args)
+            return
         self.check_up()
         scripts = self._async_scripts()
         assert self._async is not None
