@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -10,6 +11,18 @@ from pathlib import Path
 import tiered_router
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loaded_after(statement: str, modules: str) -> list[str]:
+    """Which of ``modules`` (space-separated) a fresh interpreter has loaded after
+    running ``statement``."""
+    names = modules.split()
+    code = f"import sys; {statement}; print([m for m in {names!r} if m in sys.modules])"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    return list(ast.literal_eval(out.stdout.strip()))
 
 
 def test_all_is_sorted_and_every_name_resolves() -> None:
@@ -30,57 +43,28 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
 
 
 def test_import_loads_nothing_heavy() -> None:
-    code = (
-        "import sys, tiered_router; "
-        "print(sorted(m for m in ('openai', 'httpx2', 'pydantic', 'yaml', 'typer', 'rich', "
-        "'jsonschema', 'tiered_router.router') if m in sys.modules))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    )
-    assert out.stdout.strip() == "[]"
+    heavy = "openai httpx2 pydantic yaml typer rich jsonschema tiered_router.router"
+    assert _loaded_after("import tiered_router", heavy) == []
 
 
 def test_public_import_does_not_load_the_sdk_or_the_cli() -> None:
-    code = (
-        "import sys; from tiered_router import Router, Turn, load_policy; "
-        "print(sorted(m for m in ('openai', 'httpx2', 'typer', 'rich', 'starlette', 'ruamel', "
-        "'re2', 'yaml', 'jsonschema', 'jsonschema_rs') if m in sys.modules))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    )
-    assert out.stdout.strip() == "[]"
+    heavy = "openai httpx2 typer rich starlette ruamel re2 yaml jsonschema jsonschema_rs"
+    assert _loaded_after("from tiered_router import Router, Turn, load_policy", heavy) == []
 
 
 def test_importing_the_router_does_not_load_pydantic() -> None:
     # the policy schema is pydantic; it loads when a policy is, not with `import Router`
-    code = (
-        "import sys; from tiered_router import Router, Turn; "
-        "print(sorted(m for m in ('pydantic', 'tiered_router.policy') if m in sys.modules))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    )
-    assert out.stdout.strip() == "[]"
+    modules = "pydantic tiered_router.policy"
+    assert _loaded_after("from tiered_router import Router, Turn", modules) == []
 
 
 def test_importing_the_router_loads_no_asyncio_retries_or_training_code() -> None:
     # they load on first use: the first async call, the first retry loop, a learned scorer
-    code = (
-        "import sys; from tiered_router import Router, Turn; "
-        "print(sorted(m for m in ('asyncio', 'ssl', 'tenacity', 'importlib.resources', "
-        "'tiered_router.scoring.learned', 'tiered_router.scoring.learned._train') "
-        "if m in sys.modules))"
+    modules = (
+        "asyncio ssl tenacity importlib.resources tiered_router.scoring.learned "
+        "tiered_router.scoring.learned._train"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
-    )
-    assert out.stdout.strip() == "[]"
+    assert _loaded_after("from tiered_router import Router, Turn", modules) == []
 
 
 def test_the_lazy_scoring_names_resolve_and_unknown_ones_fail() -> None:
