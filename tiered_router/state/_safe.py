@@ -23,13 +23,31 @@ from tiered_router.state._memory import MemoryStateStore
 if TYPE_CHECKING:
     from tiered_router.policy import BreakerConfig
 
-__all__ = ["SafeStateStore"]
+__all__ = ["SafeStateStore", "Throttle"]
 
 logger = logging.getLogger("tiered_router.state")
 
 _T = TypeVar("_T")
 _LOCAL = "local|"
 """Prefix of the trial tokens the fallback store issued, so their release goes back to it."""
+
+
+class Throttle:
+    """Says yes at most once per ``every_s`` seconds: for warnings that would flood a log."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self._last: float | None = None
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        """Whether to act now (and, if so, start a new quiet period)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._last is not None and now - self._last < self.every_s:
+                return False
+            self._last = now
+            return True
 
 
 class SafeStateStore:
@@ -47,8 +65,7 @@ class SafeStateStore:
     def __init__(self, store: StateStore, *, warn_every_s: float = 30.0) -> None:
         self.store = store
         self.local = MemoryStateStore()
-        self._warn_every_s = warn_every_s
-        self._warned_at: float | None = None
+        self._warnings = Throttle(warn_every_s)
         self._lock = threading.Lock()
         self.failures = 0
         """Operations that failed on ``store`` and ran locally."""
@@ -57,12 +74,10 @@ class SafeStateStore:
         return f"SafeStateStore({self.store!r})"
 
     def _failed(self, op: str, exc: Exception) -> None:
-        now = time.monotonic()
         with self._lock:
             self.failures += 1
-            if self._warned_at is not None and now - self._warned_at < self._warn_every_s:
-                return
-            self._warned_at = now
+        if not self._warnings.due():
+            return
         logger.warning(
             "state store %s failed in %s (%s); using in-process state",
             type(self.store).__name__,

@@ -75,6 +75,7 @@ from tiered_router.state._redis_replies import (
     task_snapshot_of,
     text_of,
 )
+from tiered_router.state._safe import Throttle
 
 if TYPE_CHECKING:
     from tiered_router.policy import BreakerConfig, StateConfig
@@ -146,7 +147,7 @@ class RedisStateStore:
         did not take."""
         self.confirm_writes = confirm_writes
         self._known: OrderedDict[str, TaskSnapshot] = OrderedDict()
-        self._warned_at: float | None = None
+        self._warnings = Throttle(_WARN_EVERY_S)
 
     @classmethod
     def from_config(cls, config: StateConfig) -> RedisStateStore:
@@ -432,10 +433,8 @@ class RedisStateStore:
 
     def _lost_record(self, task_id: str) -> None:
         self.background_failures += 1
-        now = time.monotonic()
-        if self._warned_at is not None and now - self._warned_at < _WARN_EVERY_S:
+        if not self._warnings.due():
             return  # counted; one warning per _WARN_EVERY_S is enough
-        self._warned_at = now
         logger.warning(
             "Redis state store at %s did not confirm a record of task %r; its totals may "
             "miss that turn (records not confirmed so far: %d)",
