@@ -3,6 +3,7 @@ atomic under concurrency, TTLs on every key, and a fast, typed failure when Redi
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import threading
 import time
@@ -587,22 +588,44 @@ def test_a_sent_record_lands_when_redis_lost_the_script(redis_server: RedisServe
         watcher.close()
 
 
+PAUSED_DELTA = TaskDelta(cost=1.0, latency_s=0.1)
+
+
+async def _sending_store(server: RedisServer, prefix: str, **options: Any) -> RedisStateStore:
+    """A store whose next record of task ``t`` is sent: the task read, the script loaded."""
+    store = RedisStateStore(server.url, prefix=prefix, timeout_s=0.1, **options)
+    await store.atask_snapshot("t")
+    await store.atask_record("t", PAUSED_DELTA, rules=RULES)  # the first one, awaited
+    return store
+
+
+@contextlib.contextmanager
+def _pausing(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client to pause writes with (:func:`_pause`); any pause ends, and it closes, on exit."""
+    watcher = client(server)
+    try:
+        yield watcher
+    finally:
+        watcher.execute_command("CLIENT", "UNPAUSE")
+        watcher.close()
+
+
+def _pause(watcher: redis.Redis, ms: int) -> None:
+    """Redis holds every script that writes for ``ms`` (``CLIENT PAUSE ... WRITE``)."""
+    watcher.execute_command("CLIENT", "PAUSE", str(ms), "WRITE")
+
+
 def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     import asyncio
     import logging
 
-    delta = TaskDelta(cost=1.0, latency_s=0.1)
-    watcher = client(redis_server)
-
-    async def main() -> tuple[int, float, int]:
-        store = RedisStateStore(redis_server.url, prefix="sent6", timeout_s=0.1, retry_s=30)
-        await store.atask_snapshot("t")
-        await store.atask_record("t", delta, rules=RULES)  # the first one, awaited: loads
-        watcher.execute_command("CLIENT", "PAUSE", "600", "WRITE")  # scripts that write wait
+    async def main(watcher: redis.Redis) -> tuple[int, float, int]:
+        store = await _sending_store(redis_server, "sent6", retry_s=30)
+        _pause(watcher, 600)
         started = time.perf_counter()
-        returned = (await store.atask_record("t", delta, rules=RULES)).steps
+        returned = (await store.atask_record("t", PAUSED_DELTA, rules=RULES)).steps
         waited = time.perf_counter() - started
         await store.flush()
         failures = store.background_failures
@@ -612,11 +635,8 @@ def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
         return returned, waited, failures
 
     with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
-        try:
-            returned, waited, failures = asyncio.run(main())
-        finally:
-            watcher.execute_command("CLIENT", "UNPAUSE")
-            watcher.close()
+        with _pausing(redis_server) as watcher:
+            returned, waited, failures = asyncio.run(main(watcher))
     assert returned == 2
     assert waited < 0.1  # the turn did not wait for the paused Redis
     assert failures == 1
@@ -657,27 +677,19 @@ def test_unconfirmed_records_are_all_counted_and_warned_about_once(
     import asyncio
     import logging
 
-    delta = TaskDelta(cost=1.0, latency_s=0.1)
-    watcher = client(redis_server)
-
-    async def main() -> int:
-        store = RedisStateStore(redis_server.url, prefix="sent7", timeout_s=0.1, retry_s=0)
-        await store.atask_snapshot("t")
-        await store.atask_record("t", delta, rules=RULES)  # the first one, awaited: loads
-        watcher.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+    async def main(watcher: redis.Redis) -> int:
+        store = await _sending_store(redis_server, "sent7", retry_s=0)
+        _pause(watcher, 1500)
         for _ in range(2):
-            await store.atask_record("t", delta, rules=RULES)
+            await store.atask_record("t", PAUSED_DELTA, rules=RULES)
             await store.flush()
         failures = store.background_failures
         await store.aclose()
         return failures
 
     with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
-        try:
-            failures = asyncio.run(main())
-        finally:
-            watcher.execute_command("CLIENT", "UNPAUSE")
-            watcher.close()
+        with _pausing(redis_server) as watcher:
+            failures = asyncio.run(main(watcher))
     assert failures == 2
     assert caplog.text.count("did not confirm a record") == 1
 
