@@ -14,8 +14,10 @@ Measured per configuration:
    latency p50 / p99, and what the proxy adds over a direct upstream call;
 2. concurrency 32, task turns: requests per second (and p50 / p99 under load).
 
-Redis runs twice: ``redis`` (a task turn's record sent before the turn returns, confirmed in
-the background: the default) and ``redis-c`` (``confirm_writes: true``, the record awaited).
+Redis runs three ways: ``redis`` (a task turn's record sent before the turn returns,
+confirmed in the background: the default), ``redis-c`` (``confirm_writes: true``, the record
+awaited) and ``redis-tc`` (``task_cache_s: 30``: a task's repeat turns on one process use its
+copy of the totals instead of reading them; every turn here repeats one task).
 
 Then, in this process, the state operations of one turn (``breaker_allow`` +
 ``breaker_record`` + ``task_record``) on :class:`MemoryStateStore` and on
@@ -138,6 +140,8 @@ def store_ops(store: Any, n: int, task_prefix: str, *, task: bool) -> list[float
             out.append(time.perf_counter() - started)
         if hasattr(store, "flush"):
             await store.flush()
+        if getattr(store, "task_cache", None) is not None:
+            await store.task_cache.aclose()  # its listener belongs to this loop
         return out
 
     return asyncio.run(main())
@@ -232,6 +236,8 @@ def main() -> None:
             states["redis"] = json.dumps(redis_state)
             # the task record awaited instead of sent (state.confirm_writes: true)
             states["redis-c"] = json.dumps({**redis_state, "confirm_writes": True})
+            # a task's repeat turns reuse this process's copy (state.task_cache_s)
+            states["redis-tc"] = json.dumps({**redis_state, "task_cache_s": 30})
         print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
 
         direct = request_bytes(
@@ -300,7 +306,7 @@ def main() -> None:
                     f"p99 {many.pct(0.99):6.2f} ms" + (f"  ({errors} errors)" if errors else "")
                 )
         for workers in (1, 2):
-            for name in ("redis", "redis-c"):
+            for name in ("redis", "redis-c", "redis-tc"):
                 if (name, workers) not in results:
                     continue
                 for i, label in ((0, "plain turn"), (1, "task turn")):
@@ -339,6 +345,9 @@ def main() -> None:
                 if task:  # only task records are sent or confirmed
                     stores["redis-c"] = lambda: RedisStateStore(
                         redis_url, prefix="ops", timeout_s=1.0, confirm_writes=True
+                    )
+                    stores["redis-tc"] = lambda: RedisStateStore(
+                        redis_url, prefix="ops", timeout_s=1.0, task_cache_s=30
                     )
             p50s: dict[str, list[float]] = {name: [] for name in stores}
             p99s: dict[str, list[float]] = {name: [] for name in stores}

@@ -175,6 +175,10 @@ class StateConfig(Model):
     confirm_writes: bool = False
     """Wait for Redis's answer to a task turn's record, instead of sending the record before
     the turn returns and confirming it in the background (one round trip less)."""
+    task_cache_s: float = Field(default=0.0, ge=0, le=3600)
+    """Above 0, a task's repeat turns on one process reuse the totals it holds instead of
+    reading Redis, until another process writes the task (a pub/sub note) and for at most
+    this many seconds; 0 reads Redis on every task turn. See ``docs/deploy.md``."""
 
     @model_validator(mode="after")
     def _url_for_redis(self) -> StateConfig:

@@ -168,7 +168,9 @@ TASK_RECORD = """
 -- gate_failures, stalled, clean, rule, input_tokens, output_tokens,
 -- lock_after_gate_failures (0: never), lock_on_stall, unlock_after_clean_turns,
 -- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...]),
--- answer ('1': HGETALL of the task after the update; '0': nothing, for a sent record)
+-- answer ('1': HGETALL of the task after the update; '0': nothing, for a sent record),
+-- channel, writer (the record is announced as "<writer> <key>" on the channel, for the
+-- processes that keep a copy of the task: see tiered_router.state._task_cache)
 local ARGV = cjson.decode(ARGV[1])
 local key = KEYS[1]
 local ttl = tonumber(ARGV[1])
@@ -222,6 +224,7 @@ else
 end
 redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
 redis.call('PEXPIRE', key, ttl)
+redis.call('PUBLISH', ARGV[19], ARGV[20] .. ' ' .. key)
 if ARGV[18] == '0' then return 1 end
 return redis.call('HGETALL', key)
 """

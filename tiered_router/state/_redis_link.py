@@ -40,9 +40,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (redis-py depends on async-timeout there)
     from async_timeout import timeout as _bounded  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["RedisLink", "StateStoreUnavailable"]
+__all__ = ["ERRORS", "RedisLink", "StateStoreUnavailable"]
 
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # the same class from Python 3.11
+ERRORS = (redis.RedisError, OSError, *_TIMEOUTS)
+"""What a failed exchange with Redis raises."""
 
 _MAX_CONNECTIONS = 64
 """Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
@@ -151,10 +153,16 @@ class RedisLink:
         try:
             async with _bounded(self.timeout_s):
                 reply = await self._async_scripts()[script](keys=keys, args=args)
-        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
+        except ERRORS as exc:
             raise self.failed(exc) from exc
         self._loaded.add(script)
         return reply
+
+    def pubsub(self) -> Any:
+        """A new redis.asyncio ``PubSub`` on this loop's client (its own connection)."""
+        self._async_scripts()
+        assert self._async is not None
+        return self._async.pubsub()
 
     def track(self, work: asyncio.Future[Any]) -> None:
         """Keep background ``work`` until it ends (:meth:`drain` waits for it)."""
@@ -191,7 +199,7 @@ class RedisLink:
         try:
             async with _bounded(self.timeout_s):
                 connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
+        except ERRORS as exc:
             raise self.failed(exc) from exc
         try:
             async with _bounded(self.timeout_s):
@@ -200,7 +208,7 @@ class RedisLink:
                 )
         except BaseException as exc:
             await pool.release(connection)  # redis-py dropped a connection a write failed on
-            if isinstance(exc, (redis.RedisError, OSError, *_TIMEOUTS)):
+            if isinstance(exc, ERRORS):
                 raise self.failed(exc) from exc
             raise
         answer = self._answer(pool, connection, script, keys, args, lost)
@@ -226,7 +234,7 @@ class RedisLink:
                 await self.acall(script, keys, args)
             except StateStoreUnavailable:
                 lost()
-        except (redis.RedisError, OSError, *_TIMEOUTS) as exc:
+        except ERRORS as exc:
             self.failed(exc)
             lost()
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -76,6 +77,7 @@ from tiered_router.state._redis_replies import (
     text_of,
 )
 from tiered_router.state._safe import Throttle
+from tiered_router.state._task_cache import TaskCache
 
 if TYPE_CHECKING:
     from tiered_router.policy import BreakerConfig, StateConfig
@@ -113,6 +115,11 @@ class RedisStateStore:
         confirm_writes: Wait for Redis's answer to a task turn's record (async path)
             instead of sending it before the turn returns and confirming it in the
             background. The sync path always waits.
+        task_cache_s: Above 0, a task's repeat turns in this process (async path) reuse
+            its totals instead of reading Redis, until another process writes the task
+            (this process hears of it on a pub/sub channel; :mod:`._task_cache`), and for
+            at most this many seconds after Redis last confirmed them. ``0`` (the
+            default) reads Redis on every turn.
 
     """
 
@@ -127,6 +134,7 @@ class RedisStateStore:
         clock: Literal["server", "caller"] = "server",
         cache_s: float = 0.1,
         confirm_writes: bool = False,
+        task_cache_s: float = 0.0,
     ) -> None:
         self._link = RedisLink(url, timeout_s=timeout_s, retry_s=retry_s)
         self.where = self._link.where
@@ -148,6 +156,15 @@ class RedisStateStore:
         self.confirm_writes = confirm_writes
         self._known: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._warnings = Throttle(_WARN_EVERY_S)
+        self.writer = secrets.token_hex(8)
+        """This store's name in the task-write notes (see ``task_cache_s``)."""
+        self.task_cache = (
+            TaskCache(self._link, prefix, writer=self.writer, max_age_s=task_cache_s)
+            if task_cache_s > 0
+            else None
+        )
+        self.task_reads_saved = 0
+        """Task turns that reused this process's copy of the totals instead of reading."""
 
     @classmethod
     def from_config(cls, config: StateConfig) -> RedisStateStore:
@@ -162,6 +179,7 @@ class RedisStateStore:
             retry_s=config.retry_s,
             cache_s=config.cache_s,
             confirm_writes=config.confirm_writes,
+            task_cache_s=config.task_cache_s,
         )
 
     def __repr__(self) -> str:
@@ -215,6 +233,8 @@ class RedisStateStore:
 
     async def aclose(self) -> None:
         """Finish the background writes, then close both clients' connections."""
+        if self.task_cache is not None:
+            await self.task_cache.aclose()
         await self.flush()
         await self._link.aclose()
 
@@ -290,6 +310,8 @@ class RedisStateStore:
             rules.latency_window,
             json.dumps([list(item) for item in delta.latencies]),
             int(answer),
+            f"{self.prefix}:task-writes",  # TaskCache.channel
+            self.writer,
         ]
         return [json.dumps([str(field) for field in fields])]  # the script's one argument
 
@@ -406,7 +428,10 @@ class RedisStateStore:
         base = self._known.get(task_id)
         if self.confirm_writes or base is None:
             args = self._task_args(delta, rules)
+            mark = self.task_cache.mark() if self.task_cache is not None else None
             snapshot = task_snapshot_of(await self._link.acall("task", keys, args))
+            if self.task_cache is not None and mark is not None:
+                self.task_cache.confirmed(task_id, mark)
         else:
             args = self._task_args(delta, rules, answer=False)
             await self._link.send("task", keys, args, lost=lambda: self._lost_record(task_id))
@@ -415,11 +440,27 @@ class RedisStateStore:
         return snapshot
 
     async def atask_snapshot(self, task_id: str) -> TaskSnapshot:
-        """Async twin of :meth:`task_snapshot`."""
+        """Async twin of :meth:`task_snapshot`.
+
+        With ``task_cache_s``, a copy nobody else wrote since Redis confirmed it is
+        returned without reading Redis.
+        """
+        cache = self.task_cache
+        if cache is None:
+            reply = await self._link.acall("task_read", [self.task_key(task_id)], [])
+            snapshot = task_snapshot_of(reply)
+            self._remember(task_id, snapshot)
+            return snapshot
+        known = self._known.get(task_id)
+        if known is not None and cache.current(task_id):
+            self.task_reads_saved += 1
+            return known
+        mark = cache.mark()
         snapshot = task_snapshot_of(
             await self._link.acall("task_read", [self.task_key(task_id)], [])
         )
         self._remember(task_id, snapshot)
+        cache.confirmed(task_id, mark)
         return snapshot
 
     # -- sent records (confirmed in the background) ----------------------------------------
@@ -433,6 +474,8 @@ class RedisStateStore:
 
     def _lost_record(self, task_id: str) -> None:
         self.background_failures += 1
+        if self.task_cache is not None:
+            self.task_cache.drop(task_id)  # the copy counts a turn Redis may not have
         if not self._warnings.due():
             return  # counted; one warning per _WARN_EVERY_S is enough
         logger.warning(

@@ -1,0 +1,286 @@
+"""A process's copy of task totals (``state.task_cache_s``) against a real redis-server:
+repeat turns skip the read, another process's record drops the copy, and a lost listener,
+a note during a read, an old copy or a lost record all fall back to reading Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("redis")
+
+import redis  # noqa: E402
+from redisfix import RedisServer  # noqa: E402
+
+from tiered_router import load_policy  # noqa: E402
+from tiered_router.exceptions import PolicyError  # noqa: E402
+from tiered_router.state import MemoryStateStore, TaskDelta, TaskRules  # noqa: E402
+from tiered_router.state.redis_store import RedisStateStore  # noqa: E402
+
+RULES = TaskRules(lock_after_gate_failures=2, unlock_after_clean_turns=2, latency_window=3)
+DELTAS = [
+    TaskDelta(cost=0.001, latency_s=0.2, fast_decided=True, fast_served=True, clean=True,
+              input_tokens=10, output_tokens=5, latencies=(("fast", 0.2, 5),)),
+    TaskDelta(cost=0.01, latency_s=1.5, escalated=True, fast_decided=True, gate_failures=1,
+              rule="task.budget.cost", latencies=(("frontier", 1.3, 40),)),
+    TaskDelta(cost=0.02, latency_s=1.0, gate_failures=1, latencies=(("frontier", 1.0, 30),)),
+    TaskDelta(cost=0.002, latency_s=0.3, clean=True, latencies=(("fast", 0.4, 9),)),
+]  # fmt: skip
+
+
+async def _until(condition: Callable[[], bool], what: str, within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within_s} s: {what}")
+        await asyncio.sleep(0.005)
+
+
+async def _cached_store(server: RedisServer, prefix: str, **options: Any) -> RedisStateStore:
+    """A store with the task cache on, its listener subscribed."""
+    options.setdefault("task_cache_s", 60.0)
+    store = RedisStateStore(server.url, prefix=prefix, timeout_s=1.0, **options)
+    await store.atask_snapshot("warm")  # starts the listener
+    cache = store.task_cache
+    assert cache is not None
+    await _until(lambda: cache.listening, "the listener subscribed")
+    return store
+
+
+def _reads(watcher: redis.Redis) -> int:
+    stats = watcher.info("commandstats")
+    return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def _totals(snapshot: Any) -> tuple[Any, ...]:
+    return (
+        snapshot.steps,
+        round(snapshot.cost, 9),
+        snapshot.escalations,
+        snapshot.gate_failures,
+        snapshot.locked_by,
+        snapshot.clean_streak,
+        dict(snapshot.rules),
+        snapshot.input_tokens,
+    )
+
+
+def test_repeat_turns_skip_the_read_and_totals_match_the_memory_store(
+    redis_server: RedisServer,
+) -> None:
+    watcher = redis.Redis.from_url(redis_server.url)
+
+    async def main() -> tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]:
+        store = await _cached_store(redis_server, "tc1")
+        memory = MemoryStateStore()
+        before = _reads(watcher)
+        seen = []
+        for delta in DELTAS * 3:
+            seen.append(_totals(await store.atask_snapshot("t")))
+            got = await store.atask_record("t", delta, rules=RULES)
+            assert _totals(got) == _totals(memory.task_record("t", delta, rules=RULES))
+        reads = _reads(watcher) - before
+        await store.flush()
+        saved = store.task_reads_saved
+        fresh = RedisStateStore(redis_server.url, prefix="tc1")
+        stored = _totals(fresh.task_snapshot("t"))
+        fresh.close()
+        await store.aclose()
+        assert saved == len(DELTAS) * 3 - 1
+        return reads, seen, stored
+
+    reads, seen, stored = asyncio.run(main())
+    watcher.close()
+    assert reads == 1  # the first turn read the task; the other eleven used the copy
+    assert [steps for steps, *_ in seen] == list(range(len(DELTAS) * 3))
+    memory = MemoryStateStore()
+    for delta in DELTAS * 3:
+        want = memory.task_record("t", delta, rules=RULES)
+    assert stored == _totals(want)  # Redis holds every record
+
+
+def test_another_process_record_drops_the_copy(redis_server: RedisServer) -> None:
+    async def main() -> tuple[int, int, bool]:
+        store = await _cached_store(redis_server, "tc2")
+        await store.atask_snapshot("t")
+        await store.atask_record("t", DELTAS[0], rules=RULES)
+        cache = store.task_cache
+        assert cache is not None and cache.current("t")
+        await store.atask_snapshot("other")  # a copy of another task, which stays
+        other = RedisStateStore(redis_server.url, prefix="tc2")  # another replica (sync)
+        for delta in DELTAS[:2]:
+            other.task_record("t", delta, rules=RULES)
+        other.close()
+        await _until(lambda: not cache.current("t"), "the copy dropped")
+        steps = (await store.atask_snapshot("t")).steps
+        after = (await store.atask_record("t", DELTAS[3], rules=RULES)).steps
+        kept = cache.current("other")
+        await store.aclose()
+        return steps, after, kept
+
+    steps, after, kept = asyncio.run(main())
+    assert (steps, after) == (3, 4)  # the other replica's two turns are seen
+    assert kept
+
+
+def test_a_note_while_the_read_is_in_flight_keeps_the_copy_out(redis_server: RedisServer) -> None:
+    publisher = redis.Redis.from_url(redis_server.url)
+
+    async def main() -> tuple[bool, bool, bool]:
+        store = await _cached_store(redis_server, "tc3")
+        cache = store.task_cache
+        assert cache is not None
+        results = []
+        for task, noted in (("t", "t"), ("u", "elsewhere"), ("v", None)):
+            mark = cache.mark()  # as a read starts
+            if noted is not None:  # another writer's record lands before the answer
+                before = cache._notes
+                publisher.publish("tc3:task-writes", f"someone tc3:task:{noted}")
+                await _until(lambda: cache._notes > before, "the note arrived")  # noqa: B023
+            await store.atask_snapshot(task)  # reads (no copy yet) ...
+            cache._current.pop(task, None)
+            cache.confirmed(task, mark)  # ... and is confirmed as of the mark
+            results.append(cache.current(task))
+        await store.aclose()
+        return results[0], results[1], results[2]
+
+    written, elsewhere, quiet = asyncio.run(main())
+    publisher.close()
+    assert not written  # the note may be about a write the read did not see
+    assert elsewhere and quiet
+
+
+def test_own_notes_are_no_news(redis_server: RedisServer) -> None:
+    async def main() -> tuple[int, bool]:
+        store = await _cached_store(redis_server, "tc4")
+        cache = store.task_cache
+        assert cache is not None
+        await store.atask_snapshot("t")
+        for delta in DELTAS:
+            await store.atask_record("t", delta, rules=RULES)
+        await store.flush()
+        await asyncio.sleep(0.05)  # time for the notes of this store's own records
+        notes, current = cache._notes, cache.current("t")
+        await store.aclose()
+        return notes, current
+
+    assert asyncio.run(main()) == (0, True)
+
+
+def test_a_lost_listener_drops_every_copy_then_resubscribes(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    killer = redis.Redis.from_url(redis_server.url)
+
+    async def main() -> tuple[bool, int, bool]:
+        store = await _cached_store(redis_server, "tc5", retry_s=0.1)
+        cache = store.task_cache
+        assert cache is not None
+        await store.atask_snapshot("t")
+        assert cache.current("t")
+        killer.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await _until(lambda: not cache.listening, "the listener noticed")
+        dropped = not cache.current("t")
+        before = _reads(killer)
+        await store.atask_snapshot("t")  # reads Redis while nobody listens
+        reads = _reads(killer) - before
+        await _until(lambda: cache.listening, "the listener back")
+        await store.atask_snapshot("t")
+        again = cache.current("t")
+        await store.aclose()
+        return dropped, reads, again
+
+    with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
+        dropped, reads, again = asyncio.run(main())
+    killer.close()
+    assert dropped and reads == 1 and again
+    assert any("task notes stopped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_copy_is_not_used_past_task_cache_s(redis_server: RedisServer) -> None:
+    watcher = redis.Redis.from_url(redis_server.url)
+
+    async def main() -> tuple[int, int]:
+        store = await _cached_store(redis_server, "tc6", task_cache_s=0.2)
+        await store.atask_snapshot("t")
+        before = _reads(watcher)
+        await store.atask_snapshot("t")
+        young = _reads(watcher) - before
+        await asyncio.sleep(0.25)
+        await store.atask_snapshot("t")
+        old = _reads(watcher) - before - young
+        await store.aclose()
+        return young, old
+
+    assert asyncio.run(main()) == (0, 1)
+    watcher.close()
+
+
+def test_a_record_redis_did_not_confirm_drops_the_copy(redis_server: RedisServer) -> None:
+    watcher = redis.Redis.from_url(redis_server.url)
+
+    async def main() -> tuple[int, bool]:
+        store = await _cached_store(redis_server, "tc7", retry_s=0)
+        store._link.timeout_s = 0.1
+        await store.atask_snapshot("t")
+        await store.atask_record("t", DELTAS[0], rules=RULES)  # the first one, awaited
+        cache = store.task_cache
+        assert cache is not None and cache.current("t")
+        watcher.execute_command("CLIENT", "PAUSE", "600", "WRITE")
+        try:
+            await store.atask_record("t", DELTAS[3], rules=RULES)  # sent; not confirmed
+            await store.flush()
+        finally:
+            watcher.execute_command("CLIENT", "UNPAUSE")
+        failures, current = store.background_failures, cache.current("t")
+        await store.aclose()
+        return failures, current
+
+    assert asyncio.run(main()) == (1, False)
+    watcher.close()
+
+
+def test_aclose_stops_the_listener(redis_server: RedisServer) -> None:
+    watcher = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    def subscribers() -> int:
+        return int(watcher.pubsub_numsub("tc8:task-writes")[0][1])
+
+    async def main() -> tuple[int, int]:
+        store = await _cached_store(redis_server, "tc8")
+        during = subscribers()
+        await store.aclose()
+        assert store.task_cache is not None and not store.task_cache.listening
+        await _until(lambda: subscribers() == 0, "the subscription gone")
+        return during, subscribers()
+
+    assert asyncio.run(main()) == (1, 0)
+    watcher.close()
+
+
+def test_the_cache_is_off_by_default_and_set_in_the_policy(redis_server: RedisServer) -> None:
+    assert RedisStateStore(redis_server.url).task_cache is None
+    state = {"type": "redis", "url": redis_server.url, "task_cache_s": 30}
+    policy = load_policy(_policy(state))
+    store = RedisStateStore.from_config(policy.state)
+    assert store.task_cache is not None and store.task_cache.max_age_s == 30
+    with pytest.raises(PolicyError, match=r"state\.task_cache_s"):
+        load_policy(_policy({**state, "task_cache_s": -1}))
+
+
+def _policy(state: dict[str, Any]) -> dict[str, Any]:
+    backends = {
+        name: {"type": "openai", "base_url": "http://127.0.0.1:9/v1", "model": name}
+        for name in ("fast", "frontier")
+    }
+    return {
+        "version": 1,
+        "backends": backends,
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+        "state": state,
+    }

@@ -1,0 +1,184 @@
+"""A replica's copy of the task totals it read, dropped as soon as another process writes them.
+
+Off by default (``state.task_cache_s: 0``). When on, a task's repeat turns on this process
+skip the Redis read that opens each turn: the totals read last, with this process's own
+turns applied (:func:`~tiered_router.state.apply_task_delta`), are used instead, for as
+long as nobody else wrote the task.
+
+How this process learns that somebody else did: the task record script
+(:data:`~tiered_router.state._lua.TASK_RECORD`) publishes ``<writer> <task key>`` on the
+channel ``<prefix>:task-writes`` after every record, whichever process sent it and whether
+or not that process caches. One listener per process (:class:`TaskCache`, a dedicated
+pub/sub connection) reads the channel and drops the copy of every task another writer
+touched. A copy is used only
+
+- while the listener is subscribed (a dropped connection drops every copy, since
+  notes may have been lost meanwhile);
+- if no note about the task arrived while the read that made it was in flight (the note
+  may be about a write the read did not see);
+- for at most ``task_cache_s`` after Redis last confirmed it (a bound for a connection
+  that died without the listener noticing).
+
+What this gives up, against a read per turn: another replica's turn of the same task is
+seen here once its note has arrived, which is normally well under a millisecond after
+Redis ran the record, but is not ordered with the next request the way a read is. Every
+replica also receives a note per task turn of the whole deployment. Totals in Redis stay
+exact either way; see ``docs/deploy.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from tiered_router.state._redis_link import ERRORS, RedisLink
+
+__all__ = ["TaskCache"]
+
+_KEPT = 4096
+"""Copies marked current at most, and tasks whose last note is remembered."""
+
+logger = logging.getLogger("tiered_router.state")
+
+
+class TaskCache:
+    """Which task totals this process may reuse without reading Redis (see the module).
+
+    The totals themselves are the store's; this class only says whether they are current.
+
+    Args:
+        link: The store's connections to Redis.
+        prefix: The store's key prefix (the channel is ``<prefix>:task-writes``).
+        writer: This process's name in the notes (its own records are no news to it).
+        max_age_s: Longest a copy is used after Redis last confirmed it.
+    """
+
+    def __init__(self, link: RedisLink, prefix: str, *, writer: str, max_age_s: float) -> None:
+        self._link = link
+        self.channel = f"{prefix}:task-writes"
+        self._key_start = len(f"{prefix}:task:")
+        self.max_age_s = max_age_s
+        self._writer = writer.encode()
+        self._current: OrderedDict[str, float] = OrderedDict()  # task -> confirmed at
+        self._notes = 0  # notes about other writers' records received so far
+        self._noted: OrderedDict[str, int] = OrderedDict()  # task -> number of its last note
+        self._epoch = 0  # subscriptions so far; a copy is only good within one
+        self.listening = False
+        self._listener: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"TaskCache({self.channel!r}, current={len(self._current)})"
+
+    # -- the store's questions ------------------------------------------------------------------
+
+    def current(self, task_id: str) -> bool:
+        """Whether this process's copy of ``task_id``'s totals may be used now."""
+        confirmed = self._current.get(task_id)
+        if confirmed is None or not self.listening:
+            return False
+        if time.monotonic() - confirmed >= self.max_age_s:
+            del self._current[task_id]
+            return False
+        return True
+
+    def mark(self) -> tuple[int, int]:
+        """Note where the listener is before a read (pass it to :meth:`confirmed` after)."""
+        self.listen()
+        return self._epoch, self._notes
+
+    def confirmed(self, task_id: str, mark: tuple[int, int]) -> None:
+        """Make the copy Redis just returned current, unless the task was written meanwhile.
+
+        A note that arrived while the read was in flight may be about a write the read did
+        not see, so then the copy is not made current (the next turn reads again).
+        """
+        epoch, notes = mark
+        if not self.listening or epoch != self._epoch:
+            return
+        since = self._notes - notes
+        if since and (since > _KEPT or self._noted.get(task_id, 0) > notes):
+            return  # written meanwhile, or too many notes to tell
+        self._current[task_id] = time.monotonic()
+        self._current.move_to_end(task_id)
+        while len(self._current) > _KEPT:
+            self._current.popitem(last=False)
+
+    def drop(self, task_id: str) -> None:
+        """Stop using the copy of ``task_id`` (its record was lost, say)."""
+        self._current.pop(task_id, None)
+
+    # -- the listener ---------------------------------------------------------------------------
+
+    def note(self, data: bytes) -> None:
+        """Take one note off the channel: another writer's record drops that task's copy."""
+        writer, _, key = data.partition(b" ")
+        if writer == self._writer:
+            return
+        task_id = key[self._key_start :].decode("utf-8", "replace")
+        self._notes += 1
+        self._noted[task_id] = self._notes
+        self._noted.move_to_end(task_id)
+        if len(self._noted) > _KEPT:
+            self._noted.popitem(last=False)
+        self._current.pop(task_id, None)
+
+    def listen(self) -> None:
+        """Start the listener on the running loop, unless it runs there already."""
+        listener = self._listener
+        loop = asyncio.get_running_loop()
+        if listener is not None and not listener.done() and listener.get_loop() is loop:
+            return
+        self._stopped()
+        self._listener = loop.create_task(self._listen(), name="tiered-router-task-notes")
+
+    def _stopped(self) -> None:
+        self.listening = False
+        self._current.clear()
+
+    async def _listen(self) -> None:
+        while True:
+            pubsub: Any = None
+            try:
+                pubsub = self._link.pubsub()
+                await pubsub.subscribe(self.channel)
+                reply = await pubsub.get_message(timeout=self._link.timeout_s)
+                if reply is None or reply.get("type") != "subscribe":
+                    raise TimeoutError("no subscription confirmed")
+                self._epoch += 1
+                self.listening = True
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+                    if message is not None and message.get("type") == "message":
+                        self.note(message["data"])
+            except ERRORS as exc:
+                logger.warning(
+                    "Redis state store at %s: task notes stopped (%s); every task turn "
+                    "reads Redis until they resume",
+                    self._link.where,
+                    type(exc).__name__,
+                )
+            finally:
+                self._stopped()
+                if pubsub is not None:
+                    await _quietly(pubsub.aclose())
+            await asyncio.sleep(max(self._link.retry_s, 0.05))
+
+    async def aclose(self) -> None:
+        """Stop the listener and close its connection."""
+        listener, self._listener = self._listener, None
+        self._stopped()
+        if listener is None or listener.done():
+            return
+        listener.cancel()
+        if listener.get_loop() is asyncio.get_running_loop():
+            await asyncio.gather(listener, return_exceptions=True)
+
+
+async def _quietly(closing: Any) -> None:
+    try:
+        await closing
+    except ERRORS:  # the connection is gone already
+        pass
