@@ -196,9 +196,8 @@ class RedisLink:
         scripts = self._async_scripts()
         assert self._async is not None
         pool = self._async.connection_pool
-        try:
-            async with _bounded(self.timeout_s):
-                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:  # bounded by the pool's own timeout (and, to connect, the connect timeout)
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         except ERRORS as exc:
             raise self.failed(exc) from exc
         try:
