@@ -425,8 +425,10 @@ def test_a_task_turn_is_one_round_trip_and_one_sent_record(redis_server: RedisSe
             store.behind_s = 600.0
             router = Router(policy, state=store)
             turn = Turn([{"role": "user", "content": "hi"}])
-            async with router.task("warm"):
-                await router.acomplete(turn)  # connections, scripts loaded, breakers cached
+            async with router.task("warm"):  # connections, scripts loaded, breakers cached
+                await router.acomplete(turn)
+            async with router.task("warm"):  # and the connection sent records go on
+                await router.acomplete(turn)
             await store.flush()
             watcher.config_resetstat()
             async with router.task("ticket-1"):
@@ -614,6 +616,31 @@ def _pausing(server: RedisServer) -> Iterator[redis.Redis]:
 def _pause(watcher: redis.Redis, ms: int) -> None:
     """Redis holds every script that writes for ``ms`` (``CLIENT PAUSE ... WRITE``)."""
     watcher.execute_command("CLIENT", "PAUSE", str(ms), "WRITE")
+
+
+def test_a_burst_of_sent_records_shares_one_connection_and_all_land(
+    redis_server: RedisServer,
+) -> None:
+    import asyncio
+
+    async def main() -> tuple[int, int, int]:
+        store = await _sending_store(redis_server, "sent8")
+        await asyncio.gather(
+            *(store.atask_record("t", PAUSED_DELTA, rules=RULES) for _ in range(200))
+        )
+        with client(redis_server) as watcher:
+            connections = len(watcher.client_list()) - 1  # not the watcher's own
+        await store.flush()
+        steps = (await store.atask_snapshot("t")).steps
+        failures = store.background_failures
+        await store.aclose()
+        return connections, steps, failures
+
+    connections, steps, failures = asyncio.run(main())
+    # the read's pool connection and the one every sent record goes on (one each before
+    # this: a connection per record in flight, up to 64)
+    assert connections <= 2
+    assert (steps, failures) == (201, 0)
 
 
 def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(

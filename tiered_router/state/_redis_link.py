@@ -8,7 +8,10 @@ that a slow or dead Redis never holds a turn up for long: every command is bound
 
 :meth:`RedisLink.send` puts a script call on a connection and returns once its bytes are
 written; Redis's answer is read in the background. :mod:`.redis_store` uses it for a task
-turn's record, so the turn does not wait a round trip for an answer it does not need.
+turn's record, so the turn does not wait a round trip for an answer it does not need. Sent
+calls share one connection of their own (pipelined: Redis answers them in the order they
+were written, and one reader task takes the answers in that order), so sending costs no
+pool checkout and a burst of records does not open a connection each.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +32,7 @@ try:
     import redis
     import redis.asyncio as aioredis
     from redis.backoff import NoBackoff
-    from redis.exceptions import NoScriptError
+    from redis.exceptions import NoScriptError, ResponseError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -48,6 +52,11 @@ ERRORS = (redis.RedisError, OSError, *_TIMEOUTS)
 
 _MAX_CONNECTIONS = 64
 """Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
+_MAX_WAITING = 256
+"""Sent calls whose answers are still to come, at most; past it a call is awaited."""
+
+_Sent = tuple[str, Sequence[str], Sequence[object], Callable[[], None]]
+"""A sent call waiting for its answer: script, keys, args, and what to do if it is lost."""
 
 
 class StateStoreUnavailable(TieredRouterError):
@@ -86,6 +95,10 @@ class RedisLink:
         self.pending: set[asyncio.Future[Any]] = set()
         """Background work in flight (answers of sent calls, batched writes)."""
         self._loaded: set[str] = set()  # scripts Redis has run for this process
+        self._sender: Any = None  # the connection sent calls go on
+        self._connecting: asyncio.Lock | None = None
+        self._waiting: deque[_Sent] = deque()  # sent on _sender, answers to come, in order
+        self._reader: asyncio.Future[None] | None = None
 
     def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
         return {
@@ -121,6 +134,9 @@ class RedisLink:
             client = aioredis.Redis.from_pool(apool)
             self._ascripts = _lua.register(client)
             self._async, self._loop = client, loop
+            if self._sender is not None:  # it belonged to the last loop
+                self._lose_sent(self._sender, close=False)
+            self._connecting = asyncio.Lock()
         return self._ascripts
 
     def check_up(self) -> None:
@@ -181,61 +197,92 @@ class RedisLink:
 
         When it returns, the call's bytes are on the connection, ahead of any command sent
         after. A Redis that answers with an error, or not within ``timeout_s``, calls
-        ``lost`` (and counts as a failure); a Redis that lost the script (a restart) gets
-        it loaded and the call run again, later. The first call of a script in this
-        process is awaited instead, so that Redis has the script before a call is sent
-        without waiting.
+        ``lost`` (and counts as a failure; a connection that fails loses every call still
+        waiting on it); a Redis that lost the script (a restart) gets it loaded and the
+        call run again, later. The first call of a script in this process is awaited
+        instead, so that Redis has the script before a call is sent without waiting, and
+        so is a call made while ``_MAX_WAITING`` answers are still to come.
 
         Raises:
             StateStoreUnavailable: When the call could not be written (nothing was sent).
         """
-        if script not in self._loaded:
+        if script not in self._loaded or len(self._waiting) >= _MAX_WAITING:
             await self.acall(script, keys, args)
             return
         self.check_up()
         scripts = self._async_scripts()
-        assert self._async is not None
-        pool = self._async.connection_pool
-        try:  # bounded by the pool's own timeout (and, to connect, the connect timeout)
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-        except ERRORS as exc:
-            raise self.failed(exc) from exc
         try:
             async with _bounded(self.timeout_s):
-                await connection.send_command(
+                connection = await self._sending_connection()
+                # nothing suspends between queueing the call and writing its bytes, so the
+                # queue keeps the order Redis answers in
+                self._waiting.append((script, keys, args, lost))
+                command = connection.pack_command(
                     "EVALSHA", scripts[script].sha, len(keys), *keys, *args
                 )
+                await connection.send_packed_command(command, check_health=False)
         except BaseException as exc:
-            await pool.release(connection)  # redis-py dropped a connection a write failed on
+            if self._waiting and self._waiting[-1][3] is lost:
+                self._waiting.pop()  # not sent: the caller hears of it, not ``lost``
+            if self._sender is not None:
+                self._lose_sent(self._sender)  # redis-py closed it; what waited is lost
             if isinstance(exc, ERRORS):
                 raise self.failed(exc) from exc
             raise
-        answer = self._answer(pool, connection, script, keys, args, lost)
-        self.track(asyncio.ensure_future(answer))
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.ensure_future(self._read_answers(connection))
+            self.track(self._reader)
 
-    async def _answer(
-        self,
-        pool: Any,
-        connection: Any,
-        script: str,
-        keys: Sequence[str],
-        args: Sequence[object],
-        lost: Callable[[], None],
-    ) -> None:
-        try:
+    async def _sending_connection(self) -> Any:
+        connection = self._sender
+        if connection is not None and connection.is_connected:
+            return connection
+        assert self._async is not None and self._connecting is not None
+        async with self._connecting:  # one connect, however many calls are sent meanwhile
+            if self._sender is None or not self._sender.is_connected:
+                fresh = self._async.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+                await fresh.connect()
+                self._sender = fresh
+            return self._sender
+
+    async def _read_answers(self, connection: Any) -> None:
+        """Take the answers of the calls sent on ``connection``, oldest first."""
+        while self._waiting and self._sender is connection:
+            script, keys, args, lost = self._waiting[0]
             try:
                 async with _bounded(self.timeout_s):
                     await connection.read_response()
-            finally:
-                await pool.release(connection)
-        except NoScriptError:  # the call ran nothing: load the script, run it now
-            try:
-                await self.acall(script, keys, args)
-            except StateStoreUnavailable:
+            except NoScriptError:  # the call ran nothing: load the script, run it now
+                self._waiting.popleft()
+                self.track(asyncio.ensure_future(self._run_again(script, keys, args, lost)))
+            except ResponseError:  # this call failed; the connection is fine
+                self._waiting.popleft()
                 lost()
-        except ERRORS as exc:
-            self.failed(exc)
+            except ERRORS as exc:  # no answer in time, or the connection is gone
+                self.failed(exc)
+                self._lose_sent(connection)
+                return
+            else:
+                self._waiting.popleft()
+
+    async def _run_again(
+        self, script: str, keys: Sequence[str], args: Sequence[object], lost: Callable[[], None]
+    ) -> None:
+        try:
+            await self.acall(script, keys, args)
+        except StateStoreUnavailable:
             lost()
+
+    def _lose_sent(self, connection: Any, *, close: bool = True) -> None:
+        """Give ``connection`` up: every call still waiting on it is lost."""
+        if self._sender is not connection:
+            return  # given up already
+        self._sender = None
+        waiting, self._waiting = self._waiting, deque()
+        for *_, lost in waiting:
+            lost()
+        if close:  # on this loop; a connection of a loop that is gone is left to it
+            self.track(asyncio.ensure_future(connection.disconnect(nowait=True)))
 
     async def drain(self) -> None:
         """Wait for the background work in flight."""
@@ -249,11 +296,14 @@ class RedisLink:
             self._sync = None
 
     async def aclose(self) -> None:
-        """Close both clients' connections (the async one only from its own loop)."""
+        """Close both clients' connections (the async ones only from their own loop)."""
         self.close()
         if self._async is not None:
             client, self._async = self._async, None
+            sender, self._sender = self._sender, None
             if self._loop is asyncio.get_running_loop():
+                if sender is not None:
+                    await sender.disconnect()
                 await client.aclose()
 
     def ping(self) -> bool:
