@@ -232,12 +232,18 @@ def main() -> None:
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
         states = {"memory": "{type: memory}"}
         if redis_proc is not None:
+            # a prefix each: the task-write notes of one configuration's records would
+            # otherwise wake the redis-tc proxy's listener while another one is measured
             redis_state = {"type": "redis", "url": redis_url, "prefix": "bench"}
             states["redis"] = json.dumps(redis_state)
             # the task record awaited instead of sent (state.confirm_writes: true)
-            states["redis-c"] = json.dumps({**redis_state, "confirm_writes": True})
+            states["redis-c"] = json.dumps(
+                {**redis_state, "prefix": "bench-c", "confirm_writes": True}
+            )
             # a task's repeat turns reuse this process's copy (state.task_cache_s)
-            states["redis-tc"] = json.dumps({**redis_state, "task_cache_s": 30})
+            states["redis-tc"] = json.dumps(
+                {**redis_state, "prefix": "bench-tc", "task_cache_s": 30}
+            )
         print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
 
         direct = request_bytes(

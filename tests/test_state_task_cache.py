@@ -140,7 +140,7 @@ def test_a_note_while_the_read_is_in_flight_keeps_the_copy_out(redis_server: Red
             mark = cache.mark()  # as a read starts
             if noted is not None:  # another writer's record lands before the answer
                 before = cache._notes
-                publisher.publish("tc3:task-writes", f"someone tc3:task:{noted}")
+                publisher.publish(cache.channel, f"tc3:task:{noted}")
                 await _until(lambda: cache._notes > before, "the note arrived")  # noqa: B023
             await store.atask_snapshot(task)  # reads (no copy yet) ...
             cache._current.pop(task, None)
@@ -155,21 +155,42 @@ def test_a_note_while_the_read_is_in_flight_keeps_the_copy_out(redis_server: Red
     assert elsewhere and quiet
 
 
-def test_own_notes_are_no_news(redis_server: RedisServer) -> None:
-    async def main() -> tuple[int, bool]:
-        store = await _cached_store(redis_server, "tc4")
-        cache = store.task_cache
-        assert cache is not None
-        await store.atask_snapshot("t")
-        for delta in DELTAS:
-            await store.atask_record("t", delta, rules=RULES)
-        await store.flush()
-        await asyncio.sleep(0.05)  # time for the notes of this store's own records
-        notes, current = cache._notes, cache.current("t")
-        await store.aclose()
-        return notes, current
+def test_notes_go_only_to_the_other_processes_holding_a_copy(redis_server: RedisServer) -> None:
+    watcher = redis.Redis.from_url(redis_server.url)
 
-    assert asyncio.run(main()) == (0, True)
+    def publishes() -> int:
+        stats = watcher.info("commandstats")
+        return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+    async def main() -> tuple[int, int, int, int, bool]:
+        one = await _cached_store(redis_server, "tc4")
+        two = await _cached_store(redis_server, "tc4")
+        assert one.task_cache is not None and two.task_cache is not None
+        before = publishes()
+        await one.atask_snapshot("t")
+        for delta in DELTAS:  # turns that stay on one process: nobody to tell
+            await one.atask_snapshot("t")
+            await one.atask_record("t", delta, rules=RULES)
+        await one.flush()
+        alone = publishes() - before
+        await two.atask_snapshot("t")  # two holds a copy now
+        await one.atask_record("t", DELTAS[0], rules=RULES)  # one note, to two
+        await one.flush()
+        await _until(lambda: two.task_cache._notes == 1, "two heard")  # type: ignore[union-attr]
+        shared = publishes() - before - alone
+        await one.atask_record("t", DELTAS[0], rules=RULES)  # two was forgotten: no note
+        await one.flush()
+        again = publishes() - before - alone - shared
+        heard = (one.task_cache._notes, two.task_cache._notes)
+        kept = one.task_cache.current("t")
+        for store in (one, two):
+            await store.aclose()
+        return alone, shared, again, heard[0], kept
+
+    alone, shared, again, one_heard, kept = asyncio.run(main())
+    watcher.close()
+    assert (alone, shared, again) == (0, 1, 0)
+    assert one_heard == 0 and kept  # a process's own records are no news to it
 
 
 def test_a_lost_listener_drops_every_copy_then_resubscribes(
@@ -248,11 +269,16 @@ def test_a_record_redis_did_not_confirm_drops_the_copy(redis_server: RedisServer
 def test_aclose_stops_the_listener(redis_server: RedisServer) -> None:
     watcher = redis.Redis.from_url(redis_server.url, decode_responses=True)
 
+    channel = ""
+
     def subscribers() -> int:
-        return int(watcher.pubsub_numsub("tc8:task-writes")[0][1])
+        return int(watcher.pubsub_numsub(channel)[0][1])
 
     async def main() -> tuple[int, int]:
+        nonlocal channel
         store = await _cached_store(redis_server, "tc8")
+        assert store.task_cache is not None
+        channel = store.task_cache.channel
         during = subscribers()
         await store.aclose()
         assert store.task_cache is not None and not store.task_cache.listening

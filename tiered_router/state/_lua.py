@@ -23,6 +23,7 @@ __all__ = [
     "BREAKER_SNAPSHOT",
     "LIMIT_ADMIT",
     "LIMIT_SPEND",
+    "TASK_HOLD",
     "TASK_RECORD",
     "register",
 ]
@@ -169,8 +170,9 @@ TASK_RECORD = """
 -- lock_after_gate_failures (0: never), lock_on_stall, unlock_after_clean_turns,
 -- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...]),
 -- answer ('1': HGETALL of the task after the update; '0': nothing, for a sent record),
--- channel, writer (the record is announced as "<writer> <key>" on the channel, for the
--- processes that keep a copy of the task: see tiered_router.state._task_cache)
+-- notes (a channel prefix), writer, holds ('1': the writer keeps a copy of the task).
+-- Every other process holding a copy (a 'holder:<id>' field, see TASK_HOLD) is told on
+-- its channel <notes><id> and forgotten; see tiered_router.state._task_cache
 local ARGV = cjson.decode(ARGV[1])
 local key = KEYS[1]
 local ttl = tonumber(ARGV[1])
@@ -223,8 +225,15 @@ else
   redis.call('HDEL', key, 'locked_by')
 end
 redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
+local mine = 'holder:' .. ARGV[20]
+for _, field in ipairs(redis.call('HKEYS', key)) do
+  if string.sub(field, 1, 7) == 'holder:' and field ~= mine then
+    redis.call('HDEL', key, field)
+    redis.call('PUBLISH', ARGV[19] .. string.sub(field, 8), key)
+  end
+end
+if ARGV[21] == '1' then redis.call('HSET', key, mine, 1) end
 redis.call('PEXPIRE', key, ttl)
-redis.call('PUBLISH', ARGV[19], ARGV[20] .. ' ' .. key)
 if ARGV[18] == '0' then return 1 end
 return redis.call('HGETALL', key)
 """
@@ -265,6 +274,17 @@ return 1
 """
 
 
+TASK_HOLD = """
+-- KEYS[1] task; ARGV: holder id, ttl_ms. Read the task and note that the caller keeps a
+-- copy ('holder:<id>'), so that the next record by anyone else tells it (TASK_RECORD)
+local key = KEYS[1]
+local new = redis.call('EXISTS', key) == 0
+redis.call('HSET', key, 'holder:' .. ARGV[1], 1)
+if new then redis.call('PEXPIRE', key, tonumber(ARGV[2])) end
+return redis.call('HGETALL', key)
+"""
+
+
 def register(client: Any) -> dict[str, Any]:
     """Every operation on a redis-py client (sync or asyncio) by name: scripts, and the read."""
     return {
@@ -272,6 +292,7 @@ def register(client: Any) -> dict[str, Any]:
         "record": client.register_script(BREAKER_RECORD),
         "snapshot": client.register_script(BREAKER_SNAPSHOT),
         "task": client.register_script(TASK_RECORD),
+        "task_hold": client.register_script(TASK_HOLD),
         # a plain read needs no script: one HGETALL, called like the scripts
         "task_read": lambda keys, args: client.hgetall(keys[0]),
         "limit_admit": client.register_script(LIMIT_ADMIT),

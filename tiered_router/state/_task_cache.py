@@ -5,12 +5,16 @@ skip the Redis read that opens each turn: the totals read last, with this proces
 turns applied (:func:`~tiered_router.state.apply_task_delta`), are used instead, for as
 long as nobody else wrote the task.
 
-How this process learns that somebody else did: the task record script
-(:data:`~tiered_router.state._lua.TASK_RECORD`) publishes ``<writer> <task key>`` on the
-channel ``<prefix>:task-writes`` after every record, whichever process sent it and whether
-or not that process caches. One listener per process (:class:`TaskCache`, a dedicated
-pub/sub connection) reads the channel and drops the copy of every task another writer
-touched. A copy is used only
+How this process learns that somebody else did: the read that makes a copy
+(:data:`~tiered_router.state._lua.TASK_HOLD`) also notes this process in the task's hash as
+a holder (a ``holder:<id>`` field), and every task record
+(:data:`~tiered_router.state._lua.TASK_RECORD`, whichever process sends it and whether or
+not that process caches) publishes the task's key on the channel
+``<prefix>:task-notes:<id>`` of every *other* holder, and forgets them. One listener per
+process (:class:`TaskCache`, a dedicated pub/sub connection on its own channel) drops the
+copy of every task it hears of. A task whose turns stay on one process costs no note at
+all; a note goes to a process only when another one wrote a task it holds. A copy is used
+only
 
 - while the listener is subscribed (a dropped connection drops every copy, since
   notes may have been lost meanwhile);
@@ -21,9 +25,8 @@ touched. A copy is used only
 
 What this gives up, against a read per turn: another replica's turn of the same task is
 seen here once its note has arrived, which is normally well under a millisecond after
-Redis ran the record, but is not ordered with the next request the way a read is. Every
-replica also receives a note per task turn of the whole deployment. Totals in Redis stay
-exact either way; see ``docs/deploy.md``.
+Redis ran the record, but is not ordered with the next request the way a read is. Totals
+in Redis stay exact either way; see ``docs/deploy.md``.
 """
 
 from __future__ import annotations
@@ -51,19 +54,19 @@ class TaskCache:
 
     Args:
         link: The store's connections to Redis.
-        prefix: The store's key prefix (the channel is ``<prefix>:task-writes``).
-        writer: This process's name in the notes (its own records are no news to it).
+        prefix: The store's key prefix.
+        holder: This process's name among a task's holders (its channel is
+            ``<prefix>:task-notes:<holder>``).
         max_age_s: Longest a copy is used after Redis last confirmed it.
     """
 
-    def __init__(self, link: RedisLink, prefix: str, *, writer: str, max_age_s: float) -> None:
+    def __init__(self, link: RedisLink, prefix: str, *, holder: str, max_age_s: float) -> None:
         self._link = link
-        self.channel = f"{prefix}:task-writes"
+        self.channel = f"{prefix}:task-notes:{holder}"
         self._key_start = len(f"{prefix}:task:")
         self.max_age_s = max_age_s
-        self._writer = writer.encode()
         self._current: OrderedDict[str, float] = OrderedDict()  # task -> confirmed at
-        self._notes = 0  # notes about other writers' records received so far
+        self._notes = 0  # notes received so far (each: another process wrote a task)
         self._noted: OrderedDict[str, int] = OrderedDict()  # task -> number of its last note
         self._epoch = 0  # subscriptions so far; a copy is only good within one
         self.listening = False
@@ -112,11 +115,8 @@ class TaskCache:
 
     # -- the listener ---------------------------------------------------------------------------
 
-    def note(self, data: bytes) -> None:
-        """Take one note off the channel: another writer's record drops that task's copy."""
-        writer, _, key = data.partition(b" ")
-        if writer == self._writer:
-            return
+    def note(self, key: bytes) -> None:
+        """Take one note off the channel: another process wrote the task ``key``."""
         task_id = key[self._key_start :].decode("utf-8", "replace")
         self._notes += 1
         self._noted[task_id] = self._notes

@@ -156,10 +156,10 @@ class RedisStateStore:
         self.confirm_writes = confirm_writes
         self._known: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._warnings = Throttle(_WARN_EVERY_S)
-        self.writer = secrets.token_hex(8)
-        """This store's name in the task-write notes (see ``task_cache_s``)."""
+        self.holder = secrets.token_hex(8)
+        """This store's name among the holders of a task's copy (see ``task_cache_s``)."""
         self.task_cache = (
-            TaskCache(self._link, prefix, writer=self.writer, max_age_s=task_cache_s)
+            TaskCache(self._link, prefix, holder=self.holder, max_age_s=task_cache_s)
             if task_cache_s > 0
             else None
         )
@@ -310,8 +310,9 @@ class RedisStateStore:
             rules.latency_window,
             json.dumps([list(item) for item in delta.latencies]),
             int(answer),
-            f"{self.prefix}:task-writes",  # TaskCache.channel
-            self.writer,
+            f"{self.prefix}:task-notes:",  # + a holder: its TaskCache.channel
+            self.holder,
+            int(self.task_cache is not None),
         ]
         return [json.dumps([str(field) for field in fields])]  # the script's one argument
 
@@ -456,9 +457,11 @@ class RedisStateStore:
             self.task_reads_saved += 1
             return known
         mark = cache.mark()
-        snapshot = task_snapshot_of(
-            await self._link.acall("task_read", [self.task_key(task_id)], [])
-        )
+        # the read also notes this process as holding a copy: the next record of the task
+        # by anyone else tells it
+        args = [self.holder, self.ttl_ms]
+        reply = await self._link.acall("task_hold", [self.task_key(task_id)], args)
+        snapshot = task_snapshot_of(reply)
         self._remember(task_id, snapshot)
         cache.confirmed(task_id, mark)
         return snapshot
