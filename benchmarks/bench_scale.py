@@ -27,6 +27,7 @@ adding <= 0.3 ms p50 per request. Figures are printed, never asserted.
 Run:
 
     PYTHONPATH=. python benchmarks/bench_scale.py [--n1 1500] [--n32 6000] [--ops 3000] [--rounds 3]
+        [--against TREE]   # a checkout of another version, side by side (redis@base)
 """
 
 from __future__ import annotations
@@ -101,11 +102,15 @@ def proxy_payload(port: int, task_id: str | None) -> bytes:
     return request_bytes("/v1/chat/completions", body, port, CLIENT_KEY)
 
 
-def serve(policy: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+def serve(
+    policy: Path, port: int, workers: int, tree: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``tiered-router serve`` from this checkout, or from another one (``tree``)."""
+    root = tree or os.getcwd()
+    env = {**os.environ, "PYTHONPATH": root}
     cmd = [sys.executable, "-c", "from tiered_router.cli import main; main()", "serve"]
     cmd += [str(policy), "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
-    proc = start(cmd, env=env)
+    proc = start(cmd, env=env, cwd=root)
     wait_http(port, "/readyz")
     return proc
 
@@ -170,7 +175,14 @@ def ping_rtt(url: str, n: int, *, idle_s: float = 0.0) -> list[float]:
     return asyncio.run(main())
 
 
-def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int, batch: int = 100) -> None:
+def interleaved(
+    tmp: Path,
+    up_port: int,
+    states: dict[str, str],
+    n: int,
+    batch: int = 100,
+    trees: dict[str, str] | None = None,
+) -> None:
     """Task turns at C=1 through one proxy per state, all running, taking turns in batches.
 
     The single runs above drift with the machine by more than the difference between the
@@ -185,7 +197,7 @@ def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int, batch: 
                 POLICY.format(port=up_port, key=CLIENT_KEY, state=state), encoding="utf-8"
             )
             port = free_port()
-            procs[name] = (serve(policy, port, 1), port)
+            procs[name] = (serve(policy, port, 1, (trees or {}).get(name)), port)
         p50s: dict[str, list[float]] = {name: [] for name in procs}
         for name, (_, port) in procs.items():  # warm up
             asyncio.run(drive(port, proxy_payload(port, f"ab-{name}"), requests=200, concurrency=1))
@@ -200,7 +212,7 @@ def interleaved(tmp: Path, up_port: int, states: dict[str, str], n: int, batch: 
         for name, values in p50s.items():
             p50 = statistics.median(values)
             extra = "" if name == "memory" else f"  -> {p50 - base:+.3f} ms over memory"
-            print(f"  {name:<8} median batch p50 {p50:.3f} ms{extra}")
+            print(f"  {name:<10} median batch p50 {p50:.3f} ms{extra}")
     finally:
         for proc, _ in procs.values():
             stop(proc)
@@ -218,6 +230,12 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=3000, help="turns of store operations")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of store operations")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="time limit per phase")
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="another checkout (git worktree add /tmp/base <commit>): its proxy with the "
+        "default Redis state joins the side-by-side batches as redis@base",
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -324,7 +342,12 @@ def main() -> None:
                     )
 
         if redis_proc is not None:
-            interleaved(tmp, up_port, states, args.n1)
+            trees: dict[str, str] = {}
+            if args.against:
+                base_state = {"type": "redis", "url": redis_url, "prefix": "bench-base"}
+                states = {**states, "redis@base": json.dumps(base_state)}
+                trees["redis@base"] = str(Path(args.against).resolve())
+            interleaved(tmp, up_port, states, args.n1, trees=trees)
 
         from tiered_router.state import MemoryStateStore
 
@@ -370,7 +393,7 @@ def main() -> None:
             for name in stores:
                 p50, p99 = statistics.median(p50s[name]), statistics.median(p99s[name])
                 rounds = ", ".join(f"{v:.3f}" for v in p50s[name])
-                line = f"  {name:<8}{label:<11} p50 {p50:.3f} ms  p99 {p99:.3f} ms"
+                line = f"  {name:<9}{label:<11} p50 {p50:.3f} ms  p99 {p99:.3f} ms"
                 if name != "memory":
                     line += f"  -> redis adds {p50 - base:.3f} ms p50 (target <= 0.3 ms)"
                 print(line + f"   [round p50s: {rounds}]")
