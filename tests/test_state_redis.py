@@ -643,6 +643,36 @@ def test_a_burst_of_sent_records_shares_one_connection_and_all_land(
     assert (steps, failures) == (201, 0)
 
 
+def test_a_killed_sending_connection_loses_no_record_silently(redis_server: RedisServer) -> None:
+    """Each record after the kill lands, or is counted lost, or raises: none goes missing."""
+    import asyncio
+
+    async def main() -> tuple[int, int, int, int]:
+        store = await _sending_store(redis_server, "sent9", retry_s=0)
+        await store.atask_record("t", PAUSED_DELTA, rules=RULES)  # sent: opens the connection
+        await store.flush()
+        before = (await store.atask_snapshot("t")).steps
+        with client(redis_server) as killer:
+            (sender,) = [c for c in killer.client_list() if c["cmd"] == "evalsha"]
+            killer.execute_command("CLIENT", "KILL", "ID", sender["id"])
+        raised = 0
+        for _ in range(6):
+            try:
+                await store.atask_record("t", PAUSED_DELTA, rules=RULES)
+            except StateStoreUnavailable:
+                raised += 1
+            await store.flush()
+        landed = (await store.atask_snapshot("t")).steps - before
+        lost = store.background_failures
+        await store.aclose()
+        return landed, lost, raised, before
+
+    landed, lost, raised, before = asyncio.run(main())
+    assert before == 2
+    assert landed + lost + raised == 6
+    assert landed >= 4  # a fresh connection carries the records after the first failure
+
+
 def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -99,6 +99,7 @@ class RedisLink:
         self._connecting: asyncio.Lock | None = None
         self._waiting: deque[_Sent] = deque()  # sent on _sender, answers to come, in order
         self._reader: asyncio.Future[None] | None = None
+        self._reading: Any = None  # the connection self._reader reads from
 
     def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
         return {
@@ -211,39 +212,44 @@ class RedisLink:
             return
         self.check_up()
         scripts = self._async_scripts()
+        connection = self._sender
+        if connection is None or not connection.is_connected:
+            try:
+                async with _bounded(self.timeout_s):
+                    connection = await self._sending_connection()
+            except ERRORS as exc:
+                raise self.failed(exc) from exc
+        # nothing suspends between queueing the call and writing its bytes, so the queue
+        # keeps the order Redis answers in
+        sent: _Sent = (script, keys, args, lost)
+        self._waiting.append(sent)
+        command = connection.pack_command("EVALSHA", scripts[script].sha, len(keys), *keys, *args)
         try:
             async with _bounded(self.timeout_s):
-                connection = await self._sending_connection()
-                # nothing suspends between queueing the call and writing its bytes, so the
-                # queue keeps the order Redis answers in
-                self._waiting.append((script, keys, args, lost))
-                command = connection.pack_command(
-                    "EVALSHA", scripts[script].sha, len(keys), *keys, *args
-                )
                 await connection.send_packed_command(command, check_health=False)
         except BaseException as exc:
-            if self._waiting and self._waiting[-1][3] is lost:
-                self._waiting.pop()  # not sent: the caller hears of it, not ``lost``
-            if self._sender is not None:
-                self._lose_sent(self._sender)  # redis-py closed it; what waited is lost
+            if sent in self._waiting:
+                self._waiting.remove(sent)  # the caller hears of this one, not ``lost``
+            self._lose_sent(connection)  # redis-py closed it: what waited on it is lost
             if isinstance(exc, ERRORS):
                 raise self.failed(exc) from exc
             raise
-        if self._reader is None or self._reader.done():
+        if self._reader is None or self._reader.done() or self._reading is not connection:
+            self._reading = connection
             self._reader = asyncio.ensure_future(self._read_answers(connection))
             self.track(self._reader)
 
     async def _sending_connection(self) -> Any:
-        connection = self._sender
-        if connection is not None and connection.is_connected:
-            return connection
         assert self._async is not None and self._connecting is not None
         async with self._connecting:  # one connect, however many calls are sent meanwhile
-            if self._sender is None or not self._sender.is_connected:
-                fresh = self._async.connection_pool.make_connection()  # type: ignore[no-untyped-call]
-                await fresh.connect()
-                self._sender = fresh
-            return self._sender
+            if self._sender is not None and self._sender.is_connected:
+                return self._sender
+            if self._sender is not None:  # closed under its calls (a cancelled read)
+                self._lose_sent(self._sender, close=False)
+            fresh = self._async.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            await fresh.connect()
+            self._sender = fresh
+            return fresh
 
     async def _read_answers(self, connection: Any) -> None:
         """Take the answers of the calls sent on ``connection``, oldest first."""
