@@ -310,3 +310,37 @@ def _policy(state: dict[str, Any]) -> dict[str, Any]:
         "tiers": {"fast": "fast", "frontier": "frontier"},
         "state": state,
     }
+
+
+def test_a_user_without_pubsub_reads_every_turn_and_registers_nowhere(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis 7 gives a new ACL user no pub/sub channel: no copy, no holder, one warning."""
+    admin = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    admin.execute_command("ACL", "SETUSER", "nochan", "on", ">pw", "~*", "+@all", "resetchannels")
+    url = f"redis://nochan:pw@127.0.0.1:{redis_server.port}/0"
+
+    async def main() -> tuple[int, int, bool, int]:
+        store = RedisStateStore(url, prefix="tc9", timeout_s=1.0, retry_s=0.05, task_cache_s=60)
+        cache = store.task_cache
+        assert cache is not None
+        await store.atask_snapshot("t")
+        await _until(lambda: cache.stops >= 2, "the listener refused twice")
+        for delta in DELTAS:
+            await store.atask_snapshot("t")
+            await store.atask_record("t", delta, rules=RULES)
+        await store.flush()
+        result = store.task_reads_saved, store.background_failures, cache.listening, cache.stops
+        await store.aclose()
+        return result
+
+    with caplog.at_level(logging.WARNING, logger="tiered_router.state"):
+        saved, failures, listening, stops = asyncio.run(main())
+    holders = [f for f in admin.hkeys("tc9:task:t") if f.startswith("holder:")]
+    steps = admin.hget("tc9:task:t", "steps")
+    admin.execute_command("ACL", "DELUSER", "nochan")
+    admin.close()
+    assert (saved, failures, listening) == (0, 0, False)
+    assert holders == [] and steps == str(len(DELTAS))
+    warnings = [r for r in caplog.records if "task notes stopped" in r.getMessage()]
+    assert stops >= 2 and len(warnings) == 1

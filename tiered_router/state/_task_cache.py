@@ -38,11 +38,14 @@ from collections import OrderedDict
 from typing import Any
 
 from tiered_router.state._redis_link import ERRORS, RedisLink
+from tiered_router.state._safe import Throttle
 
 __all__ = ["TaskCache"]
 
 _KEPT = 4096
 """Copies marked current at most, and tasks whose last note is remembered."""
+_WARN_EVERY_S = 30.0
+"""Least seconds between two warnings about the listener."""
 
 logger = logging.getLogger("tiered_router.state")
 
@@ -71,6 +74,9 @@ class TaskCache:
         self._epoch = 0  # subscriptions so far; a copy is only good within one
         self.listening = False
         self._listener: asyncio.Task[None] | None = None
+        self._warnings = Throttle(_WARN_EVERY_S)
+        self.stops = 0
+        """Times the listener lost (or could not make) its subscription."""
 
     def __repr__(self) -> str:
         return f"TaskCache({self.channel!r}, current={len(self._current)})"
@@ -154,12 +160,14 @@ class TaskCache:
                     if message is not None and message.get("type") == "message":
                         self.note(message["data"])
             except ERRORS as exc:
-                logger.warning(
-                    "Redis state store at %s: task notes stopped (%s); every task turn "
-                    "reads Redis until they resume",
-                    self._link.where,
-                    type(exc).__name__,
-                )
+                self.stops += 1
+                if self._warnings.due():  # a Redis that refuses pub/sub fails every retry
+                    logger.warning(
+                        "Redis state store at %s: task notes stopped (%s); every task "
+                        "turn reads Redis until they resume",
+                        self._link.where,
+                        type(exc).__name__,
+                    )
             finally:
                 self._stopped()
                 if pubsub is not None:

@@ -312,7 +312,7 @@ class RedisStateStore:
             int(answer),
             f"{self.prefix}:task-notes:",  # + a holder: its TaskCache.channel
             self.holder,
-            int(self.task_cache is not None),
+            int(self.task_cache is not None and self.task_cache.listening),  # a holder?
         ]
         return [json.dumps([str(field) for field in fields])]  # the script's one argument
 
@@ -457,10 +457,13 @@ class RedisStateStore:
             self.task_reads_saved += 1
             return known
         mark = cache.mark()
-        # the read also notes this process as holding a copy: the next record of the task
-        # by anyone else tells it
-        args = [self.holder, self.ttl_ms]
-        reply = await self._link.acall("task_hold", [self.task_key(task_id)], args)
+        keys = [self.task_key(task_id)]
+        if cache.listening:
+            # the read also notes this process as holding a copy: the next record of the
+            # task by anyone else tells it
+            reply = await self._link.acall("task_hold", keys, [self.holder, self.ttl_ms])
+        else:  # nobody would hear of it: a plain read, and no copy
+            reply = await self._link.acall("task_read", keys, [])
         snapshot = task_snapshot_of(reply)
         self._remember(task_id, snapshot)
         cache.confirmed(task_id, mark)
