@@ -102,27 +102,34 @@ def test_a_task_budget_holds_across_both_processes(
 def test_a_task_budget_holds_across_both_processes_with_the_task_cache_on(
     server: ScriptedServer, redis_server: RedisServer, tmp_path: Path, http: _http.Client
 ) -> None:
-    """b keeps a copy of the task's totals; a's escalation reaches it as a note."""
+    """b uses its copy of the task's totals; a's escalation reaches it as a note."""
     server.default = Reply.json({"ok": True})
     json_body = {"response_format": {"type": "json_object"}}
     policy = shared_policy(server, redis_server, task={"max_escalations": 1})
     policy["state"]["task_cache_s"] = 60
+    saved_metric = "tiered_router_state_task_reads_saved_total"
     with Pair(policy, tmp_path) as pair:
         task = {"task_id": "ticket-9"}
-        for _ in range(2):  # b reads the task, then uses its copy
+        b_turns = 0
+        while pair.b.metrics(http).get(saved_metric, 0) == 0:  # until b uses its copy
+            assert b_turns < 20, "b never used its copy of the task"
             assert pair.b.chat(http, tiered_router=task, **json_body).status_code == 200
+            b_turns += 1
         server.script([Reply.bad_json()], model="fast-model")  # a's draft fails the gate
         first = pair.a.chat(http, tiered_router=task, **json_body)
         assert first.headers["x-tiered-router-escalated"] == "true"  # spends the budget
         time.sleep(1.0)  # the note of a's record reaches b (well under a millisecond here)
+        saved = pair.b.metrics(http)[saved_metric]
         second = pair.b.chat(http, tiered_router=task, **json_body)
+        saved_after = pair.b.metrics(http)[saved_metric]
     assert second.status_code == 200
     assert second.headers["x-tiered-router-tier"] == "frontier"
     assert second.headers["x-tiered-router-rule"] == "task.budget.escalations"
+    assert saved_after == saved  # the note dropped b's copy: that turn read Redis
     store = RedisStateStore(redis_server.url, prefix="pair")
     snap = store.task_snapshot("ticket-9")
     store.close()
-    assert snap.steps == 4 and snap.escalations == 1
+    assert snap.steps == b_turns + 2 and snap.escalations == 1
 
 
 def test_concurrent_turns_from_both_processes_add_up_exactly(

@@ -39,12 +39,15 @@ def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backen
 
 
 def _count_state_fallbacks(metrics: Metrics, router: Router, limiter: ClientLimiter) -> None:
-    """Copy the state store's fallback count into the metrics."""
+    """Copy the state store's fallback count (and task reads saved) into the metrics."""
     state = router.state
     fallbacks = int(getattr(state, "failures", 0)) + limiter.failures
     inner = getattr(state, "store", None)
     fallbacks += int(getattr(inner, "background_failures", 0))
     metrics.state_fallbacks.values[()] = float(fallbacks)
+    saved = int(getattr(inner, "task_reads_saved", 0))
+    if saved:
+        metrics.task_reads_saved.values[()] = float(saved)
 
 
 SERVE_GC_THRESHOLD = 10_000

@@ -136,6 +136,12 @@ class Metrics:
             "failed.",
             (),
         )
+        self.task_reads_saved = _Counter(
+            p + "state_task_reads_saved_total",
+            "Task turns that used this process's copy of the task's totals instead of reading "
+            "the shared store (state.task_cache_s).",
+            (),
+        )
         self.in_flight = 0
         self.collectors: list[Callable[[Metrics], None]] = []
         """Called before each render and snapshot, to copy in numbers kept elsewhere."""
@@ -195,6 +201,7 @@ class Metrics:
             self.responses,
             self.interrupted,
             self.state_fallbacks,
+            self.task_reads_saved,
         ):
             lines.extend(counter.render())
         lines.extend(self.latency.render())
