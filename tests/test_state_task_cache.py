@@ -344,3 +344,50 @@ def test_a_user_without_pubsub_reads_every_turn_and_registers_nowhere(
     assert holders == [] and steps == str(len(DELTAS))
     warnings = [r for r in caplog.records if "task notes stopped" in r.getMessage()]
     assert stops >= 2 and len(warnings) == 1
+
+
+def test_copies_left_current_equal_redis_after_concurrent_turns(redis_server: RedisServer) -> None:
+    """Two caching processes, one that does not, and two concurrent loops in one of them,
+    on three shared tasks: once the notes are in, every copy still current equals Redis."""
+    tasks = ("a", "b", "c")
+
+    async def main() -> tuple[int, int, list[str]]:
+        one = await _cached_store(redis_server, "tc10")
+        two = await _cached_store(redis_server, "tc10")
+        plain = RedisStateStore(redis_server.url, prefix="tc10", timeout_s=1.0)
+
+        async def turns(store: RedisStateStore, n: int, offset: int) -> None:
+            for i in range(n):
+                task = tasks[(i + offset) % len(tasks)]
+                await store.atask_snapshot(task)
+                await store.atask_record(task, DELTAS[i % len(DELTAS)], rules=RULES)
+
+        await asyncio.gather(
+            turns(one, 90, 0), turns(one, 90, 1), turns(two, 90, 2), turns(plain, 45, 0)
+        )
+        for store in (one, two, plain):
+            await store.flush()
+        await asyncio.sleep(0.2)  # the last notes arrive
+        truth = RedisStateStore(redis_server.url, prefix="tc10")
+        stale = []
+        checked = 0
+        # twice: the copies that outlived the others' turns (or reads), then copies only
+        for round_ in (1, 2):
+            for name, store in (("one", one), ("two", two)):
+                assert store.task_cache is not None
+                for task in tasks:
+                    was_current = store.task_cache.current(task)
+                    got = await store.atask_snapshot(task)
+                    checked += round_ == 2 and was_current
+                    if _totals(got) != _totals(truth.task_snapshot(task)):
+                        stale.append(f"{name}:{task} round {round_}")
+        steps = sum(truth.task_snapshot(task).steps for task in tasks)
+        truth.close()
+        for store in (one, two, plain):
+            await store.aclose()
+        return steps, checked, stale
+
+    steps, checked, stale = asyncio.run(main())
+    assert steps == 90 * 3 + 45
+    assert stale == [], stale
+    assert checked == 6  # the second round used every copy, and each was right
