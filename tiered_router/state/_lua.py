@@ -182,15 +182,22 @@ local rule = ARGV[10]
 local lock_after, lock_on_stall = tonumber(ARGV[13]), ARGV[14] == '1'
 local unlock_after, keep = tonumber(ARGV[15]), tonumber(ARGV[16])
 redis.call('HINCRBY', key, 'steps', 1)
-redis.call('HINCRBYFLOAT', key, 'cost', ARGV[2])
-redis.call('HINCRBYFLOAT', key, 'latency_s', ARGV[3])
-redis.call('HINCRBY', key, 'escalations', ARGV[4])
-redis.call('HINCRBY', key, 'fast_decided', ARGV[5])
-redis.call('HINCRBY', key, 'fast_served', ARGV[6])
-redis.call('HINCRBY', key, 'gate_failures', gate_failures)
-redis.call('HINCRBY', key, 'stalls', ARGV[8])
-redis.call('HINCRBY', key, 'input_tokens', ARGV[11])
-redis.call('HINCRBY', key, 'output_tokens', ARGV[12])
+-- a count that does not change is not written (a missing field reads as 0)
+local function add(field, by)
+  if by ~= '0' then redis.call('HINCRBY', key, field, by) end
+end
+local function add_float(field, by)
+  if tonumber(by) ~= 0 then redis.call('HINCRBYFLOAT', key, field, by) end
+end
+add_float('cost', ARGV[2])
+add_float('latency_s', ARGV[3])
+add('escalations', ARGV[4])
+add('fast_decided', ARGV[5])
+add('fast_served', ARGV[6])
+add('gate_failures', ARGV[7])
+add('stalls', ARGV[8])
+add('input_tokens', ARGV[11])
+add('output_tokens', ARGV[12])
 if rule ~= '' then redis.call('HINCRBY', key, 'rule:' .. rule, 1) end
 for _, item in ipairs(cjson.decode(ARGV[17])) do
   local field = 'recent:' .. item[1]
