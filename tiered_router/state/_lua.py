@@ -10,7 +10,9 @@ Conventions shared by the scripts:
 The breaker hash holds ``opened_at``, ``consecutive``, ``trial``, ``trial_at``, ``seq`` and
 one ``c:<i>`` / ``f:<i>`` pair (calls, failures) per bucket of ``window_s / buckets``
 seconds. The task hash holds the totals of :class:`~tiered_router.state.TaskSnapshot`, one
-``rule:<name>`` count per task rule and one ``recent:<backend>`` JSON list per backend.
+``rule:<name>`` count per task rule, one ``recent:<backend>`` JSON list per backend, and
+one ``holder:<id>`` field per process keeping a copy of the task (``state.task_cache_s``).
+A count that a record would leave unchanged is not written: a missing field reads as 0.
 """
 
 from __future__ import annotations
