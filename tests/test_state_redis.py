@@ -673,6 +673,26 @@ def test_a_killed_sending_connection_loses_no_record_silently(redis_server: Redi
     assert landed >= 4  # a fresh connection carries the records after the first failure
 
 
+def test_a_sent_record_redis_refuses_is_counted_and_the_store_rests(
+    redis_server: RedisServer,
+) -> None:
+    import asyncio
+
+    async def main() -> tuple[int, int]:
+        store = await _sending_store(redis_server, "sent10", retry_s=30)
+        with client(redis_server) as other:
+            other.set("sent10:task:t", "not a hash")  # the script now fails (WRONGTYPE)
+        steps = (await store.atask_record("t", PAUSED_DELTA, rules=RULES)).steps
+        await store.flush()
+        failures = store.background_failures
+        with pytest.raises(StateStoreUnavailable):  # resting for retry_s, like a failed call
+            await store.atask_snapshot("t")
+        await store.aclose()
+        return steps, failures
+
+    assert asyncio.run(main()) == (2, 1)
+
+
 def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

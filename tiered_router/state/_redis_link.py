@@ -261,8 +261,11 @@ class RedisLink:
             except NoScriptError:  # the call ran nothing: load the script, run it now
                 self._waiting.popleft()
                 self.track(asyncio.ensure_future(self._run_again(script, keys, args, lost)))
-            except ResponseError:  # this call failed; the connection is fine
+            except (
+                ResponseError
+            ) as exc:  # this call failed (as acall would); the connection is fine
                 self._waiting.popleft()
+                self.failed(exc)
                 lost()
             except ERRORS as exc:  # no answer in time, or the connection is gone
                 self.failed(exc)
