@@ -176,12 +176,12 @@ def test_notes_go_only_to_the_other_processes_holding_a_copy(redis_server: Redis
         await two.atask_snapshot("t")  # two holds a copy now
         await one.atask_record("t", DELTAS[0], rules=RULES)  # one note, to two
         await one.flush()
-        await _until(lambda: two.task_cache._notes == 1, "two heard")  # type: ignore[union-attr]
+        await _until(lambda: two.task_cache.heard == 1, "two heard")  # type: ignore[union-attr]
         shared = publishes() - before - alone
         await one.atask_record("t", DELTAS[0], rules=RULES)  # two was forgotten: no note
         await one.flush()
         again = publishes() - before - alone - shared
-        heard = (one.task_cache._notes, two.task_cache._notes)
+        heard = (one.task_cache.heard, two.task_cache.heard)
         kept = one.task_cache.current("t")
         for store in (one, two):
             await store.aclose()
@@ -391,3 +391,35 @@ def test_copies_left_current_equal_redis_after_concurrent_turns(redis_server: Re
     assert steps == 90 * 3 + 45
     assert stale == [], stale
     assert checked == 6  # the second round used every copy, and each was right
+
+
+def test_a_record_sent_while_a_read_is_in_flight_keeps_the_read_from_making_a_copy(
+    redis_server: RedisServer,
+) -> None:
+    """The read may have run before the record: its totals would miss this process's turn."""
+
+    async def main() -> tuple[bool, tuple[Any, ...], tuple[Any, ...]]:
+        store = await _cached_store(redis_server, "tc11")
+        cache = store.task_cache
+        assert cache is not None
+        await store.atask_snapshot("t")
+        await store.atask_record("t", DELTAS[0], rules=RULES)  # the first record, awaited
+        await store.atask_record("t", DELTAS[0], rules=RULES)  # sent: its connection opens
+        await store.flush()
+        cache.drop("t")  # the next read makes the copy again
+        reading = asyncio.ensure_future(store.atask_snapshot("t"))
+        for _ in range(10):
+            await asyncio.sleep(0)  # the read's bytes go out (its answer takes far longer)
+        await store.atask_record("t", DELTAS[3], rules=RULES)  # sent after the read
+        await reading
+        await store.flush()
+        truth = RedisStateStore(redis_server.url, prefix="tc11")
+        want = _totals(truth.task_snapshot("t"))
+        truth.close()
+        current = cache.current("t")
+        got = _totals(await store.atask_snapshot("t"))
+        await store.aclose()
+        return current, got, want
+
+    current, got, want = asyncio.run(main())
+    assert got == want  # the copy, if current, has the record; else a fresh read has it

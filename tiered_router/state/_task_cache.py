@@ -18,8 +18,8 @@ only
 
 - while the listener is subscribed (a dropped connection drops every copy, since
   notes may have been lost meanwhile);
-- if no note about the task arrived while the read that made it was in flight (the note
-  may be about a write the read did not see);
+- if no note about the task arrived, and this process sent no record of it, while the
+  read that made it was in flight (the read may not have seen that write);
 - for at most ``task_cache_s`` after Redis last confirmed it (a bound for a connection
   that died without the listener noticing).
 
@@ -69,14 +69,16 @@ class TaskCache:
         self._key_start = len(f"{prefix}:task:")
         self.max_age_s = max_age_s
         self._current: OrderedDict[str, float] = OrderedDict()  # task -> confirmed at
-        self._notes = 0  # notes received so far (each: another process wrote a task)
-        self._noted: OrderedDict[str, int] = OrderedDict()  # task -> number of its last note
+        self._notes = 0  # writes heard of so far: notes, and this process's own records
+        self._noted: OrderedDict[str, int] = OrderedDict()  # task -> number of its last write
         self._epoch = 0  # subscriptions so far; a copy is only good within one
         self.listening = False
         self._listener: asyncio.Task[None] | None = None
         self._warnings = Throttle(_WARN_EVERY_S)
         self.stops = 0
         """Times the listener lost (or could not make) its subscription."""
+        self.heard = 0
+        """Notes received: records of tasks this process held, by other processes."""
 
     def __repr__(self) -> str:
         return f"TaskCache({self.channel!r}, current={len(self._current)})"
@@ -115,6 +117,14 @@ class TaskCache:
         while len(self._current) > _KEPT:
             self._current.popitem(last=False)
 
+    def wrote(self, task_id: str) -> None:
+        """This process sent a record of ``task_id``: a read of it in flight may miss it.
+
+        The copy stays current (the record is applied to it), but a read that was in
+        flight does not make one (as if another process had written the task).
+        """
+        self._count(task_id)
+
     def drop(self, task_id: str) -> None:
         """Stop using the copy of ``task_id`` (its record was lost, say)."""
         self._current.pop(task_id, None)
@@ -124,12 +134,16 @@ class TaskCache:
     def note(self, key: bytes) -> None:
         """Take one note off the channel: another process wrote the task ``key``."""
         task_id = key[self._key_start :].decode("utf-8", "replace")
+        self.heard += 1
+        self._count(task_id)
+        self._current.pop(task_id, None)
+
+    def _count(self, task_id: str) -> None:
         self._notes += 1
         self._noted[task_id] = self._notes
         self._noted.move_to_end(task_id)
         if len(self._noted) > _KEPT:
             self._noted.popitem(last=False)
-        self._current.pop(task_id, None)
 
     def listen(self) -> None:
         """Start the listener on the running loop, unless it runs there already."""

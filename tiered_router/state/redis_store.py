@@ -427,12 +427,15 @@ class RedisStateStore:
         """
         keys = [self.task_key(task_id)]
         base = self._known.get(task_id)
+        cache = self.task_cache
+        if cache is not None:
+            cache.wrote(task_id)  # a read of the task in flight may miss this record
         if self.confirm_writes or base is None:
             args = self._task_args(delta, rules)
-            mark = self.task_cache.mark() if self.task_cache is not None else None
+            mark = cache.mark() if cache is not None else None
             snapshot = task_snapshot_of(await self._link.acall("task", keys, args))
-            if self.task_cache is not None and mark is not None:
-                self.task_cache.confirmed(task_id, mark)
+            if cache is not None and mark is not None:
+                cache.confirmed(task_id, mark)
         else:
             args = self._task_args(delta, rules, answer=False)
             await self._link.send("task", keys, args, lost=lambda: self._lost_record(task_id))
