@@ -40,7 +40,7 @@ from typing import Any
 from tiered_router.state._redis_link import ERRORS, RedisLink
 from tiered_router.state._safe import Throttle
 
-__all__ = ["TaskCache"]
+__all__ = ["TaskCache", "notes_channel"]
 
 _KEPT = 4096
 """Copies marked current at most, and tasks whose last note is remembered."""
@@ -50,6 +50,11 @@ _WARN_EVERY_S = 30.0
 logger = logging.getLogger("tiered_router.state")
 
 
+def notes_channel(prefix: str, holder: str = "") -> str:
+    """The pub/sub channel of ``holder``'s notes (without it: every channel's start)."""
+    return f"{prefix}:task-notes:{holder}"
+
+
 class TaskCache:
     """Which task totals this process may reuse without reading Redis (see the module).
 
@@ -57,16 +62,15 @@ class TaskCache:
 
     Args:
         link: The store's connections to Redis.
-        prefix: The store's key prefix.
-        holder: This process's name among a task's holders (its channel is
-            ``<prefix>:task-notes:<holder>``).
+        channel: This process's channel (:func:`notes_channel`).
+        task_keys: How the keys of tasks start (a note carries the key).
         max_age_s: Longest a copy is used after Redis last confirmed it.
     """
 
-    def __init__(self, link: RedisLink, prefix: str, *, holder: str, max_age_s: float) -> None:
+    def __init__(self, link: RedisLink, *, channel: str, task_keys: str, max_age_s: float) -> None:
         self._link = link
-        self.channel = f"{prefix}:task-notes:{holder}"
-        self._key_start = len(f"{prefix}:task:")
+        self.channel = channel
+        self._key_start = len(task_keys)
         self.max_age_s = max_age_s
         self._current: OrderedDict[str, float] = OrderedDict()  # task -> confirmed at
         self._notes = 0  # writes heard of so far: notes, and this process's own records

@@ -48,7 +48,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import threading
@@ -68,6 +67,7 @@ from tiered_router.state._base import (
     TaskSnapshot,
     apply_task_delta,
 )
+from tiered_router.state._redis_args import allow_args, record_args, snapshot_args, task_args
 from tiered_router.state._redis_link import RedisLink, StateStoreUnavailable
 from tiered_router.state._redis_replies import (
     admission_of,
@@ -77,15 +77,13 @@ from tiered_router.state._redis_replies import (
     text_of,
 )
 from tiered_router.state._safe import Throttle
-from tiered_router.state._task_cache import TaskCache
+from tiered_router.state._task_cache import TaskCache, notes_channel
 
 if TYPE_CHECKING:
     from tiered_router.policy import BreakerConfig, StateConfig
 
 __all__ = ["RedisStateStore", "StateStoreUnavailable"]
 
-_BUCKETS = 10
-"""The breaker's failure window is kept as this many buckets (as in MemoryStateStore)."""
 _MAX_BEHIND = 16
 """Background writes in flight at most; past it a success is written inline (backpressure)."""
 _KNOWN_TASKS = 4096
@@ -158,8 +156,14 @@ class RedisStateStore:
         self._warnings = Throttle(_WARN_EVERY_S)
         self.holder = secrets.token_hex(8)
         """This store's name among the holders of a task's copy (see ``task_cache_s``)."""
+        self._notes = notes_channel(prefix)
         self.task_cache = (
-            TaskCache(self._link, prefix, holder=self.holder, max_age_s=task_cache_s)
+            TaskCache(
+                self._link,
+                channel=notes_channel(prefix, self.holder),
+                task_keys=self.task_key(""),
+                max_age_s=task_cache_s,
+            )
             if task_cache_s > 0
             else None
         )
@@ -255,66 +259,19 @@ class RedisStateStore:
     def _now(self, now: float) -> str:
         return repr(float(now)) if self.clock == "caller" else ""
 
-    @staticmethod
-    def _breaker_ttl_ms(config: BreakerConfig) -> int:
-        longest = max(config.window_s, config.cooldown_s, config.trial_lease_s)
-        return int((2 * longest + 60.0) * 1000)
-
-    def _allow_args(self, now: float, config: BreakerConfig) -> list[object]:
-        return [
-            self._now(now),
-            config.cooldown_s,
-            config.trial_lease_s,
-            self._breaker_ttl_ms(config),
-        ]
-
-    def _record_args(
-        self, now: float, outcome: Outcome, token: str | None, config: BreakerConfig
-    ) -> list[object]:
-        return [
-            self._now(now),
-            outcome,
-            token or "",
-            config.cooldown_s,
-            config.consecutive_failures or 0,
-            config.min_calls,
-            config.failure_ratio,
-            config.window_s,
-            _BUCKETS,
-            self._breaker_ttl_ms(config),
-            1,  # how many outcomes this record carries (successes are written in batches)
-        ]
-
-    def _snapshot_args(self, now: float, config: BreakerConfig) -> list[object]:
-        return [self._now(now), config.cooldown_s, config.window_s, _BUCKETS]
-
     def _task_args(
         self, delta: TaskDelta, rules: TaskRules, *, answer: bool = True
     ) -> list[object]:
-        fields = [
-            self.ttl_ms,
-            repr(float(delta.cost)),
-            repr(float(delta.latency_s)),
-            int(delta.escalated),
-            int(delta.fast_decided),
-            int(delta.fast_served),
-            int(delta.gate_failures),
-            int(delta.stalled),
-            int(delta.clean),
-            delta.rule or "",
-            int(delta.input_tokens),
-            int(delta.output_tokens),
-            rules.lock_after_gate_failures or 0,
-            int(rules.lock_on_stall),
-            rules.unlock_after_clean_turns,
-            rules.latency_window,
-            json.dumps([list(item) for item in delta.latencies]),
-            int(answer),
-            f"{self.prefix}:task-notes:",  # + a holder: its TaskCache.channel
-            self.holder,
-            int(self.task_cache is not None and self.task_cache.listening),  # a holder?
-        ]
-        return [json.dumps([str(field) for field in fields])]  # the script's one argument
+        cache = self.task_cache
+        return task_args(
+            delta,
+            rules,
+            ttl_ms=self.ttl_ms,
+            answer=answer,
+            notes=self._notes,
+            holder=self.holder,
+            holds=cache is not None and cache.listening,
+        )
 
     # -- sync --------------------------------------------------------------------------------
 
@@ -322,7 +279,9 @@ class RedisStateStore:
         """See :meth:`tiered_router.state.StateStore.breaker_allow`."""
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
-        reply = self._link.call("allow", [self.breaker_key(name)], self._allow_args(now, config))
+        reply = self._link.call(
+            "allow", [self.breaker_key(name)], allow_args(self._now(now), config)
+        )
         admission = admission_of(reply)
         self._seen(name, admission.state)
         return admission
@@ -337,7 +296,7 @@ class RedisStateStore:
         token: str | None = None,
     ) -> BreakerState:
         """See :meth:`tiered_router.state.StateStore.breaker_record`."""
-        args = self._record_args(now, outcome, token, config)
+        args = record_args(self._now(now), outcome, token, config)
         waiting = self._behind.pop(name, None)
         if waiting is not None:  # batched successes land first (a cancelled call runs here)
             count, earlier = waiting
@@ -348,7 +307,7 @@ class RedisStateStore:
 
     def breaker_snapshot(self, name: str, *, now: float, config: BreakerConfig) -> BreakerSnapshot:
         """See :meth:`tiered_router.state.StateStore.breaker_snapshot`."""
-        args = self._snapshot_args(now, config)
+        args = snapshot_args(self._now(now), config)
         return breaker_snapshot_of(self._link.call("snapshot", [self.breaker_key(name)], args))
 
     def task_record(self, task_id: str, delta: TaskDelta, *, rules: TaskRules) -> TaskSnapshot:
@@ -371,7 +330,7 @@ class RedisStateStore:
         if self._fresh(name):
             return Admission(allowed=True, state="closed")
         reply = await self._link.acall(
-            "allow", [self.breaker_key(name)], self._allow_args(now, config)
+            "allow", [self.breaker_key(name)], allow_args(self._now(now), config)
         )
         admission = admission_of(reply)
         self._seen(name, admission.state)
@@ -387,7 +346,7 @@ class RedisStateStore:
         token: str | None = None,
     ) -> BreakerState:
         """Async twin of :meth:`breaker_record`."""
-        args = self._record_args(now, outcome, token, config)
+        args = record_args(self._now(now), outcome, token, config)
         if (
             token is None
             and outcome == "success"
@@ -411,7 +370,7 @@ class RedisStateStore:
         self, name: str, *, now: float, config: BreakerConfig
     ) -> BreakerSnapshot:
         """Async twin of :meth:`breaker_snapshot`."""
-        args = self._snapshot_args(now, config)
+        args = snapshot_args(self._now(now), config)
         return breaker_snapshot_of(
             await self._link.acall("snapshot", [self.breaker_key(name)], args)
         )
@@ -450,26 +409,25 @@ class RedisStateStore:
         returned without reading Redis.
         """
         cache = self.task_cache
-        if cache is None:
-            reply = await self._link.acall("task_read", [self.task_key(task_id)], [])
-            snapshot = task_snapshot_of(reply)
-            self._remember(task_id, snapshot)
-            return snapshot
-        known = self._known.get(task_id)
-        if known is not None and cache.current(task_id):
-            self.task_reads_saved += 1
-            return known
-        mark = cache.mark()
         keys = [self.task_key(task_id)]
-        if cache.listening:
-            # the read also notes this process as holding a copy: the next record of the
-            # task by anyone else tells it
-            reply = await self._link.acall("task_hold", keys, [self.holder, self.ttl_ms])
-        else:  # nobody would hear of it: a plain read, and no copy
+        if cache is None:
             reply = await self._link.acall("task_read", keys, [])
+        else:
+            known = self._known.get(task_id)
+            if known is not None and cache.current(task_id):
+                self.task_reads_saved += 1
+                return known
+            mark = cache.mark()
+            if cache.listening:
+                # the read also notes this process as holding a copy: the next record of the
+                # task by anyone else tells it
+                reply = await self._link.acall("task_hold", keys, [self.holder, self.ttl_ms])
+            else:  # nobody would hear of it: a plain read, and no copy
+                reply = await self._link.acall("task_read", keys, [])
         snapshot = task_snapshot_of(reply)
         self._remember(task_id, snapshot)
-        cache.confirmed(task_id, mark)
+        if cache is not None:
+            cache.confirmed(task_id, mark)
         return snapshot
 
     # -- sent records (confirmed in the background) ----------------------------------------
