@@ -16,16 +16,16 @@ pytest.importorskip("redis")
 
 import redis  # noqa: E402
 from redisfix import RedisServer  # noqa: E402
+from statekit import RULES, TASK_DELTAS  # noqa: E402
 
 from tiered_router.policy import BreakerConfig  # noqa: E402
-from tiered_router.state import MemoryStateStore, TaskDelta, TaskRules  # noqa: E402
+from tiered_router.state import MemoryStateStore, TaskDelta  # noqa: E402
 from tiered_router.state.redis_store import RedisStateStore, StateStoreUnavailable  # noqa: E402
 
 CONFIG = BreakerConfig(
     consecutive_failures=3, min_calls=4, failure_ratio=0.5, window_s=10, cooldown_s=5
 )
 HOUR = BreakerConfig(window_s=3600)  # every call of a slow run stays in the window
-RULES = TaskRules(lock_after_gate_failures=2, unlock_after_clean_turns=2, latency_window=3)
 
 
 @pytest.fixture
@@ -93,19 +93,6 @@ def test_breaker_answers_like_the_memory_store(store: RedisStateStore) -> None:
     assert run_breaker_script(store) == expected
     # the script went through every state
     assert {row[2] for row in expected if row[0] == "allow"} == {"closed", "open", "half_open"}
-
-
-TASK_DELTAS = [
-    TaskDelta(cost=0.001, latency_s=0.2, fast_decided=True, fast_served=True, clean=True,
-              input_tokens=10, output_tokens=5, latencies=(("fast", 0.2, 5),)),
-    TaskDelta(cost=0.01, latency_s=1.5, escalated=True, fast_decided=True, gate_failures=1,
-              rule="task.budget.cost", latencies=(("frontier", 1.3, 40),)),
-    TaskDelta(cost=0.02, latency_s=1.0, gate_failures=1, latencies=(("frontier", 1.0, 30),)),
-    TaskDelta(cost=0.0, latency_s=0.1, stalled=True, rule="task.stall"),
-    TaskDelta(cost=0.002, latency_s=0.3, clean=True, rule="task.locked",
-              latencies=(("fast", 0.3, 7), ("fast", 0.1, 2))),
-    TaskDelta(cost=0.002, latency_s=0.3, clean=True, latencies=(("fast", 0.4, 9),)),
-]  # fmt: skip
 
 
 def test_task_totals_and_lock_like_the_memory_store(store: RedisStateStore) -> None:

@@ -16,21 +16,12 @@ pytest.importorskip("redis")
 
 import redis  # noqa: E402
 from redisfix import RedisServer  # noqa: E402
+from statekit import RULES, TASK_DELTAS  # noqa: E402
 
 from tiered_router import load_policy  # noqa: E402
 from tiered_router.exceptions import PolicyError  # noqa: E402
-from tiered_router.state import MemoryStateStore, TaskDelta, TaskRules  # noqa: E402
+from tiered_router.state import MemoryStateStore  # noqa: E402
 from tiered_router.state.redis_store import RedisStateStore  # noqa: E402
-
-RULES = TaskRules(lock_after_gate_failures=2, unlock_after_clean_turns=2, latency_window=3)
-DELTAS = [
-    TaskDelta(cost=0.001, latency_s=0.2, fast_decided=True, fast_served=True, clean=True,
-              input_tokens=10, output_tokens=5, latencies=(("fast", 0.2, 5),)),
-    TaskDelta(cost=0.01, latency_s=1.5, escalated=True, fast_decided=True, gate_failures=1,
-              rule="task.budget.cost", latencies=(("frontier", 1.3, 40),)),
-    TaskDelta(cost=0.02, latency_s=1.0, gate_failures=1, latencies=(("frontier", 1.0, 30),)),
-    TaskDelta(cost=0.002, latency_s=0.3, clean=True, latencies=(("fast", 0.4, 9),)),
-]  # fmt: skip
 
 
 async def _until(condition: Callable[[], bool], what: str, within_s: float = 5.0) -> None:
@@ -80,7 +71,7 @@ def test_repeat_turns_skip_the_read_and_totals_match_the_memory_store(
         memory = MemoryStateStore()
         before = _reads(watcher)
         seen = []
-        for delta in DELTAS * 3:
+        for delta in TASK_DELTAS * 3:
             seen.append(_totals(await store.atask_snapshot("t")))
             got = await store.atask_record("t", delta, rules=RULES)
             assert _totals(got) == _totals(memory.task_record("t", delta, rules=RULES))
@@ -91,15 +82,15 @@ def test_repeat_turns_skip_the_read_and_totals_match_the_memory_store(
         stored = _totals(fresh.task_snapshot("t"))
         fresh.close()
         await store.aclose()
-        assert saved == len(DELTAS) * 3 - 1
+        assert saved == len(TASK_DELTAS) * 3 - 1
         return reads, seen, stored
 
     reads, seen, stored = asyncio.run(main())
     watcher.close()
     assert reads == 1  # the first turn read the task; the other eleven used the copy
-    assert [steps for steps, *_ in seen] == list(range(len(DELTAS) * 3))
+    assert [steps for steps, *_ in seen] == list(range(len(TASK_DELTAS) * 3))
     memory = MemoryStateStore()
-    for delta in DELTAS * 3:
+    for delta in TASK_DELTAS * 3:
         want = memory.task_record("t", delta, rules=RULES)
     assert stored == _totals(want)  # Redis holds every record
 
@@ -108,17 +99,17 @@ def test_another_process_record_drops_the_copy(redis_server: RedisServer) -> Non
     async def main() -> tuple[int, int, bool]:
         store = await _cached_store(redis_server, "tc2")
         await store.atask_snapshot("t")
-        await store.atask_record("t", DELTAS[0], rules=RULES)
+        await store.atask_record("t", TASK_DELTAS[0], rules=RULES)
         cache = store.task_cache
         assert cache is not None and cache.current("t")
         await store.atask_snapshot("other")  # a copy of another task, which stays
         other = RedisStateStore(redis_server.url, prefix="tc2")  # another replica (sync)
-        for delta in DELTAS[:2]:
+        for delta in TASK_DELTAS[:2]:
             other.task_record("t", delta, rules=RULES)
         other.close()
         await _until(lambda: not cache.current("t"), "the copy dropped")
         steps = (await store.atask_snapshot("t")).steps
-        after = (await store.atask_record("t", DELTAS[3], rules=RULES)).steps
+        after = (await store.atask_record("t", TASK_DELTAS[-1], rules=RULES)).steps
         kept = cache.current("other")
         await store.aclose()
         return steps, after, kept
@@ -168,17 +159,17 @@ def test_notes_go_only_to_the_other_processes_holding_a_copy(redis_server: Redis
         assert one.task_cache is not None and two.task_cache is not None
         before = publishes()
         await one.atask_snapshot("t")
-        for delta in DELTAS:  # turns that stay on one process: nobody to tell
+        for delta in TASK_DELTAS:  # turns that stay on one process: nobody to tell
             await one.atask_snapshot("t")
             await one.atask_record("t", delta, rules=RULES)
         await one.flush()
         alone = publishes() - before
         await two.atask_snapshot("t")  # two holds a copy now
-        await one.atask_record("t", DELTAS[0], rules=RULES)  # one note, to two
+        await one.atask_record("t", TASK_DELTAS[0], rules=RULES)  # one note, to two
         await one.flush()
         await _until(lambda: two.task_cache.heard == 1, "two heard")  # type: ignore[union-attr]
         shared = publishes() - before - alone
-        await one.atask_record("t", DELTAS[0], rules=RULES)  # two was forgotten: no note
+        await one.atask_record("t", TASK_DELTAS[0], rules=RULES)  # two was forgotten: no note
         await one.flush()
         again = publishes() - before - alone - shared
         heard = (one.task_cache.heard, two.task_cache.heard)
@@ -249,12 +240,12 @@ def test_a_record_redis_did_not_confirm_drops_the_copy(redis_server: RedisServer
         store = await _cached_store(redis_server, "tc7", retry_s=0)
         store._link.timeout_s = 0.1
         await store.atask_snapshot("t")
-        await store.atask_record("t", DELTAS[0], rules=RULES)  # the first one, awaited
+        await store.atask_record("t", TASK_DELTAS[0], rules=RULES)  # the first one, awaited
         cache = store.task_cache
         assert cache is not None and cache.current("t")
         watcher.execute_command("CLIENT", "PAUSE", "600", "WRITE")
         try:
-            await store.atask_record("t", DELTAS[3], rules=RULES)  # sent; not confirmed
+            await store.atask_record("t", TASK_DELTAS[-1], rules=RULES)  # sent; not confirmed
             await store.flush()
         finally:
             watcher.execute_command("CLIENT", "UNPAUSE")
@@ -326,7 +317,7 @@ def test_a_user_without_pubsub_reads_every_turn_and_registers_nowhere(
         assert cache is not None
         await store.atask_snapshot("t")
         await _until(lambda: cache.stops >= 2, "the listener refused twice")
-        for delta in DELTAS:
+        for delta in TASK_DELTAS:
             await store.atask_snapshot("t")
             await store.atask_record("t", delta, rules=RULES)
         await store.flush()
@@ -341,7 +332,7 @@ def test_a_user_without_pubsub_reads_every_turn_and_registers_nowhere(
     admin.execute_command("ACL", "DELUSER", "nochan")
     admin.close()
     assert (saved, failures, listening) == (0, 0, False)
-    assert holders == [] and steps == str(len(DELTAS))
+    assert holders == [] and steps == str(len(TASK_DELTAS))
     warnings = [r for r in caplog.records if "task notes stopped" in r.getMessage()]
     assert stops >= 2 and len(warnings) == 1
 
@@ -360,7 +351,7 @@ def test_copies_left_current_equal_redis_after_concurrent_turns(redis_server: Re
             for i in range(n):
                 task = tasks[(i + offset) % len(tasks)]
                 await store.atask_snapshot(task)
-                await store.atask_record(task, DELTAS[i % len(DELTAS)], rules=RULES)
+                await store.atask_record(task, TASK_DELTAS[i % len(TASK_DELTAS)], rules=RULES)
 
         await asyncio.gather(
             turns(one, 90, 0), turns(one, 90, 1), turns(two, 90, 2), turns(plain, 45, 0)
@@ -403,14 +394,14 @@ def test_a_record_sent_while_a_read_is_in_flight_keeps_the_read_from_making_a_co
         cache = store.task_cache
         assert cache is not None
         await store.atask_snapshot("t")
-        await store.atask_record("t", DELTAS[0], rules=RULES)  # the first record, awaited
-        await store.atask_record("t", DELTAS[0], rules=RULES)  # sent: its connection opens
+        await store.atask_record("t", TASK_DELTAS[0], rules=RULES)  # the first record, awaited
+        await store.atask_record("t", TASK_DELTAS[0], rules=RULES)  # sent: its connection opens
         await store.flush()
         cache.drop("t")  # the next read makes the copy again
         reading = asyncio.ensure_future(store.atask_snapshot("t"))
         for _ in range(10):
             await asyncio.sleep(0)  # the read's bytes go out (its answer takes far longer)
-        await store.atask_record("t", DELTAS[3], rules=RULES)  # sent after the read
+        await store.atask_record("t", TASK_DELTAS[-1], rules=RULES)  # sent after the read
         await reading
         await store.flush()
         truth = RedisStateStore(redis_server.url, prefix="tc11")
