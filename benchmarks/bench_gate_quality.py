@@ -14,8 +14,9 @@ lists a model family that was not looked at while tuning: its figures are printe
 
 Answers BFCL failed only because its decoder could not read them (calls in a Markdown
 fence) but that the gate reads as calls are judged again, as calls, by ``_bfcl_judge.py``
-(a re-implementation of BFCL's AST checker that agrees with BFCL's labels on every answer
-BFCL judged in the Python categories); Java and JavaScript ones stay unjudged, apart.
+(a re-implementation of BFCL's AST checker, Java and JavaScript type conversions included,
+that agrees with BFCL's labels on every answer BFCL judged); the few it cannot read either
+are counted apart (``unjudged text calls``).
 
 Besides BFCL's own categories, three kinds of probes are built from the same rows:
 
@@ -135,8 +136,9 @@ def cases(data_dir: Path, which: str) -> Iterator[Case]:
             draft = outcome.completion(model=model, backend=model)
             lifted = lift_text_tool_calls(draft, row.turn)
             if lifted is not draft and not outcome.correct:
-                # BFCL's decoder failed on the text (a Markdown fence, say) and never judged
-                # the call inside, and _bfcl_judge cannot (Java, JavaScript): shown apart
+                # BFCL's decoder failed on the text and never judged the call inside, and
+                # _bfcl_judge cannot either (a Java / JavaScript call in prose, or Java
+                # syntax Python cannot read): shown apart
                 yield Case("unjudged text calls", model, row.turn, draft, False, row.id)
                 continue
             yield Case(category, model, row.turn, draft, outcome.correct, row.id)
