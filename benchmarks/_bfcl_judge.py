@@ -532,7 +532,7 @@ def _typed_text_label(text: str, question: Mapping[str, Any]) -> bool | None:
         pass
     else:
         return False
-    _, calls = parse_result(body)
+    _, calls = parse_result(body, category=str(question.get("category", "")))
     return judge(calls, question, prompt_mode=True) if calls else None
 
 

@@ -69,6 +69,25 @@ def test_python_values_json_cannot_hold_are_kept_as_source(
     assert calls[0].parsed_arguments() == arguments
 
 
+@pytest.mark.parametrize("category", ["java", "javascript"])
+def test_java_and_javascript_prompt_values_stay_the_literals_written(category: str) -> None:
+    # the tools declare these parameters as strings holding the language's literal, and
+    # BFCL's decoder hands its checker the text written: so does the loader
+    source = "[Game.finish(layout=gameLayout, success=true, n=5, opts={'nm': 'Bar'}, s='x y')]"
+    text, calls = _bfcl.parse_result(source, category=category)
+    assert text == "" and calls[0].name == "Game_finish"
+    assert calls[0].parsed_arguments() == {
+        "layout": "gameLayout",
+        "success": "true",
+        "n": "5",
+        "opts": "{'nm': 'Bar'}",
+        "s": "x y",
+    }
+    # a Python question keeps Python's values
+    _, python = _bfcl.parse_result(source, category="simple")
+    assert python[0].parsed_arguments()["n"] == 5
+
+
 def test_an_answer_with_an_ellipsis_loads_and_evaluates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

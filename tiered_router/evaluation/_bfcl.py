@@ -133,13 +133,18 @@ def openai_tools(function: Any, *, category: str) -> list[dict[str, Any]]:
     return tools
 
 
-def parse_result(result: Any) -> tuple[str, tuple[ToolCall, ...]]:
+def parse_result(result: Any, *, category: str = "") -> tuple[str, tuple[ToolCall, ...]]:
     """Turn a recorded BFCL ``result`` into ``(text, tool_calls)``.
 
     Function-calling mode records ``[{name: "<JSON arguments>"}, ...]``; prompt mode records
     Python call syntax (``"[math.factorial(number=5)]"``); xLAM records
     ``{"tool_calls": [...]}`` as JSON text. Anything else (prose, Markdown-fenced code) is
     kept as the text of a completion without tool calls: that is what the model answered.
+
+    In the ``java`` and ``javascript`` categories a prompt-mode value is the language's
+    literal, and becomes the string the tools declare (``success=true`` gives ``"true"``,
+    ``opts={a: 1}`` gives ``"{a: 1}"``; a quoted string gives its content), as BFCL's own
+    decoder hands it to its checker.
     """
     if isinstance(result, list):
         calls = _fc_calls(result)
@@ -148,7 +153,7 @@ def parse_result(result: Any) -> tuple[str, tuple[ToolCall, ...]]:
         return json.dumps(result), ()
     if not isinstance(result, str):
         return json.dumps(result), ()
-    parsed = _python_calls(result) or _xlam_calls(result)
+    parsed = _python_calls(result, as_source=category in _STRING_LANGUAGES) or _xlam_calls(result)
     if parsed:
         return "", parsed
     return result, ()
@@ -165,7 +170,7 @@ def _fc_calls(result: list[Any]) -> tuple[ToolCall, ...] | None:
     return tuple(calls)
 
 
-def _python_calls(text: str) -> tuple[ToolCall, ...]:
+def _python_calls(text: str, *, as_source: bool = False) -> tuple[ToolCall, ...]:
     source = text.strip()
     if not (source.startswith("[") and source.endswith("]")):
         return ()
@@ -186,10 +191,18 @@ def _python_calls(text: str) -> tuple[ToolCall, ...]:
         for kw in node.keywords:
             if kw.arg is None:
                 return ()
-            args[kw.arg.replace(_KEYWORD_MARK, "")] = _literal(kw.value)
+            value = _source(kw.value) if as_source else _literal(kw.value)
+            args[kw.arg.replace(_KEYWORD_MARK, "")] = value
         name = name.replace(_KEYWORD_MARK, "")
         calls.append(ToolCall(id=f"call_{i}", name=fc_name(name), arguments=json.dumps(args)))
     return tuple(calls)
+
+
+def _source(node: ast.expr) -> str:
+    """A value as the text written: a string literal's content, else its source."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return ast.unparse(node).replace(_KEYWORD_MARK, "")
 
 
 def _literal(node: ast.expr) -> Any:

@@ -105,7 +105,7 @@ def _bfcl_messages(question: Any) -> list[dict[str, Any]]:
 
 
 def _bfcl_outcome(rec: Mapping[str, Any], price: Price | None) -> Outcome:
-    text, calls = _bfcl.parse_result(rec.get("result"))
+    text, calls = _bfcl.parse_result(rec.get("result"), category=str(rec.get("category", "")))
     tin, tout = rec.get("input_token_count"), rec.get("output_token_count")
     usage = None
     cost = None
