@@ -27,10 +27,15 @@ Besides BFCL's own categories, three kinds of probes are built from the same row
 - ``fewer_calls``: every right answer that made two or more calls, cut to its first call:
   one call where the request asks for several, wrong by construction.
 - ``text:FORMAT``: every recorded answer that made tool calls, rewritten as text in one of
-  four formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
+  eight formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
   ``get_weather(city="Paris")`` one per line, ``json_list`` ``[{"name": ..., "arguments":
-  ...}]``, ``tool_call_tag`` ``<tool_call>{...}</tool_call>``), keeping the row's label: the
-  gate should judge the text form as it judges the native calls.
+  ...}]``, ``tool_call_tag`` ``<tool_call>{...}</tool_call>``, and four XML-style tag
+  formats: ``llama_function`` ``<function=f>{...}</function>``, ``qwen_xml``
+  ``<function=f><parameter=k>v</parameter></function>`` in ``<tool_call>`` tags, ``invoke``
+  ``<invoke name="f"><parameter name="k">v</parameter></invoke>``, ``glm``
+  ``f<arg_key>k</arg_key><arg_value>v</arg_value>``), keeping the row's label: the gate
+  should judge the text form as it judges the native calls. (A tag holds text: a value
+  whose type the schema does not declare comes back as a string.)
 
 Skips (exit 0, a message) when the shared data folder is absent.
 """
@@ -62,7 +67,16 @@ FAMILIES = (
     ("gpt-4-turbo", re.compile(r"^gpt-4-turbo")),
     ("gpt-3.5-turbo", re.compile(r"^gpt-3\.5")),
 )
-FORMATS = ("pythonic", "bare", "json_list", "tool_call_tag")
+FORMATS = (
+    "pythonic",
+    "bare",
+    "json_list",
+    "tool_call_tag",
+    "llama_function",
+    "qwen_xml",
+    "invoke",
+    "glm",
+)
 
 
 def family(model: str) -> str:
@@ -100,6 +114,11 @@ def _python_value(value: Any) -> str:
     return repr(value)
 
 
+def _tag_value(value: Any) -> str:
+    """A value as the text of an XML-style parameter tag (a string as written)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def render(calls: Sequence[ToolCall], fmt: str) -> str:
     """Write ``calls`` as text in one of :data:`FORMATS`."""
     parsed = [(c.name, c.parsed_arguments()) for c in calls]
@@ -114,6 +133,33 @@ def render(calls: Sequence[ToolCall], fmt: str) -> str:
         )
     if fmt == "json_list":
         return json.dumps([{"name": n, "arguments": a} for n, a in parsed])
+    if fmt == "llama_function":
+        return "".join(f"<function={n}>{json.dumps(a)}</function>" for n, a in parsed)
+    if fmt == "qwen_xml":
+        return "\n".join(
+            f"<tool_call>\n<function={n}>\n"
+            + "".join(f"<parameter={k}>\n{_tag_value(v)}\n</parameter>\n" for k, v in a.items())
+            + "</function>\n</tool_call>"
+            for n, a in parsed
+        )
+    if fmt == "invoke":
+        blocks = "".join(
+            f'<invoke name="{n}">\n'
+            + "".join(f'<parameter name="{k}">{_tag_value(v)}</parameter>\n' for k, v in a.items())
+            + "</invoke>\n"
+            for n, a in parsed
+        )
+        return f"<function_calls>\n{blocks}</function_calls>"
+    if fmt == "glm":
+        return "\n".join(
+            f"<tool_call>{n}\n"
+            + "".join(
+                f"<arg_key>{k}</arg_key>\n<arg_value>{_tag_value(v)}</arg_value>\n"
+                for k, v in a.items()
+            )
+            + "</tool_call>"
+            for n, a in parsed
+        )
     return "\n".join(
         f"<tool_call>\n{json.dumps({'name': n, 'arguments': a})}\n</tool_call>" for n, a in parsed
     )

@@ -12,7 +12,12 @@ text. One reader here knows the common formats:
   ``{"function": {"name": ..., "arguments": ...}}``, one object per line;
 - either of the above inside ``<tool_call>...</tool_call>`` tags (Hermes, Qwen; the text
   protocol of the prompted-tools dialect), ``<|python_tag|>`` (Llama 3.1), ``[TOOL_CALLS]``
-  (Mistral) or a Markdown code fence.
+  (Mistral) or a Markdown code fence;
+- XML-style tags (strict reader only; :mod:`tiered_router._xml_calls`):
+  ``<function=f><parameter=x>1</parameter></function>`` (Qwen3-Coder),
+  ``<function=f>{"x": 1}</function>`` (Llama 3.1 user-defined tools),
+  ``<invoke name="f"><parameter name="x">1</parameter></invoke>`` (Claude's XML tool use),
+  ``f<arg_key>x</arg_key><arg_value>1</arg_value>`` (GLM-4.5), values typed by the schema.
 
 Two entry points apply it with different policies:
 
@@ -40,6 +45,7 @@ from dataclasses import replace
 from typing import Any
 
 from tiered_router._python_calls import POSITIONAL, python_calls
+from tiered_router._xml_calls import xml_calls
 from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
 
 __all__ = [
@@ -200,12 +206,21 @@ def parse_text_tool_calls(
         ```
     """
     body = text.strip()
-    if not body or not tools or ("(" not in body and "{" not in body):
+    if not body or not tools or ("(" not in body and "{" not in body and "<" not in body):
         return None
     specs = tool_specs(tools)
+    spellings = _spellings(specs)
+
+    def properties(written: str) -> Mapping[str, Any] | None:
+        name = _declared_name(written, spellings)
+        props = specs[name].parameters.get("properties") if name is not None else None
+        return props if isinstance(props, Mapping) else None
+
     calls: list[tuple[str, dict[str, Any]]] = []
     for piece in _strict_pieces(body):
         found = _strict_json(piece) if piece[:1] in "[{" else None
+        if found is None:
+            found = xml_calls(piece, properties)
         if found is None:
             found = python_calls(piece)
         if not found:

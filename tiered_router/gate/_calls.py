@@ -157,6 +157,22 @@ def _json_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | Non
     return None
 
 
+_TAGGED_NAME = re.compile(
+    r"""<function=([^<>\s]{1,200})\s*>|<invoke\s+name=["']([^"'<>]{1,200})["']"""
+)
+
+
+def _tagged_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | None:
+    """Find ``<function=tool>`` or ``<invoke name="tool">`` naming a declared tool."""
+    if "<function=" not in text and "<invoke" not in text:
+        return None
+    for match in _TAGGED_NAME.finditer(text):
+        tool = spellings.get((match.group(1) or match.group(2)).replace(".", "_"))
+        if tool is not None:
+            return match.start(), tool
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallInTextCheck:
     """``tool_call_in_text``: a draft that made no call did not write one as text instead.
@@ -164,8 +180,9 @@ class ToolCallInTextCheck:
     Fails when the draft has no tool call but its text calls a declared tool: the name
     followed by an argument list (``get_weather(city="Paris")``, also as
     ``functions.get_weather(...)`` or with ``.`` for ``_``, in prose or in a code block),
-    or a JSON object naming it (``{"name": "get_weather", "arguments": ...}``). The model
-    meant to call the tool and described the call instead; nothing was called.
+    a JSON object naming it (``{"name": "get_weather", "arguments": ...}``), or an
+    XML-style tag naming it (``<function=get_weather>``, ``<invoke name="get_weather">``).
+    The model meant to call the tool and described the call instead; nothing was called.
 
     Passes prose that only mentions a tool (``the get_weather function``,
     ``get_weather()``), drafts that called a tool, turns without tools and turns whose
@@ -183,7 +200,11 @@ class ToolCallInTextCheck:
             return None
         text = completion.text
         spellings = _spellings(tuple(t.name for t in turn.tools))
-        found = _written_call(text, spellings) or _json_call(text, spellings)
+        found = (
+            _written_call(text, spellings)
+            or _json_call(text, spellings)
+            or _tagged_call(text, spellings)
+        )
         if found is None:
             return None
         start, tool = found
