@@ -60,6 +60,10 @@ FRONTIER_CALL = Completion(
         "[get_weather(city='Paris', unit='celsius')]",
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
         "</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>",
+        '<invoke name="get_weather"><parameter name="city">Paris</parameter>'
+        '<parameter name="unit">celsius</parameter></invoke>',
     ],
 )
 def test_a_right_text_call_comes_back_as_a_tool_call(text: str) -> None:
