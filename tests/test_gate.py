@@ -253,6 +253,10 @@ LOOP = (
         ("Answer: the the the " + "the " * 60, "repetition loop"),
         ("Steps:\n" + "Preheat the oven to 180 C.\n" * 6 + "Bake.", "repeated 5+ times"),
         ("Great question" + "!" * 60, "'!' repeated"),
+        # loops with no space in them: the word and line tests cannot see these
+        ("Calling the tool: " + "<tool_call>" * 40, "one fragment repeated: '<tool_call>"),
+        ('{"items": [' + '{"a":1},' * 50, "one fragment repeated"),
+        ("Answer: 0" + "10" * 200, "one fragment repeated: '10'"),
     ],
 )
 def test_repetition_fails_loops(text: str, reason: str) -> None:
@@ -276,6 +280,8 @@ def _records_json() -> str:
         _records_json(),
         "| a | b |\n|---|---|\n| 1 | 2 |\n" + "-" * 80 + "\n" + "=" * 80,
         "ok ok ok ok",  # too short to judge
+        "Rule:\n" + "-=" * 200,  # a fragment of separators
+        "Status: " + "<ok>" * 70,  # 280 characters of one fragment: under loop_chars
     ],
 )
 def test_repetition_passes_prose_code_and_json(text: str) -> None:
@@ -291,6 +297,16 @@ def test_repetition_looks_at_the_tail_window_only() -> None:
 def test_repetition_bad_option_is_a_policy_error() -> None:
     with pytest.raises(PolicyError, match=r"repetition.max_ratio: must be in \(0, 1\]"):
         QualityGate([("repetition", {"max_ratio": 2})])
+    with pytest.raises(PolicyError, match=r"repetition.loop_chars: must be an integer >= 2"):
+        QualityGate([("repetition", {"loop_chars": 1})])
+
+
+def test_repetition_loop_options() -> None:
+    text = "Calling: " + "<tool_call>" * 40
+    assert RepetitionCheck(loop_fragment=0)(Completion(text=text), turn()) is None
+    assert RepetitionCheck(loop_fragment=10)(Completion(text=text), turn()) is None  # 11 chars
+    assert RepetitionCheck(loop_chars=500)(Completion(text=text), turn()) is None  # 440 chars
+    assert RepetitionCheck(loop_chars=400)(Completion(text=text), turn()) is not None
 
 
 # ---- json_schema

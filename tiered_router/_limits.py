@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiered_router import _json
-
 __all__ = ["MAX_JSON_DEPTH", "JSONTooDeep", "check_depth", "loads"]
 
 MAX_JSON_DEPTH = 128
@@ -58,6 +56,8 @@ def loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         ValueError: Not JSON (``json.JSONDecodeError``, ``UnicodeDecodeError``).
 
     """
+    from tiered_router import _json  # orjson loads with it: not on the gate's import path
+
     try:
         value = _json.loads(data)
     except RecursionError as exc:

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tiered_router import _limits
 from tiered_router._python_calls import POSITIONAL, python_calls
 from tiered_router._xml_calls import xml_calls
 from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
@@ -67,11 +68,12 @@ TOOL_CALL_CLOSE = "</tool_call>"
 ToolsLike = Iterable[ToolSpec | Mapping[str, Any] | str] | None
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
-_TAGS = re.compile(r"<(tool_call|function_call|tool_calls)>(.*?)</\1>", re.DOTALL)
-_OPEN_TAGS = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+_TAG_OPEN = re.compile(r"<(tool_call|function_call|tool_calls)>")
+_TAG_CLOSES = ("</tool_call>", "</function_call>", "</tool_calls>")
+_SPACE = re.compile(r"\s*")
 _PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]", "<tool_call>", "<|tool_call|>")
 _NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
-_ARGS = re.compile(r"""["'](?:arguments|parameters)["']\s*:\s*(.*)\}\s*\Z""", re.DOTALL)
+_ARGS_KEY = re.compile(r"""["'](?:arguments|parameters)["']\s*:\s*""")
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 
 
@@ -176,7 +178,7 @@ def _json_arguments(raw: Any) -> dict[str, Any] | None:
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw) if raw.strip() else {}
+            raw = _limits.loads(raw) if raw.strip() else {}
         except ValueError:
             return None
     return raw if isinstance(raw, dict) else None
@@ -256,20 +258,45 @@ def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
 def _strict_pieces(body: str) -> list[str]:
     """Strip fences and wrappers; return the pieces that each hold one or more calls."""
     body = _unfenced(body)
-    tagged = list(_TAGS.finditer(body))
-    if tagged:
-        if _TAGS.sub("", body).strip():
-            return [body]  # text outside the tags: not a pure call
-        return [m.group(2).strip() for m in tagged]
+    tagged = _tag_bodies(body)
+    if tagged is not None:
+        return tagged
+    if any(close in body for close in _TAG_CLOSES):
+        return [body]  # tags with text outside them: not a pure call
     for prefix in _PREFIXES:
         if body.startswith(prefix):
             body = body[len(prefix) :].strip()
     return [body]
 
 
+def _tag_bodies(body: str) -> list[str] | None:
+    """The bodies of the tags ``body`` is made of (whitespace between them aside), else ``None``.
+
+    Read left to right once, so the cost is linear in the text's length whatever it holds
+    (a regex over many unclosed tags would rescan the rest of the text from each one).
+    """
+    out: list[str] = []
+    pos = _skip_space(body, 0)
+    while pos < len(body):
+        opening = _TAG_OPEN.match(body, pos)
+        if opening is None:
+            return None
+        closing = f"</{opening.group(1)}>"
+        end = body.find(closing, opening.end())
+        if end < 0:
+            return None
+        out.append(body[opening.end() : end].strip())
+        pos = _skip_space(body, end + len(closing))
+    return out or None
+
+
+def _skip_space(text: str, pos: int) -> int:
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
+
+
 def _strict_json(piece: str) -> list[tuple[str, dict[str, Any]]] | None:
     try:
-        data = json.loads(piece)
+        data = _limits.loads(piece)
     except ValueError:
         # one JSON object per line (several <tool_call> bodies written without tags)
         lines = [ln for ln in piece.splitlines() if ln.strip()]
@@ -343,7 +370,7 @@ def read_tool_calls(text: str, tools: ToolsLike) -> list[ToolCall]:
 def _loads(text: str) -> Any:
     """JSON, or failing that a Python literal (single quotes, ``True``); raises ValueError."""
     try:
-        return json.loads(text)
+        return _limits.loads(text)
     except ValueError:
         pass
     try:
@@ -389,9 +416,10 @@ def _tolerant_tagged(text: str) -> tuple[str, list[tuple[str, str]]] | None:
     """Calls in ``<tool_call>`` tags, and the text around them; ``None`` without tags."""
     if TOOL_CALL_OPEN not in text:
         return None
+    bodies, rest = _open_tag_bodies(text)
     calls: list[tuple[str, str]] = []
-    for match in _OPEN_TAGS.finditer(text):
-        body = _unfenced(match.group(1).strip())
+    for inner in bodies:
+        body = _unfenced(inner)
         try:
             found = _tolerant_objects(_loads(body), need_arguments=False)
         except ValueError:
@@ -400,12 +428,44 @@ def _tolerant_tagged(text: str) -> tuple[str, list[tuple[str, str]]] | None:
             name = _NAME.search(body)
             if name is None:
                 return None  # unreadable: leave the whole text to the gate
-            args = _ARGS.search(body)
+            args = _written_arguments(body)
             # the arguments as written, so that tool_arguments reports why they fail
-            found = [(name.group(1), args.group(1).strip() if args else body)]
+            found = [(name.group(1), args.strip() if args is not None else body)]
         calls.extend(found)
-    rest = _OPEN_TAGS.sub("", text).strip()
     return rest, calls
+
+
+def _open_tag_bodies(text: str) -> tuple[list[str], str]:
+    """The bodies of ``<tool_call>`` tags (the last may be left open) and the text around.
+
+    One pass over the text, so linear in its length.
+    """
+    bodies: list[str] = []
+    rest: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(TOOL_CALL_OPEN, pos)
+        if start < 0:
+            rest.append(text[pos:])
+            break
+        rest.append(text[pos:start])
+        inner = start + len(TOOL_CALL_OPEN)
+        end = text.find(TOOL_CALL_CLOSE, inner)
+        if end < 0:
+            bodies.append(text[inner:].strip())
+            break
+        bodies.append(text[inner:end].strip())
+        pos = end + len(TOOL_CALL_CLOSE)
+    return bodies, "".join(rest).strip()
+
+
+def _written_arguments(body: str) -> str | None:
+    """What follows the first ``"arguments":`` up to the body's closing brace, as written."""
+    tail = body.rstrip()
+    if not tail.endswith("}"):
+        return None
+    key = _ARGS_KEY.search(tail)
+    return tail[key.end() : -1] if key is not None else None
 
 
 def _tolerant_untagged(text: str, specs: Mapping[str, ToolSpec]) -> list[tuple[str, str]] | None:

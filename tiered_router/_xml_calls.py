@@ -46,22 +46,31 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tiered_router import _limits
+
 __all__ = ["xml_calls"]
 
 Properties = Callable[[str], Mapping[str, Any] | None]
 """Given a written tool name, that tool's parameter ``properties`` (``None``: undeclared)."""
 
-_WRAPPER = re.compile(r"\A\s*<function_calls>(.*)</function_calls>\s*\Z", re.DOTALL)
-_FUNCTION = re.compile(r"<function=([^<>\s]+)\s*>(.*?)</function>", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^<>\s]+)\s*>(.*?)</parameter>", re.DOTALL)
-_INVOKE = re.compile(r"""<invoke\s+name=["']([^"'<>]+)["']\s*>(.*?)</invoke>""", re.DOTALL)
-_NAMED_PARAMETER = re.compile(
-    r"""<parameter\s+name=["']([^"'<>]+)["']\s*>(.*?)</parameter>""", re.DOTALL
+_FUNCTION = ("<function=", re.compile(r"<function=([^<>\s]+)\s*>"), "</function>")
+_PARAMETER = ("<parameter=", re.compile(r"<parameter=([^<>\s]+)\s*>"), "</parameter>")
+_INVOKE = ("<invoke", re.compile(r"""<invoke\s+name=["']([^"'<>]+)["']\s*>"""), "</invoke>")
+_NAMED_PARAMETER = (
+    "<parameter",
+    re.compile(r"""<parameter\s+name=["']([^"'<>]+)["']\s*>"""),
+    "</parameter>",
 )
-_KEY_VALUE = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+_ARG_KEY = ("<arg_key>", re.compile(r"<arg_key>()"), "</arg_key>")
+_ARG_VALUE = ("<arg_value>", re.compile(r"<arg_value>()"), "</arg_value>")
 _GLM_NAME = re.compile(r"\A\s*([A-Za-z_][\w.\-]*)\s*(?=<arg_key>|\Z)")
 _INT = re.compile(r"[-+]?\d+")
+_SPACE = re.compile(r"\s*")
 _STRING_TYPES = frozenset({"string"})
+_WRAPPER_OPEN, _WRAPPER_CLOSE = "<function_calls>", "</function_calls>"
+
+Element = tuple[str, re.Pattern[str], str]
+"""How an element is written: its opening's first characters, its opening, its closing."""
 
 
 def xml_calls(text: str, properties: Properties) -> list[tuple[str, dict[str, Any]]] | None:
@@ -73,48 +82,77 @@ def xml_calls(text: str, properties: Properties) -> list[tuple[str, dict[str, An
 
     Returns:
         ``[(name as written, arguments), ...]``, or ``None``.
+
+    The text is read left to right once (``str.find`` for each closing), so reading costs
+    time in proportion to its length whatever it holds.
     """
-    wrapped = _WRAPPER.match(text)
-    if wrapped:
-        text = wrapped.group(1)
     body = text.strip()
+    if body.startswith(_WRAPPER_OPEN) and body.endswith(_WRAPPER_CLOSE):
+        body = body[len(_WRAPPER_OPEN) : -len(_WRAPPER_CLOSE)].strip()
     if body.startswith("<function="):
-        return _blocks(body, _FUNCTION, properties, _PARAMETER)
+        return _blocks(body, _FUNCTION, _PARAMETER, properties)
     if body.startswith("<invoke"):
-        return _blocks(body, _INVOKE, properties, _NAMED_PARAMETER)
+        return _blocks(body, _INVOKE, _NAMED_PARAMETER, properties)
     named = _GLM_NAME.match(body)
     if named:
-        args = _parameters(body[named.end() :], _KEY_VALUE, properties(named.group(1)))
+        args = _key_values(body, named.end(), properties(named.group(1)))
         return None if args is None else [(named.group(1), args)]
     return None
 
 
-def _whole(pattern: re.Pattern[str], text: str) -> list[re.Match[str]] | None:
-    """The matches of ``pattern`` when they cover ``text`` but for whitespace, else ``None``."""
-    found = list(pattern.finditer(text))
-    if pattern.sub("", text).strip():
+def _element(text: str, pos: int, element: Element) -> tuple[str, str, int] | None:
+    """The element at ``pos`` (whitespace skipped): ``(its name, its text, where it ends)``."""
+    first, opening, closing = element
+    pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
+    if not text.startswith(first, pos):
         return None
-    return found
+    head_end = text.find(">", pos)
+    head = opening.fullmatch(text, pos, head_end + 1) if head_end >= 0 else None
+    if head is None:
+        return None
+    end = text.find(closing, head_end + 1)
+    if end < 0:
+        return None
+    return head.group(1), text[head_end + 1 : end], end + len(closing)
+
+
+def _blank_from(text: str, pos: int) -> bool:
+    """Whether ``text`` holds only whitespace from ``pos`` on (without copying it)."""
+    return _SPACE.match(text, pos).end() == len(text)  # type: ignore[union-attr]
+
+
+def _elements(text: str, element: Element) -> list[tuple[str, str]] | None:
+    """Every element ``text`` is made of, in order; ``None`` when it holds anything else."""
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while not _blank_from(text, pos):
+        found = _element(text, pos, element)
+        if found is None:
+            return None
+        name, inner, pos = found
+        out.append((name, inner))
+    return out
 
 
 def _blocks(
-    body: str, pattern: re.Pattern[str], properties: Properties, params: re.Pattern[str]
+    body: str, block: Element, parameter: Element, properties: Properties
 ) -> list[tuple[str, dict[str, Any]]] | None:
-    blocks = _whole(pattern, body)
+    blocks = _elements(body, block)
     if not blocks:
         return None
     out = []
-    for block in blocks:
-        name, inner = block.group(1), block.group(2).strip()
+    for name, inner in blocks:
+        inner = inner.strip()
         if inner.startswith("{"):  # a JSON body
             try:
-                args = json.loads(inner)
+                args = _limits.loads(inner)
             except ValueError:
                 return None
             if not isinstance(args, dict):
                 return None
         else:
-            parsed = _parameters(inner, params, properties(name))
+            pairs = _elements(inner, parameter)
+            parsed = None if pairs is None else _arguments(pairs, properties(name))
             if parsed is None:
                 return None
             args = parsed
@@ -122,19 +160,29 @@ def _blocks(
     return out
 
 
-def _parameters(
-    text: str, pattern: re.Pattern[str], declared: Mapping[str, Any] | None
+def _key_values(text: str, pos: int, declared: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """GLM's ``<arg_key>k</arg_key><arg_value>v</arg_value>`` pairs from ``pos`` on."""
+    pairs: list[tuple[str, str]] = []
+    while not _blank_from(text, pos):
+        key = _element(text, pos, _ARG_KEY)
+        value = _element(text, key[2], _ARG_VALUE) if key is not None else None
+        if key is None or value is None:
+            return None
+        pairs.append((key[1], value[1]))
+        pos = value[2]
+    return _arguments(pairs, declared)
+
+
+def _arguments(
+    pairs: list[tuple[str, str]], declared: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
-    pairs = _whole(pattern, text)
-    if pairs is None:
-        return None
     args: dict[str, Any] = {}
-    for pair in pairs:
-        key = pair.group(1).strip()
+    for key, raw in pairs:
+        key = key.strip()
         if not key or key in args:
             return None
         schema = declared.get(key) if declared else None
-        args[key] = _typed_value(pair.group(2), schema if isinstance(schema, Mapping) else None)
+        args[key] = _typed_value(raw, schema if isinstance(schema, Mapping) else None)
     return args
 
 
@@ -162,9 +210,10 @@ def _typed_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     if "boolean" in kinds and text.lower() in ("true", "false"):
         return text.lower() == "true"
     if kinds & {"object", "array"}:
-        for read in (json.loads, ast.literal_eval):
+        for read in (_limits.loads, ast.literal_eval):
             try:
                 value = read(text)
+                _limits.check_depth(value)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
             if isinstance(value, tuple):

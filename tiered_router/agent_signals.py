@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tiered_router import _limits
 from tiered_router._types import Message
 from tiered_router.turn import Turn, message_text
 
@@ -144,7 +145,7 @@ def is_tool_error(message: Message) -> bool:
         return False
     if text.startswith("{") and len(text) < 10_000:
         try:
-            value = json.loads(text)
+            value = _limits.loads(text)
         except ValueError:
             pass
         else:
@@ -168,7 +169,7 @@ def tool_call_signature(call: Mapping[str, Any]) -> str:
     if not isinstance(raw, str):
         raw = json.dumps(raw, sort_keys=True, default=str)
     try:
-        args = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+        args = json.dumps(_limits.loads(raw), sort_keys=True, separators=(",", ":"))
     except ValueError:
         args = raw.strip()
     return f"{name}({args})"

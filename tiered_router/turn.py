@@ -8,7 +8,6 @@ matters.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,12 +123,16 @@ class ToolCall:
     arguments: str = "{}"
 
     def parsed_arguments(self) -> Any:
-        """Return ``json.loads(arguments)``.
+        """Return the arguments parsed as JSON (``{}`` for empty arguments).
 
         Raises:
-            json.JSONDecodeError: When the model wrote invalid JSON.
+            ValueError: When the model wrote invalid JSON (``json.JSONDecodeError``), or
+                JSON nested deeper than 128 levels (``JSONTooDeep``), which would otherwise
+                overflow the parser's stack.
         """
-        return json.loads(self.arguments) if self.arguments.strip() else {}
+        from tiered_router import _limits
+
+        return _limits.loads(self.arguments) if self.arguments.strip() else {}
 
     def to_openai(self) -> dict[str, Any]:
         """Return the call in OpenAI's message shape."""

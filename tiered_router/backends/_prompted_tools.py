@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from tiered_router import _limits
 from tiered_router._text_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolsLike, tool_specs
 
 __all__ = ["render_tool_call", "render_tool_prompt", "render_tool_result"]
@@ -88,7 +89,7 @@ def render_tool_call(name: str, arguments: str | Mapping[str, Any] | None) -> st
     else:
         text = arguments or "{}"
         try:
-            args = json.loads(text)
+            args = _limits.loads(text)
         except ValueError:
             args = text  # kept verbatim: the history shows what the model really wrote
     return TOOL_CALL_OPEN + json.dumps({"name": name, "arguments": args}) + TOOL_CALL_CLOSE

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from tiered_router import _limits
+
 __all__ = [
     "Engine",
     "SchemaCache",
@@ -78,15 +80,30 @@ def parse_json(text: str) -> Any:
 
     Raises:
         ValueError: When the text is not valid JSON (``json.JSONDecodeError`` or a
-            ``NaN``/``Infinity`` constant).
+            ``NaN``/``Infinity`` constant), or is nested deeper than 128 levels
+            (``JSONTooDeep``: deeper documents overflow the stack of the parser or of the
+            schema validator).
     """
     fast = _fast_loads()
+    value: Any = _UNREAD
     if fast is not None:
         try:
-            return fast(text)
+            value = fast(text)
         except ValueError:
             pass  # the standard library below gives the verdict and a located message
-    return json.loads(text, parse_constant=_reject_constant)
+    if value is _UNREAD:
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError as exc:
+            raise _limits.JSONTooDeep(
+                f"JSON nested deeper than {_limits.MAX_JSON_DEPTH} levels"
+            ) from exc
+    if text.count("[") + text.count("{") > _limits.MAX_JSON_DEPTH:
+        _limits.check_depth(value)  # deeper documents break the recursive walks that follow
+    return value
+
+
+_UNREAD: Any = object()
 
 
 class SchemaValidator(Protocol):

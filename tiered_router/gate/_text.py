@@ -251,7 +251,11 @@ class RepetitionCheck:
     - no line (with letters or digits) may repeat more than ``max_line_repeats`` times in
       a row;
     - no single character may repeat ``max_char_run`` times in a row (separators such as
-      ``-``, ``=``, ``*`` and whitespace excepted).
+      ``-``, ``=``, ``*`` and whitespace excepted);
+    - the text may not end in ``loop_chars`` characters that are one fragment of at most
+      ``loop_fragment`` characters over and over (``<tool_call><tool_call>...``,
+      ``{"a":1},{"a":1},...``): a loop with no space in it, which the word and line tests
+      cannot see (fragments of whitespace and separators excepted).
 
     Attributes:
         n: Words per n-gram.
@@ -260,6 +264,8 @@ class RepetitionCheck:
         window: Characters from the end of the text examined (0: all of it).
         max_line_repeats: Most consecutive copies of one line.
         max_char_run: Shortest run of one character that fails.
+        loop_fragment: Longest fragment whose repeats at the end fail (0: test off).
+        loop_chars: How many characters at the end the repeats must fill.
     """
 
     name: ClassVar[str] = "repetition"
@@ -269,6 +275,8 @@ class RepetitionCheck:
     window: int = 2048
     max_line_repeats: int = 4
     max_char_run: int = 48
+    loop_fragment: int = 32
+    loop_chars: int = 320
 
     def __post_init__(self) -> None:
         _int(self.n, "repetition.n", minimum=1)
@@ -276,6 +284,8 @@ class RepetitionCheck:
         _int(self.window, "repetition.window")
         _int(self.max_line_repeats, "repetition.max_line_repeats", minimum=1)
         _int(self.max_char_run, "repetition.max_char_run", minimum=2)
+        _int(self.loop_fragment, "repetition.loop_fragment")
+        _int(self.loop_chars, "repetition.loop_chars", minimum=2)
         ratio = self.max_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
             raise ValueError(f"repetition.max_ratio: must be in (0, 1], got {ratio!r}")
@@ -289,7 +299,7 @@ class RepetitionCheck:
         words = text.split()
         if cut and words:
             words = words[1:]  # the first word may be cut in half
-        return self._char_run(text) or self._lines(text) or self._ngrams(words)
+        return self._char_run(text) or self._lines(text) or self._ngrams(words) or self._loop(text)
 
     def _char_run(self, text: str) -> str | None:
         # a run of >= 2h equal characters covers two neighbouring samples taken every h
@@ -300,6 +310,22 @@ class RepetitionCheck:
         for char in set(pairs) - _SEPARATORS:
             if not char.isspace() and char * limit in text:
                 return f"character {char!r} repeated {limit}+ times in a row"
+        return None
+
+    def _loop(self, text: str) -> str | None:
+        span = self.loop_chars
+        if not self.loop_fragment or len(text) < span:
+            return None
+        tail = text[-span:]
+        for size in range(1, min(self.loop_fragment, span // 2) + 1):
+            if tail[size:] == tail[:-size]:  # the tail has period `size`
+                fragment = tail[-size:]
+                if all(c.isspace() or c in _SEPARATORS for c in fragment):
+                    return None
+                return (
+                    f"the text ends in {span}+ characters of one fragment repeated: "
+                    f"{fragment[:40]!r}"
+                )
         return None
 
     def _lines(self, text: str) -> str | None:

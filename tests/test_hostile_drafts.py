@@ -1,0 +1,120 @@
+"""Degenerate drafts and nested JSON: every reader returns, nothing raises from deep inside.
+
+A fast model can loop on one fragment for its whole output, and a client can send any
+arguments. Nested JSON used to end a routed turn in a ``RecursionError``, and unclosed tags
+made the text-call readers rescan the rest of the text from every tag (11.5 s for 120 KB).
+These tests run drafts of 200,000 characters through the readers; how their time grows
+with size is printed by ``benchmarks/bench_hostile_drafts.py`` (no timing is asserted here).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tiered_router import Completion, Router, Turn
+from tiered_router._limits import JSONTooDeep
+from tiered_router._text_calls import parse_text_tool_calls, split_tool_calls
+from tiered_router.agent_signals import is_tool_error, tool_call_signature
+from tiered_router.backends._prompted_tools import render_tool_call
+from tiered_router.gate import QualityGate, lift_text_tool_calls
+from tiered_router.gate._schema import parse_json
+from tiered_router.policy import GateConfig
+from tiered_router.testing import ScriptedBackend
+from tiered_router.turn import ToolCall
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+SIZE = 200_000
+FRAGMENTS = [
+    "<tool_call>",
+    '<tool_call>{"name": "get_weather", "arguments": ',
+    "```json\n<tool_call>",
+    "<function=get_weather>",
+    "<function=get_weather><parameter=city>",
+    '<invoke name="get_weather">',
+    "<arg_key>city</arg_key>",
+    '{"a": [',
+    "[",
+    "get_weather(city=",
+    '"arguments": {',
+]
+DEEP = '{"a": ' * 5_000 + "1" + "}" * 5_000
+
+
+def _turn() -> Turn:
+    return Turn([{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER])
+
+
+def _draft(fragment: str) -> str:
+    return (fragment * (SIZE // len(fragment) + 1))[:SIZE]
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+def test_a_looping_draft_is_judged_as_text_and_never_read_as_calls(fragment: str) -> None:
+    draft = Completion(text=_draft(fragment))
+    assert parse_text_tool_calls(draft.text, [WEATHER]) is None
+    assert lift_text_tool_calls(draft, _turn()) is draft
+    verdict = QualityGate(GateConfig().checks).evaluate(draft, _turn())
+    # one fragment over and over: a loop (repetition) or a call written as text
+    assert set(verdict.failed_checks) & {"repetition", "tool_call_in_text"}
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+def test_the_prompted_tools_reader_returns_on_a_looping_reply(fragment: str) -> None:
+    text = _draft(fragment)
+    rest, calls = split_tool_calls(text, [WEATHER])
+    # an unreadable reply is left whole to the gate; a tagged one whose arguments do not
+    # parse keeps them verbatim, so the gate says why they fail
+    assert (rest, calls) == (text, []) or all(c.name == "get_weather" for c in calls)
+
+
+def test_a_routed_turn_whose_draft_is_nested_json_escalates_instead_of_raising() -> None:
+    fast = ScriptedBackend("fast", [Completion(text='{"a": [' * 8_000, finish_reason="stop")])
+    frontier = ScriptedBackend("frontier", [Completion(text="It is sunny in Paris.")])
+    policy = {
+        "version": 1,
+        "backends": {
+            "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
+            "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+        "scoring": {"type": "heuristic", "threshold": 1.0},
+        "gate": {"checks": ["non_empty", "json_schema", "tool_arguments", "repetition"]},
+    }
+    router = Router(policy, backends={"fast": fast, "frontier": frontier})
+    result = router.complete(_turn())
+    assert result.completion.text == "It is sunny in Paris."
+    assert result.tier == "frontier" and result.escalated
+
+
+def test_deeply_nested_arguments_are_a_value_error_with_a_reason() -> None:
+    with pytest.raises(JSONTooDeep, match="nested deeper than 128"):
+        ToolCall(id="c", name="get_weather", arguments=DEEP).parsed_arguments()
+    with pytest.raises(ValueError, match="nested deeper"):
+        parse_json(DEEP)
+    with pytest.raises(ValueError, match="nested deeper"):
+        parse_json("[" * 100_000)  # deeper than the fast parser reads: the standard one tries
+    draft = Completion(
+        tool_calls=(ToolCall(id="c", name="get_weather", arguments=DEEP),),
+        finish_reason="tool_calls",
+    )
+    verdict = QualityGate(GateConfig().checks).evaluate(draft, _turn())
+    assert verdict.failed_checks[0] == "tool_arguments"
+    assert "nested deeper than 128" in verdict.reasons[0]
+
+
+def test_agent_signals_and_the_prompted_history_read_nested_json_as_text() -> None:
+    call = {"function": {"name": "get_weather", "arguments": DEEP}}
+    assert tool_call_signature(call) == f"get_weather({DEEP})"
+    assert is_tool_error({"role": "tool", "content": "[" * 9_000}) is False
+    assert render_tool_call("get_weather", DEEP).count('{\\"a\\": ') == 5_000
