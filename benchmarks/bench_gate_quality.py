@@ -27,15 +27,17 @@ Besides BFCL's own categories, three kinds of probes are built from the same row
 - ``fewer_calls``: every right answer that made two or more calls, cut to its first call:
   one call where the request asks for several, wrong by construction.
 - ``text:FORMAT``: every recorded answer that made tool calls, rewritten as text in one of
-  eight formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
+  eleven formats (``pythonic`` ``[get_weather(city='Paris')]``, ``bare``
   ``get_weather(city="Paris")`` one per line, ``json_list`` ``[{"name": ..., "arguments":
   ...}]``, ``tool_call_tag`` ``<tool_call>{...}</tool_call>``, and four XML-style tag
   formats: ``llama_function`` ``<function=f>{...}</function>``, ``qwen_xml``
   ``<function=f><parameter=k>v</parameter></function>`` in ``<tool_call>`` tags, ``invoke``
   ``<invoke name="f"><parameter name="k">v</parameter></invoke>``, ``glm``
-  ``f<arg_key>k</arg_key><arg_value>v</arg_value>``), keeping the row's label: the gate
-  should judge the text form as it judges the native calls. (A tag holds text: a value
-  whose type the schema does not declare comes back as a string.)
+  ``f<arg_key>k</arg_key><arg_value>v</arg_value>``; and three wrappers: ``mistral``
+  ``[TOOL_CALLS]f[ARGS]{...}``, ``functools`` ``functools[{...}]``, ``command_r``
+  ``Action: ```json [{"tool_name": ...}]```), keeping the row's label: the gate should
+  judge the text form as it judges the native calls. (A tag holds text: a value whose type
+  the schema does not declare comes back as a string.)
 
 Skips (exit 0, a message) when the shared data folder is absent.
 """
@@ -76,6 +78,9 @@ FORMATS = (
     "qwen_xml",
     "invoke",
     "glm",
+    "mistral",
+    "functools",
+    "command_r",
 )
 
 
@@ -150,6 +155,13 @@ def render(calls: Sequence[ToolCall], fmt: str) -> str:
             for n, a in parsed
         )
         return f"<function_calls>\n{blocks}</function_calls>"
+    if fmt == "mistral":
+        return "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in parsed)
+    if fmt == "functools":
+        return "functools" + json.dumps([{"name": n, "arguments": a} for n, a in parsed])
+    if fmt == "command_r":
+        listed = json.dumps([{"tool_name": n, "parameters": a} for n, a in parsed])
+        return f"Action: ```json\n{listed}\n```"
     if fmt == "glm":
         return "\n".join(
             f"<tool_call>{n}\n"

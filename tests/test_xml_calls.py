@@ -1,5 +1,6 @@
 """Tool calls written in XML-style tags (Qwen3-Coder, Llama 3.1 user-defined, Claude's XML
-tool use, GLM-4.5): read by the gate's strict reader, typed by the schema, judged as calls.
+tool use, GLM-4.5) and in other families' wrappers (Mistral v11, Phi-4-mini, Command R,
+Seed-OSS): read by the gate's strict reader, typed by the schema, judged as calls.
 
 Each format is pinned on right calls (lifted, the gate passes them), on wrong ones (the
 gate fails them for what is wrong, not for being text), and on text that is not only calls
@@ -169,3 +170,47 @@ def test_a_tagged_call_inside_prose_is_a_call_written_as_text(text: str) -> None
 def test_a_tag_naming_no_declared_tool_is_not_a_call() -> None:
     text = "Use <function=get_time> for that."
     assert GATE.evaluate(Completion(text=text), _turn()).passed
+
+
+# -- other families' wrappers: Mistral v11, Phi-4-mini, Command R, Seed-OSS ------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[TOOL_CALLS]get_weather{"city": "Paris", "days": 3}', PARIS_3),
+        ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}', PARIS_3),
+        ('[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris", "days": 3}', PARIS_3),
+        (
+            '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]web.search[ARGS]{"q": "x"}',
+            [("get_weather", {"city": "Paris"}), ("web.search", {"q": "x"})],
+        ),
+        ('functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]', PARIS_3),
+        (
+            'Action: ```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", '
+            '"days": 3}}]\n```',
+            PARIS_3,
+        ),
+        (
+            "<seed:tool_call><function=get_weather><parameter=city>Paris</parameter>"
+            "<parameter=days>3</parameter></function></seed:tool_call>",
+            PARIS_3,
+        ),
+    ],
+)
+def test_other_families_wrappers_are_read(text: str, expected: list[Any]) -> None:
+    assert _calls(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[TOOL_CALLS]get_weather{"city": "Paris"} and then some prose',
+        '[TOOL_CALLS]get_time[ARGS]{"tz": "CET"}',  # not declared
+        "[TOOL_CALLS]get_weather[ARGS]{not json}",
+        "functools.reduce(get_weather, cities)",  # Python, not Phi-4-mini's wrapper
+        'Action: I will call get_weather{"city": "Paris"}',
+    ],
+)
+def test_other_families_wrappers_hold_only_calls(text: str) -> None:
+    assert _calls(text) is None

@@ -13,6 +13,10 @@ text. One reader here knows the common formats:
 - either of the above inside ``<tool_call>...</tool_call>`` tags (Hermes, Qwen; the text
   protocol of the prompted-tools dialect), ``<|python_tag|>`` (Llama 3.1), ``[TOOL_CALLS]``
   (Mistral) or a Markdown code fence;
+- ``[TOOL_CALLS]name{...}`` and ``[TOOL_CALLS]name[ARGS]{...}`` (Mistral, tokenizer v11
+  and later), ``functools[...]`` (Phi-4-mini), ``Action:`` before a fenced JSON list whose
+  objects name the tool as ``tool_name`` (Command R), ``<seed:tool_call>`` tags (Seed-OSS);
+  strict reader only;
 - XML-style tags (strict reader only; :mod:`tiered_router._xml_calls`):
   ``<function=f><parameter=x>1</parameter></function>`` (Qwen3-Coder),
   ``<function=f>{"x": 1}</function>`` (Llama 3.1 user-defined tools),
@@ -68,10 +72,16 @@ TOOL_CALL_CLOSE = "</tool_call>"
 ToolsLike = Iterable[ToolSpec | Mapping[str, Any] | str] | None
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)\n?```", re.DOTALL)
-_TAG_OPEN = re.compile(r"<(tool_call|function_call|tool_calls)>")
-_TAG_CLOSES = ("</tool_call>", "</function_call>", "</tool_calls>")
+_TAG_OPEN = re.compile(r"<(tool_call|function_call|tool_calls|seed:tool_call)>")
+_TAG_CLOSES = ("</tool_call>", "</function_call>", "</tool_calls>", "</seed:tool_call>")
 _SPACE = re.compile(r"\s*")
-_PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]", "<tool_call>", "<|tool_call|>")
+_PREFIXES = ("<|python_tag|>", "[TOOL_CALLS]", "<tool_call>", "<|tool_call|>", "functools")
+_MISTRAL = "[TOOL_CALLS]"
+# Mistral's tokenizer v11 and later: [TOOL_CALLS]name{...}, [TOOL_CALLS]name[ARGS]{...}
+_NAMED_JSON = re.compile(
+    r"\A([A-Za-z_][\w.\-]*)\s*(?:\[CALL_ID\]\s*\w+\s*)?(?:\[ARGS\])?\s*(\{.*\})\Z", re.DOTALL
+)
+_ACTION = re.compile(r"\AAction:\s*")  # Command R: Action: ```json [...] ```
 _NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
 _ARGS_KEY = re.compile(r"""["'](?:arguments|parameters)["']\s*:\s*""")
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
@@ -155,7 +165,7 @@ def _call_object(item: Any) -> tuple[str, Any] | None:
         return None
     if isinstance(item.get("function"), Mapping):
         item = item["function"]
-    name = item.get("name")
+    name = item.get("name", item.get("tool_name"))  # tool_name: Command R
     if not isinstance(name, str) or not name:
         return None
     return name, item.get("arguments", item.get("parameters"))
@@ -220,7 +230,7 @@ def parse_text_tool_calls(
 
     calls: list[tuple[str, dict[str, Any]]] = []
     for piece in _strict_pieces(body):
-        found = _strict_json(piece) if piece[:1] in "[{" else None
+        found = _strict_json(piece) if piece[:1] in "[{" else _named_json(piece)
         if found is None:
             found = xml_calls(piece, properties)
         if found is None:
@@ -257,16 +267,37 @@ def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
 
 def _strict_pieces(body: str) -> list[str]:
     """Strip fences and wrappers; return the pieces that each hold one or more calls."""
+    action = _ACTION.match(body)
+    if action is not None:
+        body = body[action.end() :]
     body = _unfenced(body)
     tagged = _tag_bodies(body)
     if tagged is not None:
         return tagged
     if any(close in body for close in _TAG_CLOSES):
         return [body]  # tags with text outside them: not a pure call
+    if body.startswith(_MISTRAL) and body[len(_MISTRAL) :].lstrip()[:1] not in ("[", "{"):
+        return [p.strip() for p in body.split(_MISTRAL)[1:]]  # name{...} after each marker
     for prefix in _PREFIXES:
         if body.startswith(prefix):
-            body = body[len(prefix) :].strip()
+            rest = body[len(prefix) :].strip()
+            if prefix != "functools" or rest.startswith("["):  # Phi-4-mini: functools[...]
+                body = rest
     return [body]
+
+
+def _named_json(piece: str) -> list[tuple[str, dict[str, Any]]] | None:
+    """A name followed by its JSON arguments (``add{"a": 1}``, ``add[ARGS]{"a": 1}``)."""
+    if "{" not in piece:
+        return None
+    found = _NAMED_JSON.match(piece.strip())
+    if found is None:
+        return None
+    try:
+        args = _limits.loads(found.group(2))
+    except ValueError:
+        return None
+    return [(found.group(1), args)] if isinstance(args, dict) else None
 
 
 def _tag_bodies(body: str) -> list[str] | None:
