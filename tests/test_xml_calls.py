@@ -161,7 +161,15 @@ def test_the_gate_fails_a_wrong_call_for_what_is_wrong(text: str, check: str) ->
     assert check in verdict.failed_checks and "tool_call_in_text" not in verdict.failed_checks
 
 
-@pytest.mark.parametrize("text", ["I will call it now: " + LLAMA, "Calling:\n" + INVOKE + "\nok"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I will call it now: " + LLAMA,
+        "Calling:\n" + INVOKE + "\nok",
+        'Sure. [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"} Done.',
+        'I would send {"tool_name": "get_weather", "parameters": {"city": "Paris"}} now.',
+    ],
+)
 def test_a_tagged_call_inside_prose_is_a_call_written_as_text(text: str) -> None:
     verdict = GATE.evaluate(Completion(text=text), _turn())
     assert verdict.failed_checks == ("tool_call_in_text",)

@@ -109,7 +109,7 @@ def _words(text: str) -> frozenset[str]:
 
 
 _IDENTIFIER = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.")
-_JSON_NAME = re.compile(r"""["']name["']\s*:\s*["']([^"'\n]{1,200})["']""")
+_JSON_NAME = re.compile(r"""["'](?:tool_)?name["']\s*:\s*["']([^"'\n]{1,200})["']""")
 
 
 @functools.lru_cache(maxsize=256)
@@ -159,15 +159,17 @@ def _json_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | Non
 
 _TAGGED_NAME = re.compile(
     r"""<function=([^<>\s]{1,200})\s*>|<invoke\s+name=["']([^"'<>]{1,200})["']"""
+    r"""|\[TOOL_CALLS\]\s*([A-Za-z_][\w.\-]{0,199})"""
 )
 
 
 def _tagged_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | None:
-    """Find ``<function=tool>`` or ``<invoke name="tool">`` naming a declared tool."""
-    if "<function=" not in text and "<invoke" not in text:
+    """Find ``<function=tool>``, ``<invoke name="tool">`` or ``[TOOL_CALLS]tool``."""
+    if "<function=" not in text and "<invoke" not in text and "[TOOL_CALLS]" not in text:
         return None
     for match in _TAGGED_NAME.finditer(text):
-        tool = spellings.get((match.group(1) or match.group(2)).replace(".", "_"))
+        written = match.group(1) or match.group(2) or match.group(3)
+        tool = spellings.get(written.replace(".", "_"))
         if tool is not None:
             return match.start(), tool
     return None
@@ -180,8 +182,9 @@ class ToolCallInTextCheck:
     Fails when the draft has no tool call but its text calls a declared tool: the name
     followed by an argument list (``get_weather(city="Paris")``, also as
     ``functions.get_weather(...)`` or with ``.`` for ``_``, in prose or in a code block),
-    a JSON object naming it (``{"name": "get_weather", "arguments": ...}``), or an
-    XML-style tag naming it (``<function=get_weather>``, ``<invoke name="get_weather">``).
+    a JSON object naming it (``{"name": "get_weather", "arguments": ...}``, also
+    ``"tool_name"``), or a tag or marker naming it (``<function=get_weather>``,
+    ``<invoke name="get_weather">``, ``[TOOL_CALLS]get_weather``).
     The model meant to call the tool and described the call instead; nothing was called.
 
     Passes prose that only mentions a tool (``the get_weather function``,
