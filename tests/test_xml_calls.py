@@ -222,3 +222,22 @@ def test_other_families_wrappers_are_read(text: str, expected: list[Any]) -> Non
 )
 def test_other_families_wrappers_hold_only_calls(text: str) -> None:
     assert _calls(text) is None
+
+
+def test_a_leading_think_block_is_reasoning_and_the_calls_after_it_are_lifted() -> None:
+    text = "<think>\nThe user wants Paris, 3 days.\n</think>\n\n" + GLM
+    lifted = lift_text_tool_calls(Completion(text=text), _turn())
+    assert [(c.name, json.loads(c.arguments)) for c in lifted.tool_calls] == PARIS_3
+    assert lifted.text == "" and lifted.reasoning == "The user wants Paris, 3 days."
+    assert GATE.evaluate(Completion(text=text), _turn()).passed
+    # a reasoning summary the provider sent is kept
+    kept = lift_text_tool_calls(Completion(text=text, reasoning="summary"), _turn())
+    assert kept.reasoning == "summary"
+    # an unclosed block, or thinking after the calls, is not only calls
+    assert _calls("<think>still thinking " + GLM) is None
+    assert _calls(GLM + "<think>done</think>") is None
+
+
+def test_a_glm_call_inside_prose_is_a_call_written_as_text() -> None:
+    verdict = GATE.evaluate(Completion(text="I will check. " + GLM), _turn())
+    assert verdict.failed_checks == ("tool_call_in_text",)

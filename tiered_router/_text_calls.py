@@ -208,8 +208,9 @@ def parse_text_tool_calls(
 
     Returns:
         The calls, with JSON-object arguments and ids ``text_call_0``, ... when the whole
-        text (wrappers and whitespace aside) is calls to declared tools; ``None`` when it
-        is anything else, including a call to a tool that was not declared.
+        text (wrappers, whitespace and a leading ``<think>...</think>`` block aside) is
+        calls to declared tools; ``None`` when it is anything else, including a call to a
+        tool that was not declared.
 
     Example:
         ```python
@@ -217,7 +218,7 @@ def parse_text_tool_calls(
         calls[0].name, calls[0].arguments     # ("get_weather", '{"city": "Paris"}')
         ```
     """
-    body = text.strip()
+    body = _after_thinking(text)[1].strip()
     if not body or not tools or ("(" not in body and "{" not in body and "<" not in body):
         return None
     specs = tool_specs(tools)
@@ -252,7 +253,8 @@ def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
 
     A draft that made no call, for a turn that declares tools (and whose ``tool_choice`` is
     not ``"none"``), whose whole text is calls to declared tools (see
-    :func:`parse_text_tool_calls`) comes back with those calls and no text. Any other
+    :func:`parse_text_tool_calls`) comes back with those calls and no text; a leading
+    ``<think>...</think>`` block becomes its ``reasoning`` (unless it has one). Any other
     draft comes back unchanged.
     """
     if completion.tool_calls or not turn.tools or not completion.text:
@@ -262,7 +264,32 @@ def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
     calls = parse_text_tool_calls(completion.text, turn.tools)
     if not calls:
         return completion
-    return replace(completion, text="", tool_calls=calls, finish_reason="tool_calls")
+    thinking = _after_thinking(completion.text)[0]
+    return replace(
+        completion,
+        text="",
+        tool_calls=calls,
+        finish_reason="tool_calls",
+        reasoning=completion.reasoning if completion.reasoning is not None else thinking,
+    )
+
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _after_thinking(text: str) -> tuple[str | None, str]:
+    """Split a leading ``<think>...</think>`` block off: ``(its text or None, the rest)``.
+
+    Reasoning models served without a reasoning parser (Qwen3, DeepSeek-R1, GLM-4.5) write
+    their thinking before the answer in these tags.
+    """
+    stripped = text.lstrip()
+    if not stripped.startswith(_THINK_OPEN):
+        return None, text
+    end = stripped.find(_THINK_CLOSE)
+    if end < 0:
+        return None, text
+    return stripped[len(_THINK_OPEN) : end].strip(), stripped[end + len(_THINK_CLOSE) :]
 
 
 def _strict_pieces(body: str) -> list[str]:

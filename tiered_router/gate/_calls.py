@@ -160,15 +160,18 @@ def _json_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | Non
 _TAGGED_NAME = re.compile(
     r"""<function=([^<>\s]{1,200})\s*>|<invoke\s+name=["']([^"'<>]{1,200})["']"""
     r"""|\[TOOL_CALLS\]\s*([A-Za-z_][\w.\-]{0,199})"""
+    r"""|<tool_call>\s*([A-Za-z_][\w.\-]{0,199})\s*(?:<arg_key>|</tool_call>)"""
 )
 
 
 def _tagged_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | None:
     """Find ``<function=tool>``, ``<invoke name="tool">`` or ``[TOOL_CALLS]tool``."""
-    if "<function=" not in text and "<invoke" not in text and "[TOOL_CALLS]" not in text:
+    if not any(
+        marker in text for marker in ("<function=", "<invoke", "[TOOL_CALLS]", "<tool_call>")
+    ):
         return None
     for match in _TAGGED_NAME.finditer(text):
-        written = match.group(1) or match.group(2) or match.group(3)
+        written = match.group(1) or match.group(2) or match.group(3) or match.group(4)
         tool = spellings.get(written.replace(".", "_"))
         if tool is not None:
             return match.start(), tool
@@ -184,7 +187,8 @@ class ToolCallInTextCheck:
     ``functions.get_weather(...)`` or with ``.`` for ``_``, in prose or in a code block),
     a JSON object naming it (``{"name": "get_weather", "arguments": ...}``, also
     ``"tool_name"``), or a tag or marker naming it (``<function=get_weather>``,
-    ``<invoke name="get_weather">``, ``[TOOL_CALLS]get_weather``).
+    ``<invoke name="get_weather">``, ``[TOOL_CALLS]get_weather``,
+    ``<tool_call>get_weather<arg_key>``).
     The model meant to call the tool and described the call instead; nothing was called.
 
     Passes prose that only mentions a tool (``the get_weather function``,
