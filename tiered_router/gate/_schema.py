@@ -212,7 +212,15 @@ class _PythonValidator:
             ]
         except Unresolvable as exc:
             return (f"invalid schema: unresolvable $ref: {_shorten(str(exc))}",)
+        except RecursionError:
+            return (_TOO_DEEP,)
         return _render(found, limit)
+
+
+_TOO_DEEP = (
+    "invalid schema: nested too deeply for the jsonschema engine to check (the fast-schema "
+    "extra's jsonschema-rs engine reports where)"
+)
 
 
 def _no_remote(uri: str) -> Any:
@@ -243,6 +251,8 @@ def _compile_python(schema: Any, *, check_formats: bool) -> SchemaValidator:
     except SchemaError as exc:
         where = json_path(exc.absolute_path)
         return _BrokenSchema(f"invalid schema at {where}: {_shorten(exc.message)}")
+    except RecursionError:
+        return _BrokenSchema(_TOO_DEEP)
     checker = cls.FORMAT_CHECKER if check_formats else None
     return _PythonValidator(cls(schema, format_checker=checker))
 
