@@ -15,7 +15,7 @@ the same code path as ``tiered-router eval``. Two gates are run:
 
 A model that writes its calls as text is assumed to be served through a backend that
 returns them as calls (the gate reads them the same way): answers BFCL failed only because
-they sat in a Markdown fence are judged as calls by ``_bfcl_judge.py``.
+they sat in a Markdown fence are judged as calls by ``tiered_router/evaluation/_bfcl_judge.py``.
 
 Figures are on the ``report`` half of the rows by default (the gate's checks were
 developed on the other half; see ``bench_gate_quality.py``). A pair meets the target when
@@ -36,10 +36,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _bfcl_judge import load_questions, rejudge_text_calls
 from bench_gate_quality import part  # same split as the gate-quality benchmark
 
 from tiered_router.evaluation import evaluate, find_data_dir
+from tiered_router.evaluation._bfcl_judge import load_questions, rejudge_text_calls
 from tiered_router.evaluation.dataset import Dataset
 from tiered_router.evaluation.sources import load_bfcl
 from tiered_router.policy import GateConfig, load_policy

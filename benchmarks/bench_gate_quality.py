@@ -13,7 +13,7 @@ developed on; ``report``: the rows the figures are quoted from), and ``--hold-ou
 lists a model family that was not looked at while tuning: its figures are printed apart.
 
 Answers BFCL failed only because its decoder could not read them (calls in a Markdown
-fence) but that the gate reads as calls are judged again, as calls, by ``_bfcl_judge.py``
+fence) but that the gate reads as calls are judged again, as calls, by ``tiered_router/evaluation/_bfcl_judge.py``
 (a re-implementation of BFCL's AST checker, Java and JavaScript type conversions included,
 that agrees with BFCL's labels on every answer BFCL judged); the few it cannot read either
 are counted apart (``unjudged text calls``).
@@ -55,9 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _bfcl_judge import agreement, load_questions, rejudge_text_calls
-
 from tiered_router.evaluation import find_data_dir
+from tiered_router.evaluation._bfcl_judge import agreement, load_questions, rejudge_text_calls
 from tiered_router.evaluation.sources import load_bfcl
 from tiered_router.gate import QualityGate, lift_text_tool_calls
 from tiered_router.policy import GateConfig

@@ -1,35 +1,23 @@
-"""benchmarks/_bfcl_judge.py: the BFCL checker re-implementation the gate figures are labelled with.
+"""tiered_router.evaluation._bfcl_judge: the BFCL checker re-implementation that labels calls
+BFCL's decoder never read (the BFCL loader and the gate benchmarks use it).
 
 The small cases pin the Java and JavaScript rules (values sent as literals in strings and
-read by their declared types); the last test checks the judge against every label BFCL
-itself gave in the shared data, when that data is here.
+read by their declared types); the last tests check the judge against every label BFCL
+itself gave in the shared data, and the loader's labels of fenced answers, when that data
+is here.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tiered_router.evaluation import _bfcl_judge as judge_mod
 from tiered_router.evaluation import find_data_dir
 from tiered_router.turn import ToolCall
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bfcl_judge", ROOT / "benchmarks/_bfcl_judge.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-judge_mod = _load()
 
 
 def _question(category: str, name: str, props: dict[str, Any], answer: dict[str, list[Any]]) -> Any:
@@ -166,3 +154,24 @@ def test_the_judge_agrees_with_every_label_bfcl_gave() -> None:
     )
     assert typed > 500  # the Java and JavaScript answers are judged too
     assert judged > 6000 and agree == judged
+
+
+@pytest.mark.skipif(
+    DATA is None or not (Path(DATA) / "bfcl_v1_results").is_dir(),
+    reason="../shared/data/bfcl_v1_results is not here",
+)
+def test_the_loader_labels_fenced_calls_by_judging_them_and_keeps_their_text() -> None:
+    from tiered_router.evaluation.sources import load_bfcl
+
+    assert DATA is not None
+    model = "gpt-4o-2024-08-06"  # prompt mode: most of its calls sit in a Markdown fence
+    dataset = load_bfcl(DATA, models=[model])
+    fenced = [r.outcomes[model] for r in dataset.rows if r.outcomes[model].text.startswith("```")]
+    assert len(fenced) > 900 and sum(o.correct for o in fenced) > 800  # BFCL: all wrong
+    # every answer still written as text that is right now was relabelled; its text is
+    # kept, so the gate reads what the model wrote
+    right = [r.outcomes[model] for r in dataset.rows if r.outcomes[model].text]
+    right = [o for o in right if o.correct]
+    assert all(not o.tool_calls for o in right)
+    note = next(n for n in dataset.notes if "BFCL's decoder rejected unread" in n)
+    assert f"{len(right)} right" in note

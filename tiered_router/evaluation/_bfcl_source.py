@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tiered_router.evaluation import _bfcl
+from tiered_router.evaluation import _bfcl, _bfcl_judge
 from tiered_router.evaluation._source_files import read_jsonl, user_turn
 from tiered_router.evaluation.dataset import (
     Dataset,
     EvalRow,
     Outcome,
 )
+from tiered_router.gate import lift_text_tool_calls
 from tiered_router.policy import Price
 from tiered_router.turn import Usage
 
@@ -67,6 +69,7 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         logger.warning("bfcl: %s", note)
         notes.append(note)
     rows = []
+    relabelled: Counter[str] = Counter()
     for q in questions:
         qid = str(q["id"])
         if qid not in results:
@@ -74,11 +77,18 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         category = str(q.get("category", ""))
         tools = _bfcl.openai_tools(q["function"], category=category)
         meta = {"source": "bfcl_v1", "category": category}
-        rows.append(
-            EvalRow.build(
-                qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta
-            )
+        row = EvalRow.build(
+            qid, _bfcl_messages(q["question"]), results[qid], tools=tools, metadata=meta
         )
+        rows.append(_label_text_calls(row, q, relabelled))
+    if relabelled:
+        note = (
+            f"{relabelled.total()} recorded answers written as calls in text (mostly in a "
+            "Markdown fence), which BFCL's decoder rejected unread, are labelled by judging "
+            f"the calls the gate reads in them as BFCL's checker does: {relabelled['right']} "
+            f"right, {relabelled['wrong']} wrong (BFCL: all wrong)"
+        )
+        notes.append(note)
     fast, frontier = BFCL_PAIR
     return Dataset(
         name="bfcl",
@@ -92,6 +102,32 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         license="questions Apache-2.0; outputs: no license file, internal evaluation only",
         notes=tuple(notes),
     )
+
+
+def _label_text_calls(row: EvalRow, question: Mapping[str, Any], counts: Counter[str]) -> EvalRow:
+    """Label the answers BFCL failed unread because they wrote their calls as text.
+
+    BFCL's decoder fails a call in a Markdown fence (``ast_decoder:decoder_failed``) before
+    its checker sees it; the gate reads such text as calls and the router returns them as
+    tool calls, so the label that describes what the router returns is the checker's verdict
+    on those calls (:mod:`tiered_router.evaluation._bfcl_judge`). The text is kept as
+    recorded: the gate still sees what the model wrote.
+    """
+    outcomes = dict(row.outcomes)
+    for model, outcome in row.outcomes.items():
+        if outcome.tool_calls or not outcome.text or outcome.quality >= 0.5:
+            continue
+        draft = outcome.completion(model=model, backend=model)
+        lifted = lift_text_tool_calls(draft, row.turn)
+        if lifted is draft:
+            continue
+        label = _bfcl_judge.label_text_calls(outcome.text, lifted.tool_calls, question)
+        if label is None:
+            continue
+        counts["right" if label else "wrong"] += 1
+        if label:
+            outcomes[model] = dataclasses.replace(outcome, quality=1.0)
+    return dataclasses.replace(row, outcomes=outcomes) if outcomes != dict(row.outcomes) else row
 
 
 def _bfcl_messages(question: Any) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""A re-implementation of BFCL v1's AST checker (benchmarks only).
+"""A re-implementation of BFCL v1's AST checker, to label calls BFCL's decoder never read.
 
 BFCL's decoder fails answers written in a Markdown fence before its checker sees the call
 inside (``ast_decoder:decoder_failed``). The gate reads such text as calls, so to count a
@@ -11,8 +11,10 @@ given as ``""``, parallel calls matched in any order), and for ``java`` and ``ja
 (one call; each value sent as the language's literal in a string and read by its declared
 type, ``42L`` as a ``long``, ``new ArrayList<>(Arrays.asList(...))``, ``{a: 1}``; a
 string that does not read as its type passes only where the answer is a variable name).
-``bench_gate_quality.py`` prints its agreement with BFCL's own labels on every answer BFCL
-judged (all 6,891 in the data: it agrees on each).
+The BFCL loader (``_bfcl_source.py``) uses it to label answers written as calls in a
+Markdown fence, which BFCL's decoder rejected before its checker saw the call and which the
+gate reads as calls; ``benchmarks/bench_gate_quality.py`` prints its agreement with BFCL's
+own labels on every answer BFCL judged (all 6,891 in the data: it agrees on each).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tiered_router.evaluation._bfcl import parse_result
 from tiered_router.evaluation.dataset import Dataset
@@ -216,9 +218,9 @@ def _java_literal(text: str) -> Any:
     return text
 
 
-def _java_elements(text: str, nested: str | None, *, quoted: bool) -> list[Any]:
+def _java_elements(parts: Sequence[str], nested: str | None, *, quoted: bool) -> list[Any]:
     out: list[Any] = []
-    for part in text:
+    for part in parts:
         part = part.strip()
         if quoted and nested in ("char", "String"):
             out.append(part[1:-1])
@@ -364,7 +366,8 @@ def _right_type(
                 return True, variable
             inner = next((a for a in option if a != ""), None)
             inner_type = None if inner is None else type(inner)
-            if all(type(v) is nested or type(v) is inner_type for v in value):
+            items = cast("list[Any]", value)  # its type is `want`, here list
+            if all(type(v) is nested or type(v) is inner_type for v in items):
                 return True, variable
         return False, variable
     if answer_type is not None and type(value) is answer_type:
@@ -486,17 +489,13 @@ def rejudge_text_calls(
     for row in dataset.rows:
         outcomes = dict(row.outcomes)
         for model, outcome in row.outcomes.items():
-            if outcome.tool_calls or not outcome.text or outcome.correct:
+            if outcome.tool_calls or not outcome.text:
                 continue
             draft = outcome.completion(model=model, backend=model)
             lifted = lift_text_tool_calls(draft, row.turn)
             if lifted is draft:
                 continue
-            question = questions.get(row.id, {})
-            if question.get("category") in TYPED_CATEGORIES:
-                label = _typed_text_label(outcome.text, question)
-            else:
-                label = judge(lifted.tool_calls, question)
+            label = label_text_calls(outcome.text, lifted.tool_calls, questions.get(row.id, {}))
             if label is None:
                 counts["kept (not judged)"] += 1
                 continue
@@ -510,6 +509,20 @@ def rejudge_text_calls(
             )
         rows.append(dataclasses.replace(row, outcomes=outcomes))
     return dataclasses.replace(dataset, rows=tuple(rows)), counts
+
+
+def label_text_calls(
+    text: str, lifted: Sequence[ToolCall], question: Mapping[str, Any]
+) -> bool | None:
+    """Label an answer written as text that the gate reads as the calls ``lifted``.
+
+    Python categories: :func:`judge` of those calls. Java and JavaScript: what BFCL would
+    have judged of the text without its fence (:func:`_typed_text_label`). ``None``: not
+    judged (another category, or text neither reads).
+    """
+    if question.get("category") in TYPED_CATEGORIES:
+        return _typed_text_label(text, question)
+    return judge(lifted, question)
 
 
 def _typed_text_label(text: str, question: Mapping[str, Any]) -> bool | None:
