@@ -9,6 +9,8 @@ with size is printed by ``benchmarks/bench_hostile_drafts.py`` (no timing is ass
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from tiered_router import Completion, Router, Turn
@@ -139,3 +141,75 @@ def test_a_schema_nested_too_deeply_is_reported_as_an_invalid_schema(engine: str
     structured = Turn([{"role": "user", "content": "x"}], response_format=rf)
     found = JsonSchemaCheck(cache=SchemaCache(engine=engine))(Completion(text=args), structured)
     assert found is not None and "invalid schema" in found[0]
+
+
+# -- seeded fuzz: random drafts through the router, nothing untyped escapes -----------------
+
+_FRAGMENTS = [
+    "<tool_call>", "</tool_call>", "<function=get_weather>", "</function>", "<parameter=city>",
+    "</parameter>", '{"name": "get_weather", "arguments": {"city": "Paris"}}', "[", "]", "{",
+    "}", "(", ")", "get_weather(", "city=", '"Paris"', "\ud800", "\x00", "```", "```json\n",
+    "<think>", "</think>", "[TOOL_CALLS]", "[ARGS]", "functools", "Action:",
+    '<invoke name="get_weather">', "</invoke>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>", "\n", " ", "é", "NaN", "1e999", "'", '"', "\\",
+]  # fmt: skip
+
+
+def _random_draft(rng: random.Random) -> Completion:
+    def text() -> str:
+        return "".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(0, 60)))
+
+    if rng.random() < 0.5:
+        reason = rng.choice(["stop", "length", "tool_calls", "content_filter"])
+        return Completion(text=text(), finish_reason=reason)
+    arguments = [
+        text,
+        lambda: '{"city": ' * rng.randint(1, 3000),
+        lambda: "[" * rng.randint(1, 5000),
+        lambda: '{"city": "Paris"}',
+        lambda: "",
+    ]
+    calls = tuple(
+        ToolCall(
+            id=f"c{i}",
+            name=rng.choice(["get_weather", "other", "", "get.weather", "x" * 300]),
+            arguments=rng.choice(arguments)(),
+        )
+        for i in range(rng.randint(1, 4))
+    )
+    return Completion(text=text() if rng.random() < 0.3 else "", tool_calls=calls)
+
+
+def _fuzz_router(draft: Completion) -> Router:
+    fast = ScriptedBackend("fast", [draft])
+    frontier = ScriptedBackend("frontier", [Completion(text="It is sunny.")])
+    policy = {
+        "version": 1,
+        "backends": {
+            "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
+            "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+        "scoring": {"type": "heuristic", "threshold": 1.0},
+        "gate": {"checks": list(GateConfig().checks)},
+    }
+    return Router(policy, backends={"fast": fast, "frontier": frontier})
+
+
+def test_random_drafts_return_a_completion_with_its_trace() -> None:
+    rng = random.Random(7)
+    for _ in range(1000):
+        result = _fuzz_router(_random_draft(rng)).complete(_turn())
+        # the fast draft passed (returned as drafted, or its text calls lifted) or escalated
+        assert result.tier in ("fast", "frontier")
+        assert result.trace.attempts and result.trace.attempts[0].backend == "fast"
+        if result.escalated:
+            assert result.completion.text == "It is sunny."
+
+
+@pytest.mark.anyio
+async def test_random_drafts_stream_to_the_end() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        chunks = [chunk async for chunk in _fuzz_router(_random_draft(rng)).astream(_turn())]
+        assert chunks
