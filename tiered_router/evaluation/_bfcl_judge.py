@@ -28,6 +28,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from tiered_router.evaluation._bfcl import parse_result
+from tiered_router.evaluation._bfcl_literals import (
+    JAVA_TYPES,
+    JS_TYPES,
+    LIST_TYPES,
+    java_value,
+    js_value,
+)
 from tiered_router.evaluation.dataset import Dataset
 from tiered_router.gate import lift_text_tool_calls
 from tiered_router.turn import ToolCall
@@ -60,52 +67,58 @@ def _same(got: Any, want: Any, *, nested: bool = False) -> bool:
             and all(_same(g, w, nested=True) for g, w in zip(got, want, strict=True))
         )
     if isinstance(want, Mapping):
-        if not isinstance(got, Mapping) or not set(got) <= set(want):
-            return False
-        for key, options in want.items():
-            accepted = options if isinstance(options, list) else [options]
-            if key not in got:
-                if "" not in accepted:
-                    return False
-            elif not any(_same(got[key], a, nested=True) for a in accepted if a != ""):
-                return False
-        return True
+        return _same_dict(got, want, nested=True)
     return bool(got == want)
+
+
+def _same_dict(got: Any, want: Mapping[str, Any], *, nested: bool) -> bool:
+    """A dict against each key's accepted values (``""`` among them: the key is optional)."""
+    if not isinstance(got, Mapping) or not set(got) <= set(want):
+        return False
+    for key, options in want.items():
+        accepted = options if isinstance(options, list) else [options]
+        if key not in got:
+            if "" not in accepted:
+                return False
+        elif not any(_same(got[key], a, nested=nested) for a in accepted if a != ""):
+            return False
+    return True
 
 
 def _accepted(got: Any, options: Sequence[Any]) -> bool:
     if isinstance(got, Mapping) and options and isinstance(options[0], Mapping):
-        # a dict parameter: each key's accepted values, "" for an optional key
-        want = options[0]
-        if not set(got) <= set(want):
-            return False
-        for key, accepted in want.items():
-            if key not in got:
-                if "" not in accepted:
-                    return False
-            elif not any(_same(got[key], a) for a in accepted if a != ""):
-                return False
-        return True
+        return _same_dict(got, options[0], nested=False)  # a dict parameter
     return any(_same(got, a) for a in options if a != "" or got == "")
+
+
+def _call_arguments(call: ToolCall, spec: Any) -> dict[str, Any] | None:
+    """The call's arguments when they are an object holding every required parameter."""
+    try:
+        args = call.parsed_arguments()
+    except ValueError:
+        return None
+    if not isinstance(args, dict):
+        return None
+    required = spec.get("parameters", {}).get("required", []) if isinstance(spec, Mapping) else []
+    return None if any(r not in args for r in required) else args
+
+
+def _optional_left_out(args: Mapping[str, Any], params: Mapping[str, Sequence[Any]]) -> bool:
+    """Whether every accepted parameter the call leaves out may be left out."""
+    return all(k in args or "" in accepted for k, accepted in params.items())
 
 
 def _one(call: ToolCall, name: str, params: Mapping[str, Sequence[Any]], spec: Any) -> bool:
     want = name.replace(".", "_")
     if call.name != want and not call.name.endswith("_" + want):
         return False
-    try:
-        args = call.parsed_arguments()
-    except ValueError:
-        return False
-    if not isinstance(args, dict):
-        return False
-    required = spec.get("parameters", {}).get("required", []) if isinstance(spec, Mapping) else []
-    if any(r not in args for r in required):
+    args = _call_arguments(call, spec)
+    if args is None:
         return False
     for key, value in args.items():
         if key not in params or not _accepted(value, params[key]):
             return False
-    return all(k in args or "" in accepted for k, accepted in params.items())
+    return _optional_left_out(args, params)
 
 
 def judge(
@@ -167,186 +180,6 @@ def _match(calls: list[ToolCall], expected: list[tuple[str, Any, Any]]) -> bool:
     return False
 
 
-# --- Java and JavaScript ---------------------------------------------------------------------
-#
-# BFCL sends Java / JavaScript parameters as strings holding the language's literal, and its
-# checker turns each string into a Python value by the declared type before comparing it
-# with the accepted answers; a string that does not read as the declared type stays a string
-# (then it passes only where the accepted answer is a string: a variable name). Behaviour
-# reproduced from BFCL's ``java_type_converter`` / ``js_type_converter`` and
-# ``simple_function_checker`` at the data's pinned commit (de8307b4).
-
-_JAVA_TYPES: dict[str, type] = {
-    "byte": int, "short": int, "integer": int, "long": int, "float": float, "double": float,
-    "boolean": bool, "char": str, "Array": list, "ArrayList": list, "HashMap": dict,
-    "String": str, "any": str,
-}  # fmt: skip
-_JS_TYPES: dict[str, type] = {
-    "String": str, "integer": int, "float": float, "Bigint": int, "Boolean": bool,
-    "dict": dict, "array": list, "any": str,
-}  # fmt: skip
-_LISTS = frozenset({"Array", "ArrayList", "array"})
-_INT = re.compile(r"-?\d+")
-_JAVA_FLOAT = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?[fF]")
-_JAVA_DOUBLE = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?")
-_JAVA_LONG = re.compile(r"-?\d+[lL]")
-_JS_FLOAT = re.compile(r"-?\d+(\.\d+)?")
-_JS_BIGINT = re.compile(r"-?\d+n")
-
-
-def _unquote(text: str, quotes: str) -> str | None:
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in quotes:
-        return text[1:-1]
-    return None
-
-
-def _java_literal(text: str) -> Any:
-    """A Java element read without its declared type (BFCL's ``parse_java_value``)."""
-    if text in ("true", "false"):
-        return text == "true"
-    if text.startswith('"') and text.endswith('"'):
-        return text[1:-1]
-    if _JAVA_LONG.fullmatch(text):
-        return int(text[:-1])
-    if _JAVA_FLOAT.fullmatch(text):
-        return float(text[:-1])
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _java_elements(parts: Sequence[str], nested: str | None, *, quoted: bool) -> list[Any]:
-    out: list[Any] = []
-    for part in parts:
-        part = part.strip()
-        if quoted and nested in ("char", "String"):
-            out.append(part[1:-1])
-        else:
-            out.append(_java_value(part, nested) if nested else _java_literal(part))
-    return out
-
-
-def _java_value(text: str, declared: str, nested: str | None = None) -> Any:
-    """A Java literal read as ``declared`` (BFCL's ``java_type_converter``)."""
-    if declared in ("byte", "short", "integer"):
-        return int(text) if _INT.fullmatch(text) else text
-    if declared == "float":
-        return float(text[:-1]) if _JAVA_FLOAT.fullmatch(text) else text
-    if declared == "double":
-        return float(text) if _JAVA_DOUBLE.fullmatch(text) else text
-    if declared == "long":
-        return int(text[:-1]) if _JAVA_LONG.fullmatch(text) else text
-    if declared == "boolean":
-        return text == "true" if text in ("true", "false") else text
-    if declared == "ArrayList":
-        found = re.search(r"new\s+ArrayList<\w*>\(Arrays\.asList\((.+?)\)\)", text)
-        if found:
-            return _java_elements(found.group(1).split(","), nested, quoted=True)
-        found = re.search(r"new\s+ArrayList<\w*>\(\)\s*\{\{\s*(.+?)\s*\}\}", text, re.DOTALL)
-        if found:
-            added = re.findall(r"add\((.+?)\)", found.group(1))
-            return _java_elements(added, nested, quoted=True)
-        return [] if re.search(r"new\s+ArrayList<\w*>\(\)", text) else text
-    if declared == "Array":
-        found = re.search(r"new\s+\w+\[\]\s*\{(.*?)\}", text)
-        if not found:
-            return text
-        parts = [p for p in found.group(1).split(",") if p.strip()]
-        return _java_elements(parts, nested, quoted=False)
-    if declared == "HashMap":
-        found = re.search(
-            r"new\s+HashMap<.*?>\s*\(\)\s*\{\s*\{?\s*(.*?)\s*\}?\s*\}", text, re.DOTALL
-        )
-        if found:
-            puts = re.findall(r"put\(\"(.*?)\",\s*(.*?)\)", found.group(1))
-            return {key: _java_literal(value.strip()) for key, value in puts}
-        return {} if re.search(r"new\s+HashMap<.*?>\s*\(\)", text) else text
-    return text  # String, char, any: the text as written
-
-
-def _js_literal(text: str) -> Any:
-    """A JavaScript element read without its declared type (BFCL's ``parse_js_value``)."""
-    text = text.strip()
-    if text in ("true", "false"):
-        return text == "true"
-    unquoted = _unquote(text, "\"'")
-    if unquoted is not None:
-        return unquoted
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _js_array(code: str, nested: str | None) -> Any:
-    rows = re.match(
-        r"\[\s*\[.*?\]\s*(,\s*\[.*?\]\s*)*\]|\bnew\s+Array\(\s*\[.*?\]\s*(,\s*\[.*?\]\s*)*\)", code
-    )
-    if rows:
-        inner = re.findall(r"\[(.*?)\]", rows.group(0))
-        out = []
-        for i, row in enumerate(inner):
-            row = row.strip()
-            if i == 0 and row.startswith("["):
-                row = row[1:]
-            out.append([_js_literal(e) for e in row.split(",")])
-        return out
-    flat = re.match(r"\[(.*?)\]|\bnew\s+Array\((.*?)\)", code)
-    if not flat:
-        return code
-    body = (flat.group(1) if flat.group(1) is not None else flat.group(2) or "").strip()
-    parts = body.split(",") if body else []
-    if nested:
-        return [_js_value(p.strip(), nested) for p in parts]
-    return [_js_literal(p) for p in parts]
-
-
-def _js_dict(code: str) -> Any:
-    if code == "{}":
-        return {}
-    found = re.match(r"\{(.*?)\}", code)
-    if not found:
-        return code
-    out: dict[str, Any] = {}
-    for key, value in re.findall(r"([^:]+):\s*(.*?)(?:,\s*(?=[^,]+:)|$)", found.group(1)):
-        key, value = key.strip().strip("'\""), value.strip()
-        if value.startswith("[") and value.endswith("]"):
-            out[key] = _js_array(value, None)
-        elif value.startswith("{") and value.endswith("}"):
-            out[key] = _js_dict(value)
-        else:
-            out[key] = _js_literal(value.strip("'\""))
-    return out
-
-
-def _js_value(text: str, declared: str, nested: str | None = None) -> Any:
-    """A JavaScript literal read as ``declared`` (BFCL's ``js_type_converter``)."""
-    if declared == "String":
-        unquoted = _unquote(text, "\"'")
-        return text if unquoted is None else unquoted
-    if declared == "integer":
-        return int(text) if _INT.fullmatch(text) else text
-    if declared == "float":
-        return float(text) if _JS_FLOAT.fullmatch(text) else text
-    if declared == "Bigint":
-        return int(text[:-1]) if _JS_BIGINT.fullmatch(text) else text
-    if declared == "Boolean":
-        return text == "true" if text in ("true", "false") else text
-    if declared == "array":
-        try:
-            return _js_array(text.strip(), nested)
-        except (ValueError, IndexError):
-            return text.strip()
-    if declared == "dict":
-        return _js_dict(text.strip())
-    return text  # any
-
-
 def _std_all(values: Sequence[Any]) -> list[Any]:
     return [_std(v) if isinstance(v, str) else v for v in values]
 
@@ -398,13 +231,13 @@ def _dict_matches(got: Any, accepted: Sequence[Any]) -> bool:
 def _typed_value_ok(
     value: Any, accepted: Sequence[Any], prop: Mapping[str, Any], language: str
 ) -> bool:
-    types = _JAVA_TYPES if language == "java" else _JS_TYPES
-    convert = _java_value if language == "java" else _js_value
+    types = JAVA_TYPES if language == "java" else JS_TYPES
+    convert = java_value if language == "java" else js_value
     declared = str(prop.get("type"))
     if declared not in types or not isinstance(value, str):
         return False  # BFCL: type_error:java / type_error:js (or a type it cannot convert)
     want, nested = types[declared], None
-    if declared in _LISTS:
+    if declared in LIST_TYPES:
         inner = str(prop.get("items", {}).get("type"))
         nested = types.get(inner)
         value = convert(value, declared, inner)
@@ -443,18 +276,12 @@ def _typed_call(
     language: str,
     prompt_mode: bool,
 ) -> bool:
-    want = name.replace(".", "_")
-    if call.name != want or not isinstance(spec, Mapping):
+    if call.name != name.replace(".", "_") or not isinstance(spec, Mapping):
         return False
-    try:
-        args = call.parsed_arguments()
-    except ValueError:
-        return False
-    if not isinstance(args, dict):
+    args = _call_arguments(call, spec)
+    if args is None:
         return False
     props = spec.get("parameters", {}).get("properties", {})
-    if any(r not in args for r in spec.get("parameters", {}).get("required", [])):
-        return False
     for key, value in args.items():
         if key not in props or key not in params:
             return False
@@ -462,7 +289,7 @@ def _typed_call(
             value = repr(value) if not isinstance(value, bool) else str(value).lower()
         if not _typed_value_ok(value, params[key], props[key], language):
             return False
-    return all(k in args or "" in accepted for k, accepted in params.items())
+    return _optional_left_out(args, params)
 
 
 def load_questions(data_dir: Path) -> dict[str, dict[str, Any]]:
