@@ -52,6 +52,25 @@ def make_policy(
     return policy
 
 
+def doubles_policy(**sections: Any) -> dict[str, Any]:
+    """A two-tier policy for routers whose backends are in-process doubles.
+
+    Pass the doubles as ``Router(..., backends={"fast": ..., "frontier": ...})``; the
+    backends declared here (an address nothing listens on) are replaced and never called.
+    ``sections`` add or replace top-level sections (``gate``, ``scoring``, ...).
+    """
+    nowhere = "http://127.0.0.1:9/v1"
+    return {
+        "version": 1,
+        "backends": {
+            "fast": {"type": "openai", "model": "f", "base_url": nowhere},
+            "frontier": {"type": "openai", "model": "F", "base_url": nowhere},
+        },
+        "tiers": {"fast": "fast", "frontier": "frontier"},
+        **sections,
+    }
+
+
 def easy_turn(**kw: Any) -> Turn:
     return Turn([{"role": "user", "content": "Say hi."}], **kw)
 

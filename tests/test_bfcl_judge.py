@@ -132,12 +132,13 @@ def test_a_fenced_java_answer_is_labelled_as_bfcl_would_without_the_fence() -> N
 
 
 DATA = find_data_dir()
-
-
-@pytest.mark.skipif(
+NEEDS_BFCL = pytest.mark.skipif(
     DATA is None or not (Path(DATA) / "bfcl_v1_results").is_dir(),
     reason="../shared/data/bfcl_v1_results is not here",
 )
+
+
+@NEEDS_BFCL
 def test_the_judge_agrees_with_every_label_bfcl_gave() -> None:
     from tiered_router.evaluation.sources import load_bfcl
 
@@ -156,10 +157,7 @@ def test_the_judge_agrees_with_every_label_bfcl_gave() -> None:
     assert judged > 6000 and agree == judged
 
 
-@pytest.mark.skipif(
-    DATA is None or not (Path(DATA) / "bfcl_v1_results").is_dir(),
-    reason="../shared/data/bfcl_v1_results is not here",
-)
+@NEEDS_BFCL
 def test_the_loader_labels_fenced_calls_by_judging_them_and_keeps_their_text() -> None:
     from tiered_router.evaluation.sources import load_bfcl
 

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from routerkit import doubles_policy
 
 from tiered_router import BackendTimeout, Completion, MemorySink, Router, ToolCall, Turn
 from tiered_router.backends import CompletionRequest
 from tiered_router.testing import FunctionBackend, ScriptedBackend
 
-POLICY = {
-    "version": 1,
-    "backends": {
-        "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
-        "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
-    },
-    "tiers": {"fast": "fast", "frontier": "frontier"},
-    "resilience": {"retry": {"base_s": 0.0, "max_s": 0.0}},
-}
+POLICY = doubles_policy(resilience={"retry": {"base_s": 0.0, "max_s": 0.0}})
 
 
 def test_scripted_backends_drive_escalation_and_are_used_up() -> None:

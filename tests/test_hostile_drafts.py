@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from routerkit import doubles_policy
 
 from tiered_router import Completion, Router, Turn
 from tiered_router._limits import JSONTooDeep
@@ -83,16 +84,10 @@ def test_the_prompted_tools_reader_returns_on_a_looping_reply(fragment: str) -> 
 def test_a_routed_turn_whose_draft_is_nested_json_escalates_instead_of_raising() -> None:
     fast = ScriptedBackend("fast", [Completion(text='{"a": [' * 8_000, finish_reason="stop")])
     frontier = ScriptedBackend("frontier", [Completion(text="It is sunny in Paris.")])
-    policy = {
-        "version": 1,
-        "backends": {
-            "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
-            "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"type": "heuristic", "threshold": 1.0},
-        "gate": {"checks": ["non_empty", "json_schema", "tool_arguments", "repetition"]},
-    }
+    policy = doubles_policy(
+        scoring={"type": "heuristic", "threshold": 1.0},
+        gate={"checks": ["non_empty", "json_schema", "tool_arguments", "repetition"]},
+    )
     router = Router(policy, backends={"fast": fast, "frontier": frontier})
     result = router.complete(_turn())
     assert result.completion.text == "It is sunny in Paris."
@@ -183,16 +178,10 @@ def _random_draft(rng: random.Random) -> Completion:
 def _fuzz_router(draft: Completion) -> Router:
     fast = ScriptedBackend("fast", [draft])
     frontier = ScriptedBackend("frontier", [Completion(text="It is sunny.")])
-    policy = {
-        "version": 1,
-        "backends": {
-            "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
-            "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"type": "heuristic", "threshold": 1.0},
-        "gate": {"checks": list(GateConfig().checks)},
-    }
+    policy = doubles_policy(
+        scoring={"type": "heuristic", "threshold": 1.0},
+        gate={"checks": list(GateConfig().checks)},
+    )
     return Router(policy, backends={"fast": fast, "frontier": frontier})
 
 

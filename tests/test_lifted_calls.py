@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from routerkit import doubles_policy
 
 from tiered_router import Completion, MemorySink, Router, ToolCall, Turn
 from tiered_router.engine import LIFTED_TEXT_CALLS
@@ -30,16 +31,7 @@ WEATHER = {
 
 
 def _policy(**gate: Any) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "backends": {
-            "fast": {"type": "openai", "model": "f", "base_url": "http://127.0.0.1:9/v1"},
-            "frontier": {"type": "openai", "model": "F", "base_url": "http://127.0.0.1:9/v1"},
-        },
-        "tiers": {"fast": "fast", "frontier": "frontier"},
-        "scoring": {"type": "heuristic", "threshold": 1.0},
-        "gate": gate,
-    }
+    return doubles_policy(scoring={"type": "heuristic", "threshold": 1.0}, gate=gate)
 
 
 def _turn() -> Turn:
