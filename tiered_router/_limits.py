@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "JSONTooDeep", "check_depth", "loads"]
+__all__ = ["MAX_JSON_DEPTH", "JSONTooDeep", "brackets", "check_depth", "loads"]
 
 MAX_JSON_DEPTH = 128
 """Deepest nesting of objects and arrays accepted (OpenAI's own limit on schemas is 5-10)."""
@@ -23,7 +23,8 @@ class JSONTooDeep(ValueError):
     """A JSON document nested deeper than the limit."""
 
 
-def _brackets(data: str | bytes) -> int:
+def brackets(data: str | bytes) -> int:
+    """How many ``{`` and ``[`` the text holds: no document nests deeper than that."""
     if isinstance(data, bytes):
         return data.count(b"{") + data.count(b"[")
     return data.count("{") + data.count("[")
@@ -62,6 +63,6 @@ def loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         value = _json.loads(data)
     except RecursionError as exc:
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from exc
-    if _brackets(data) > max_depth:
+    if brackets(data) > max_depth:
         check_depth(value, max_depth)
     return value

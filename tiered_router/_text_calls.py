@@ -218,7 +218,14 @@ def parse_text_tool_calls(
         calls[0].name, calls[0].arguments     # ("get_weather", '{"city": "Paris"}')
         ```
     """
-    body = _after_thinking(text)[1].strip()
+    return _answer_calls(_after_thinking(text)[1], tools)
+
+
+def _answer_calls(
+    answer: str, tools: Sequence[ToolSpec | Mapping[str, Any] | str]
+) -> tuple[ToolCall, ...] | None:
+    """:func:`parse_text_tool_calls` of the text after any leading thinking block."""
+    body = answer.strip()
     if not body or not tools or ("(" not in body and "{" not in body and "<" not in body):
         return None
     specs = tool_specs(tools)
@@ -261,10 +268,10 @@ def lift_text_tool_calls(completion: Completion, turn: Turn) -> Completion:
         return completion
     if turn.params.get("tool_choice") == "none":
         return completion
-    calls = parse_text_tool_calls(completion.text, turn.tools)
+    thinking, answer = _after_thinking(completion.text)
+    calls = _answer_calls(answer, turn.tools)
     if not calls:
         return completion
-    thinking = _after_thinking(completion.text)[0]
     return replace(
         completion,
         text="",

@@ -113,7 +113,7 @@ def _label_text_calls(row: EvalRow, question: Mapping[str, Any], counts: Counter
     on those calls (:mod:`tiered_router.evaluation._bfcl_judge`). The text is kept as
     recorded: the gate still sees what the model wrote.
     """
-    outcomes = dict(row.outcomes)
+    outcomes: dict[str, Outcome] = {}
     for model, outcome in row.outcomes.items():
         if outcome.tool_calls or not outcome.text or outcome.quality >= 0.5:
             continue
@@ -127,7 +127,9 @@ def _label_text_calls(row: EvalRow, question: Mapping[str, Any], counts: Counter
         counts["right" if label else "wrong"] += 1
         if label:
             outcomes[model] = dataclasses.replace(outcome, quality=1.0)
-    return dataclasses.replace(row, outcomes=outcomes) if outcomes != dict(row.outcomes) else row
+    if not outcomes:
+        return row
+    return dataclasses.replace(row, outcomes={**row.outcomes, **outcomes})
 
 
 def _bfcl_messages(question: Any) -> list[dict[str, Any]]:

@@ -98,7 +98,7 @@ def parse_json(text: str) -> Any:
             raise _limits.JSONTooDeep(
                 f"JSON nested deeper than {_limits.MAX_JSON_DEPTH} levels"
             ) from exc
-    if text.count("[") + text.count("{") > _limits.MAX_JSON_DEPTH:
+    if _limits.brackets(text) > _limits.MAX_JSON_DEPTH:
         _limits.check_depth(value)  # deeper documents break the recursive walks that follow
     return value
 
