@@ -14,9 +14,10 @@ lists a model family that was not looked at while tuning: its figures are printe
 
 Answers BFCL failed only because its decoder could not read them (calls in a Markdown
 fence) but that the gate reads as calls are judged again, as calls, by
-``tiered_router/evaluation/_bfcl_judge.py`` (a re-implementation of BFCL's AST checker, Java and JavaScript type conversions included,
-that agrees with BFCL's labels on every answer BFCL judged); the few it cannot read either
-are counted apart (``unjudged text calls``).
+``tiered_router/evaluation/_bfcl_judge.py`` (a re-implementation of BFCL's AST checker,
+Java and JavaScript type conversions included, that agrees with BFCL's labels on every
+answer BFCL judged); the few it cannot read either are counted apart (``unjudged text
+calls``).
 
 Besides BFCL's own categories, three kinds of probes are built from the same rows:
 
