@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from routerkit import doubles_policy
+from routerkit import doubles_policy, make_policy, tracked
 
 from tiered_router import Completion, Router, Turn
 from tiered_router._limits import JSONTooDeep
@@ -22,7 +22,7 @@ from tiered_router.backends._prompted_tools import render_tool_call
 from tiered_router.gate import QualityGate, lift_text_tool_calls
 from tiered_router.gate._schema import parse_json
 from tiered_router.policy import GateConfig
-from tiered_router.testing import ScriptedBackend
+from tiered_router.testing import Reply, ScriptedBackend, ScriptedServer
 from tiered_router.turn import ToolCall
 
 WEATHER = {
@@ -202,3 +202,31 @@ async def test_random_drafts_stream_to_the_end() -> None:
     for _ in range(300):
         chunks = [chunk async for chunk in _fuzz_router(_random_draft(rng)).astream(_turn())]
         assert chunks
+
+
+# -- over real HTTP: the scripted OpenAI-compatible server, the real backend ------------------
+
+
+@pytest.mark.parametrize("draft", ['{"a": [' * 8_000, "<function=get_weather>" * 10_000])
+def test_over_http_a_looping_draft_escalates_and_the_turn_completes(
+    server: ScriptedServer, draft: str
+) -> None:
+    server.script([Reply.text(draft)], model="fast-model")
+    server.script([Reply.text("It is sunny in Paris.")], model="frontier-model")
+    router = tracked(Router(make_policy(server, scoring={"threshold": 1.0})))
+    result = router.complete(_turn())
+    assert result.tier == "frontier" and result.escalated
+    assert result.completion.text == "It is sunny in Paris."
+    fast = result.trace.attempts[0]
+    assert fast.verdict is not None and not fast.verdict.passed
+
+
+@pytest.mark.anyio
+async def test_over_http_a_looping_draft_streams_the_frontier_answer(
+    server: ScriptedServer,
+) -> None:
+    server.script([Reply.text('{"a": [' * 8_000)], model="fast-model")
+    server.script([Reply.text("It is sunny in Paris.")], model="frontier-model")
+    router = tracked(Router(make_policy(server, scoring={"threshold": 1.0})))
+    text = "".join([chunk.text async for chunk in router.astream(_turn())])
+    assert text == "It is sunny in Paris."
