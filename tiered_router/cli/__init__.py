@@ -1,4 +1,4 @@
-"""The ``tiered-router`` command line: validate, explain, run, serve, eval, calibrate, demo.
+"""The ``tiered-router`` command line: validate, explain, run, serve, eval, fit-scorer, demo.
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
@@ -37,11 +37,12 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _policy_cmds
+    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _fit_cmds, _policy_cmds
 
     app.callback()(_root_callback())
     _policy_cmds.register(app)
     _eval_cmds.register(app)
+    _fit_cmds.register(app)
     _dataset_cmds.register(app)
     _demo.register(app)
     return app

@@ -1,0 +1,124 @@
+"""``tiered-router fit-scorer``: fit the learned scorer on your recorded traffic, checked first.
+
+Cross-validates the learned scorer on a dataset of both tiers' recorded outcomes, compares
+it with prompt length, random and the policy's current scorer on the same rows, and (with
+``--output``) writes the weights fitted on every row. The work is
+:func:`tiered_router.evaluation.scorer_fit.fit_scorer`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tiered_router.cli._eval_cmds import _DATA_HELP, _fail, _load
+
+if TYPE_CHECKING:
+    from tiered_router.evaluation.scorer_fit import ScorerFitReport
+
+__all__ = ["register"]
+
+
+def _num(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.3f}"
+
+
+def _print_report(report: ScorerFitReport, output: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(
+        title=f"scorers on {report.dataset} ({report.rows} turns, {report.folds}-fold "
+        "cross-validation)",
+        caption=f"fast = {report.fast_model} (mean label {report.q_fast:.3f}), "
+        f"frontier = {report.frontier_model} ({report.q_frontier:.3f})",
+    )
+    table.add_column("router")
+    table.add_column("APGR", justify="right")
+    table.add_column("95 % interval", justify="right")
+    table.add_column("fitted minus it [95 %]", justify="right")
+    for name, value in report.apgr.items():
+        low_high = report.intervals.get(name)
+        interval = f"{_num(low_high[0])} to {_num(low_high[1])}" if low_high else ""
+        diff = report.differences.get(name)
+        delta = f"{diff[0]:+.3f} [{_num(diff[1])}, {_num(diff[2])}]" if diff else ""
+        label = "fitted (learned, out of fold)" if name == "fitted" else name
+        table.add_row(label, _num(value), interval, delta)
+    console.print(table)
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"verdict: {report.verdict}")
+    if output is not None:
+        typer.echo(f"wrote the scorer fitted on all {report.rows} rows to {output}; use it with")
+        typer.echo(f"  scoring: {{type: learned, options: {{path: {output}}}}}")
+        typer.echo(
+            "and pick its threshold with tiered-router calibrate (its scores are on another "
+            "scale than your current scorer's)"
+        )
+
+
+def fit_scorer_command(
+    policy: Annotated[
+        Path | None,
+        typer.Argument(help="Policy whose scorer to compare with (default: the bundled one)."),
+    ] = None,
+    data: Annotated[str | None, typer.Option("--data", "-d", help=_DATA_HELP)] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the weights fitted on every row here (JSON)."),
+    ] = None,
+    fast_model: Annotated[
+        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
+    ] = None,
+    frontier_model: Annotated[
+        str | None,
+        typer.Option("--frontier-model", help="Recorded model for the frontier tier."),
+    ] = None,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="Cross-validation folds.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and bootstrap.")] = 0,
+    bootstrap: Annotated[
+        int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for the intervals.")
+    ] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Fit the learned scorer on recorded outcomes of both tiers; compare it before you switch."""
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.scorer_fit import fit_scorer
+    from tiered_router.scoring import build_scorer
+
+    loaded, dataset = _load(policy, data, fast_model, frontier_model)
+    try:
+        current = build_scorer(loaded.scoring)
+    except ValueError as exc:
+        raise _fail(f"policy scoring: {exc}") from exc
+    try:
+        report = fit_scorer(
+            dataset,
+            compare={f"current ({loaded.scoring.type})": current},
+            folds=folds,
+            seed=seed,
+            bootstrap=bootstrap,
+        )
+    except (DatasetError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    if output is not None:
+        try:
+            report.model.save(output)
+        except OSError as exc:
+            raise _fail(f"--output: cannot write {output}: {exc.strerror or exc}") from exc
+    if as_json:
+        out = report.to_dict()
+        out["output"] = None if output is None else str(output)
+        typer.echo(json.dumps(out, indent=2))
+        return
+    _print_report(report, output)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``fit-scorer`` command to ``app``."""
+    app.command("fit-scorer")(fit_scorer_command)
