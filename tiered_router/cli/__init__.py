@@ -1,4 +1,4 @@
-"""The ``tiered-router`` command line: validate, explain, run, serve, eval, fit-scorer, demo.
+"""The ``tiered-router`` command line: validate, explain, serve, eval, calibrate, fit-scorer, demo.
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The

@@ -199,7 +199,8 @@ def cross_validated_scores(
     Raises:
         ValueError: As :func:`~tiered_router.scoring.learned.fit_model` does.
     """
-    from tiered_router.scoring.learned import LearnedScorer, fit_model
+    from tiered_router.scoring.learned import LearnedScorer
+    from tiered_router.scoring.learned._train import fit_model
 
     n = len(turns)
     out = [0.0] * n
@@ -273,7 +274,7 @@ def fit_scorer(
             :data:`MIN_ROWS` rows with both outcomes, or fewer tasks than folds.
         ValueError: On a bad ``folds``, ``bootstrap`` or fit setting.
     """
-    from tiered_router.scoring.learned import fit_model
+    from tiered_router.scoring.learned._train import fit_model
 
     fast, frontier = dataset.fast_model, dataset.frontier_model
     if not fast or not frontier:
