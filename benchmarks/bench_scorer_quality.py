@@ -126,6 +126,12 @@ def held_out_scores(
     return out
 
 
+def _random_scores(n: int, seed: int) -> list[float]:
+    """A random router's scores: one seeded generator for all ``n`` rows."""
+    rng = random.Random(seed)
+    return [rng.random() for _ in range(n)]
+
+
 def _interval(values: list[float]) -> tuple[float, float]:
     got = sorted(v for v in values if v == v)
     if not got:
@@ -164,9 +170,7 @@ def evaluate(
         diffs = [a - b for a, b in zip(boots["transfer"], boots["prompt length"], strict=True)]
         row["transfer - length"] = row["transfer"] - row["prompt length"]
         row["transfer - length ci"] = _interval(diffs)
-        runs = [
-            apgr_of([random.Random(s).random() for _ in rows], weak, strong) for s in range(SEEDS)
-        ]
+        runs = [apgr_of(_random_scores(len(rows), s), weak, strong) for s in range(SEEDS)]
         row["random"] = sum(runs) / SEEDS
         results.append(row)
     return results

@@ -91,6 +91,8 @@ def fit_scorer_command(
     from tiered_router.evaluation.scorer_fit import fit_scorer
     from tiered_router.scoring import build_scorer
 
+    if output is not None and not output.parent.is_dir():
+        raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
     try:
         current = build_scorer(loaded.scoring)

@@ -42,7 +42,6 @@ MIN_ROWS = 50
 """The fewest rows with both tiers' outcomes that :func:`fit_scorer` fits on."""
 
 _FEW_ROWS = 300
-_RANDOM_SEEDS = 20
 
 
 @dataclass(frozen=True)
@@ -54,18 +53,19 @@ class ScorerFitReport:
         fast_model: The fast tier's model in the data.
         frontier_model: The frontier tier's model in the data.
         rows: Rows used (both tiers' outcomes recorded).
-        skipped: Rows left out because one tier's outcome is missing.
+        skipped: Rows of ``dataset`` left out here because one tier's outcome is missing
+            (rows a loader already left out are counted in its notes, kept in ``notes``).
         folds: Cross-validation folds.
         q_fast: Mean label of the fast model on the rows.
         q_frontier: Mean label of the frontier model on the rows.
-        apgr: Out-of-fold APGR per router: ``fitted``, ``prompt length``, ``random`` (mean of
-            20 seeds) and every scorer passed in ``compare``. ``nan`` when the frontier model
+        apgr: Out-of-fold APGR per router: ``fitted``, ``prompt length``, ``random`` (its expected
+            APGR, 0.5) and every scorer passed in ``compare``. ``nan`` when the frontier model
             is not better than the fast one on these rows.
         intervals: 95 % bootstrap interval of each APGR but ``random``.
         differences: ``fitted`` minus each other router (but ``random``): the difference of
             APGR and its paired 95 % bootstrap interval, as ``(difference, low, high)``.
         model: The learned model fitted on every row (save it with ``model.save(path)``).
-        notes: Caveats (few rows, an undefined APGR, ...).
+        notes: The dataset's own notes, then caveats (few rows, an undefined APGR, ...).
     """
 
     dataset: str
@@ -330,11 +330,9 @@ def fit_scorer(
         diffs = [a - b for a, b in zip(boots["fitted"], boots[name], strict=True)]
         low, high = _interval(diffs)
         differences[name] = (values["fitted"] - values[name], low, high)
-    runs = [
-        _apgr([random.Random(s).random() for _ in rows], weak, strong) for s in range(_RANDOM_SEEDS)
-    ]
-    values["random"] = math.fsum(runs) / len(runs)
-    notes = []
+    # a random router's expected curve is the line from all-fast to all-frontier: APGR 0.5
+    values["random"] = math.nan if math.isnan(values["fitted"]) else 0.5
+    notes = list(dataset.notes)
     if skipped:
         notes.append(f"{skipped} rows without outcomes of both models were left out")
     if n < _FEW_ROWS:
