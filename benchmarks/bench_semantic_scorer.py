@@ -2,6 +2,7 @@
 
     pip install wordllama           # not a dependency of tiered_router: this is a trial
     cd /work/main && PYTHONPATH=. python benchmarks/bench_semantic_scorer.py [--json]
+    cd /work/main && PYTHONPATH=. python benchmarks/bench_semantic_scorer.py --in-source
 
 Issue 8 asked to try a small sentence-embedding model that ships inside a package from the
 package index. ``wordllama`` (MIT) carries its 256-dimension ``l2_supercat`` weights
@@ -21,6 +22,12 @@ source held out in turn, the heads fitted on every other source:
   ``ln(1 + prompt characters)``;
 - ``+transfer`` / ``+length``: the sum of the head's rank and the rank of the transfer
   scorer (fitted on the same other sources) or of prompt length, within the held-out pair.
+
+``--in-source`` asks the question of ``bench_scorer_fit.py`` instead (a scorer fitted on a
+source's own rows, as ``tiered-router fit-scorer`` does): per pair, the rows dealt into 5
+folds (``fold_of``, seed 0), each scored by models fitted on the pair's other folds only:
+``learned`` (``cross_validated_scores``), ``ridge`` (as above), their rank sum, and
+``stack`` (ridge on the embedding, ``ln`` length and the learned out-of-fold score).
 
 APGR per pair as in ``bench_scorer_quality.py`` (plain score-threshold router), and the mean
 over the 10 pairs where it is defined. ``--latency`` also times one embedding of a focus
@@ -113,6 +120,47 @@ def run(examples: list[Example], embed: Any) -> dict[str, dict[str, float]]:
     return results
 
 
+def run_in_source(examples: list[Example], embed: Any) -> dict[str, dict[str, float]]:
+    """APGR per pair of the learned and embedding heads fitted on the pair's other folds."""
+    import numpy as np
+
+    from tiered_router.evaluation.scorer_fit import cross_validated_scores, fold_of
+
+    emb = np.asarray(embed([focus_text(e.turn) for e in examples], norm=True), dtype=np.float64)
+    results: dict[str, dict[str, float]] = {}
+    for pair in dict.fromkeys(e.pair for e in examples):
+        idx = [i for i, e in enumerate(examples) if e.pair == pair]
+        rows = [examples[i] for i in idx]
+        weak, strong = [e.weak for e in rows], [e.strong for e in rows]
+        fold = fold_of([f"{e.source}:{e.id}" for e in rows], folds=5, seed=0)
+        learned = np.array(
+            cross_validated_scores(
+                [e.turn for e in rows], strong=strong, weak=weak, fold=fold, seed=0
+            )
+        )
+        gain = np.array(strong) - np.array(weak)
+        length = np.array([math.log1p(e.turn.prompt_chars) for e in rows])
+        base = [emb[idx], length[:, None], np.ones((len(rows), 1))]
+        designs = {"ridge": np.hstack(base), "stack": np.hstack([*base, learned[:, None]])}
+        heads = {name: np.zeros(len(rows)) for name in designs}
+        folds = np.array(fold)
+        for k in range(5):
+            train, test = folds != k, folds == k
+            target = gain[train] - gain[train].mean()
+            for name, x in designs.items():
+                a = x[train]
+                w = np.linalg.solve(a.T @ a + 10.0 * np.eye(a.shape[1]), a.T @ target)
+                heads[name][test] = x[test] @ w
+        scores = {
+            "learned": learned,
+            "ridge": heads["ridge"],
+            "learned+ridge": _rank(learned) + _rank(heads["ridge"]),
+            "stack": heads["stack"],
+        }
+        results[pair] = {name: apgr_of(list(s), weak, strong) for name, s in scores.items()}
+    return results
+
+
 def latency(examples: list[Example], embed: Any) -> dict[str, float]:
     """Wall time of one embedding, in microseconds: p50, p99 over every 20th row."""
     times = []
@@ -137,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--in-source", action="store_true")
     opts = parser.parse_args(argv)
     data_dir = opts.data_dir or find_data_dir()
     if data_dir is None:
@@ -151,14 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     if opts.latency:
         print(json.dumps(latency(examples, embed)))
         return 0
-    results = run(examples, embed)
+    results = run_in_source(examples, embed) if opts.in_source else run(examples, embed)
     names = list(next(iter(results.values())))
-    defined = [r for r in results.values() if r["transfer"] == r["transfer"]]
+    key = names[0]
+    defined = [r for r in results.values() if r[key] == r[key]]
     means = {n: sum(r[n] for r in defined) / len(defined) for n in names}
     if opts.json:
         print(json.dumps({"pairs": results, "mean": means}, indent=1))
         return 0
-    print("| held-out pair | " + " | ".join(names) + " |")
+    title = "pair (folds of its own rows)" if opts.in_source else "held-out pair"
+    print(f"| {title} | " + " | ".join(names) + " |")
     print("| --- " * (len(names) + 1) + "|")
     for pair, row in results.items():
         print(f"| {pair} | " + " | ".join(f"{row[n]:.3f}" for n in names) + " |")

@@ -45,6 +45,15 @@ def test_traces_to_dataset_to_calibrate_and_write(recorded: Path) -> None:
     assert hard and all(r.outcomes["mercury-2"].quality == 0.0 for r in hard)
     assert all(r.outcomes["gpt-5.2"].quality == 1.0 for r in hard)
 
+    # the optional step: twenty labelled turns are too few to fit a scorer, as the page says
+    fit = runner.invoke(
+        app, ["fit-scorer", "policy.yaml", "--data", "my_traffic.jsonl", "-o", "scorer.json"]
+    )
+    assert fit.exit_code == 1
+    shown = re.search(r"fit-scorer policy.yaml .*\n(error: .*)\n", PAGE.read_text("utf-8"))
+    assert shown is not None and fit.output.strip() == shown.group(1)
+    assert not (recorded / "scorer.json").exists()
+
     args = ["calibrate", "policy.yaml", "--data", "my_traffic.jsonl"]
     result = runner.invoke(app, [*args, "--target-quality-retained", "0.95", "--write", "--json"])
     assert result.exit_code == 0, result.output

@@ -271,6 +271,7 @@ def test_eval_suggests_calibrate_or_another_scorer_when_a_baseline_wins(tmp_path
     flat = " ".join(out.split())
     assert "verdict: the policy keeps LESS quality than" in flat
     assert "tiered-router calibrate" in flat and "another scorer" in flat
+    assert "tiered-router fit-scorer" in flat
 
 
 def test_eval_verdict_when_the_threshold_sends_every_turn_to_one_tier(tmp_path: Path) -> None:

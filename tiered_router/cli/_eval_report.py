@@ -150,8 +150,9 @@ def print_baselines(console: Console, result: EvalResult) -> None:
         console.print(
             f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
             "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
-            "your traffic, or another scorer (scoring.type: transfer | learned | heuristic; "
-            "docs/scoring.md).",
+            "your traffic, a scorer fitted on it (`tiered-router fit-scorer POLICY --data "
+            "YOUR_DATA -o scorer.json`), or another scorer (scoring.type: transfer | learned | "
+            "heuristic; docs/scoring.md).",
             highlight=False,
         )
     else:
