@@ -10,8 +10,8 @@ result.summary.quality_retained, result.summary.cost_saved, result.summary.apgr
 
 The dataset format is in :mod:`~tiered_router.evaluation.dataset`, the data names in
 :mod:`~tiered_router.evaluation.sources`, the metric definitions in
-:mod:`~tiered_router.evaluation.metrics`; ``tiered-router eval`` and ``calibrate`` are the
-command-line face of this package.
+:mod:`~tiered_router.evaluation.metrics`; ``tiered-router eval``, ``calibrate`` and ``fit-scorer``
+are the command-line face of this package.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tiered_router.evaluation.replay import (
 )
 from tiered_router.evaluation.report import render_html
 from tiered_router.evaluation.results import EvalResult, Summary, evaluate
+from tiered_router.evaluation.scorer_fit import ScorerFitReport, fit_scorer
 from tiered_router.evaluation.sources import (
     bundled_policy_path,
     find_data_dir,
@@ -51,6 +52,7 @@ __all__ = [
     "GateConfusion",
     "Outcome",
     "ReplayBackend",
+    "ScorerFitReport",
     "SimulatedClock",
     "Summary",
     "SweepPoint",
@@ -62,6 +64,7 @@ __all__ = [
     "cpt",
     "evaluate",
     "find_data_dir",
+    "fit_scorer",
     "load_data",
     "load_sample",
     "pgr",
