@@ -37,7 +37,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench_scorer_quality import _interval, _random_scores, apgr_of, held_out_scores
+from bench_scorer_quality import (
+    _interval,
+    _random_scores,
+    apgr_of,
+    held_out_scores,
+    resampled_apgr,
+)
 
 from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.scorer_fit import cross_validated_scores, fold_of
@@ -81,10 +87,7 @@ def run(
         boots = {}
         for router, scores in routers.items():
             row[router] = apgr_of(scores, weak, strong)
-            boots[router] = [
-                apgr_of([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s])
-                for s in samples
-            ]
+            boots[router] = resampled_apgr(scores, weak, strong, samples)
             row[f"{router} ci"] = _interval(boots[router])
         row["fitted - length"] = row["fitted"] - row["prompt length"]
         row["fitted - length ci"] = _interval(

@@ -126,6 +126,19 @@ def held_out_scores(
     return out
 
 
+def resampled_apgr(
+    scores: Sequence[float],
+    weak: Sequence[float],
+    strong: Sequence[float],
+    samples: Sequence[Sequence[int]],
+) -> list[float]:
+    """APGR on each bootstrap resample (lists of row indices)."""
+    return [
+        apgr_of([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s])
+        for s in samples
+    ]
+
+
 def _random_scores(n: int, seed: int) -> list[float]:
     """A random router's scores: one seeded generator for all ``n`` rows."""
     rng = random.Random(seed)
@@ -162,10 +175,7 @@ def evaluate(
         boots: dict[str, list[float]] = {}
         for name, scores in routers.items():
             row[name] = apgr_of(scores, weak, strong)
-            boots[name] = [
-                apgr_of([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s])
-                for s in samples
-            ]
+            boots[name] = resampled_apgr(scores, weak, strong, samples)
             row[f"{name} ci"] = _interval(boots[name])
         diffs = [a - b for a, b in zip(boots["transfer"], boots["prompt length"], strict=True)]
         row["transfer - length"] = row["transfer"] - row["prompt length"]

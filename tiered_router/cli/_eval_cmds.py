@@ -35,6 +35,13 @@ _DATA_HELP = (
     "Default: the policy's replay data, else the bundled sample."
 )
 
+FastModelOption = Annotated[
+    str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
+]
+FrontierModelOption = Annotated[
+    str | None, typer.Option("--frontier-model", help="Recorded model for the frontier tier.")
+]
+
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``error: message`` on stderr; return the exit to raise (1 errors, 2 usage)."""
@@ -236,12 +243,8 @@ def eval_command(
         Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON.")] = False,
-    fast_model: Annotated[
-        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
-    ] = None,
-    frontier_model: Annotated[
-        str | None, typer.Option("--frontier-model", help="Recorded model for the frontier tier.")
-    ] = None,
+    fast_model: FastModelOption = None,
+    frontier_model: FrontierModelOption = None,
     prices: Annotated[
         str,
         typer.Option(help="Costs from the data's recorded/list prices ('data') or the policy's."),
@@ -307,13 +310,8 @@ def calibrate_command(
             "--max-cost", help="Most cost: US$ per turn (0.002) or % of all-frontier cost (40%)."
         ),
     ] = None,
-    fast_model: Annotated[
-        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
-    ] = None,
-    frontier_model: Annotated[
-        str | None,
-        typer.Option("--frontier-model", help="Recorded model for the frontier tier."),
-    ] = None,
+    fast_model: FastModelOption = None,
+    frontier_model: FrontierModelOption = None,
     write: Annotated[
         bool, typer.Option("--write", help="Update scoring.threshold in the policy file.")
     ] = False,

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tiered_router.cli._eval_cmds import _DATA_HELP, _fail, _load
+from tiered_router.cli._eval_cmds import (
+    _DATA_HELP,
+    FastModelOption,
+    FrontierModelOption,
+    _fail,
+    _load,
+)
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
@@ -72,13 +78,8 @@ def fit_scorer_command(
         Path | None,
         typer.Option("--output", "-o", help="Write the weights fitted on every row here (JSON)."),
     ] = None,
-    fast_model: Annotated[
-        str | None, typer.Option("--fast-model", help="Recorded model for the fast tier.")
-    ] = None,
-    frontier_model: Annotated[
-        str | None,
-        typer.Option("--frontier-model", help="Recorded model for the frontier tier."),
-    ] = None,
+    fast_model: FastModelOption = None,
+    frontier_model: FrontierModelOption = None,
     folds: Annotated[int, typer.Option("--folds", min=2, help="Cross-validation folds.")] = 5,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the folds and bootstrap.")] = 0,
     bootstrap: Annotated[
