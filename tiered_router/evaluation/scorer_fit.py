@@ -284,6 +284,9 @@ def fit_scorer(
         )
     if bootstrap < 0:
         raise ValueError(f"bootstrap: must be >= 0, got {bootstrap}")
+    clash = {"fitted", "prompt length", "random"} & set(compare or {})
+    if clash:
+        raise ValueError(f"compare: {min(clash)!r} is a name the report uses itself")
     paired = dataset.with_pair(fast, frontier)
     rows = paired.rows
     skipped = len(dataset.rows) - len(rows)
@@ -308,8 +311,6 @@ def fit_scorer(
         "prompt length": [float(t.prompt_chars) for t in turns],
     }
     for name, scorer in (compare or {}).items():
-        if name in routers or name == "random":
-            raise ValueError(f"compare: {name!r} is a name the report uses itself")
         routers[name] = [scorer.score(t).value for t in turns]
     n = len(rows)
     values = {name: _apgr(s, weak, strong) for name, s in routers.items()}
