@@ -13,6 +13,7 @@ import math
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -577,3 +578,43 @@ def test_random_baseline_is_its_expected_apgr() -> None:
     assert r.apgr["random"] == 0.5
     flat = fit_scorer(make_dataset(labels="frontier-worse"), bootstrap=0)
     assert math.isnan(flat.apgr["random"])
+
+
+# -- the current scorer's shipped weights and the data they were trained on -----------------
+
+
+def test_cli_says_when_the_current_scorer_was_trained_on_the_data(data_file: Path) -> None:
+    seen = "shipped weights were trained on rows of this data"
+    # the bundled sample's rows were left out of the transfer scorer's training: no note
+    code, stdout, stderr = _invoke("fit-scorer", "--bootstrap", 0, "--json")
+    assert code == 0, stderr
+    assert not any(seen in note for note in json.loads(stdout)["notes"])
+    # your own file: no note
+    code, stdout, stderr = _invoke("fit-scorer", "--data", data_file, "--bootstrap", 0, "--json")
+    assert code == 0, stderr
+    assert not any(seen in note for note in json.loads(stdout)["notes"])
+
+
+def test_shipped_weights_seen_by_data_name(tmp_path: Path) -> None:
+    from tiered_router.cli._fit_cmds import _current_saw
+
+    def policy(scoring: str) -> Any:
+        path = tmp_path / "p.yaml"
+        path.write_text(
+            "version: 1\nbackends:\n  f: {model: a}\n  g: {model: b}\n"
+            f"tiers: {{fast: f, frontier: g}}\nscoring: {scoring}\n",
+            encoding="utf-8",
+        )
+        return load_policy(path)
+
+    transfer, learned = policy("{type: transfer}"), policy("{type: learned}")
+    fit_scorer(make_dataset(60), bootstrap=0).model.save(tmp_path / "w.json")
+    own = policy(f"{{type: learned, options: {{path: {tmp_path / 'w.json'}}}}}")
+    heuristic = policy("{type: heuristic}")
+    assert _current_saw(transfer, "gsm8k") and _current_saw(transfer, "bfcl:a->b")
+    assert _current_saw(transfer, "mmlu+gsm8k") and not _current_saw(transfer, "sample")
+    assert _current_saw(learned, "sample") and _current_saw(learned, "mmlu")
+    assert not _current_saw(learned, "bfcl") and not _current_saw(heuristic, "gsm8k")
+    assert not _current_saw(own, "mmlu") and not _current_saw(transfer, None)
+    (tmp_path / "gsm8k").write_text("", encoding="utf-8")  # a file of that name is yours
+    assert not _current_saw(transfer, str(tmp_path / "gsm8k"))

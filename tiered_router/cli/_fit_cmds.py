@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,8 +26,32 @@ from tiered_router.cli._eval_cmds import (
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
+    from tiered_router.policy import Policy
 
 __all__ = ["register"]
+
+
+_SEEN = (
+    "the current scorer's shipped weights were trained on rows of this data: its figures "
+    "here are in-sample (optimistic)"
+)
+
+
+def _current_saw(policy: Policy, data: str | None) -> bool:
+    """Whether the policy's scorer uses shipped weights trained on the named data's rows."""
+    from tiered_router.evaluation.sources import SOURCE_NAMES
+
+    scoring = policy.scoring
+    if data is None or Path(data).exists() or scoring.options.get("path"):
+        return False
+    names = {part.split(":")[0].strip().lower() for part in data.split("+")}
+    if not names <= set(SOURCE_NAMES):
+        return False
+    if scoring.type == "transfer":  # trained on every source but the bundled sample's rows
+        return bool(names - {"sample"})
+    if scoring.type == "learned":  # trained on RouteLLM's MMLU and GSM8K rows
+        return bool(names & {"sample", "mmlu", "gsm8k"})
+    return False
 
 
 def _num(x: float) -> str:
@@ -109,6 +134,8 @@ def fit_scorer_command(
         )
     except (DatasetError, ValueError) as exc:
         raise _fail(str(exc)) from exc
+    if _current_saw(loaded, data if data is not None else dataset.name):
+        report = replace(report, notes=(*report.notes, _SEEN))
     if output is not None:
         try:
             report.model.save(output)
