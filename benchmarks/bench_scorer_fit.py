@@ -2,6 +2,7 @@
 
     cd /work/main && PYTHONPATH=. python benchmarks/bench_scorer_fit.py [--json]
         [--data-dir DIR] [--folds 5] [--bootstrap 200] [--seed 0] [--no-curve]
+        [--hash-buckets 0] [--l2 0.01]
 
 ``bench_scorer_quality.py`` asks what a scorer trained on *other* sources does on a new
 one; this asks what a deployment gets by fitting the learned scorer on its *own* labelled
@@ -21,8 +22,10 @@ traffic, as ``tiered-router fit-scorer`` does. Protocol, per (source, model pair
 - APGR of a score-threshold router, 95 % percentile bootstrap intervals over rows
   (``--bootstrap`` resamples) and the paired interval of ``fitted - prompt length``.
 
-The learning curve (``--no-curve`` skips it) refits each fold's model on at most N rows of
-the other folds (a seeded random subset): how many labelled turns a deployment needs.
+``--hash-buckets`` and ``--l2`` change the fit's settings (``fit_model``'s; the defaults are
+the shipped ones, which ``fit-scorer`` uses). The learning curve (``--no-curve`` skips it)
+refits each fold's model on at most N rows of the other folds (a seeded random subset): how
+many labelled turns a deployment needs.
 
 Skips (exit 0, a message) when the shared data folder is absent.
 """
@@ -65,7 +68,13 @@ def _sets(examples: list[Example]) -> dict[str, tuple[list[Example], list[str]]]
 
 
 def run(
-    examples: list[Example], *, folds: int, bootstrap: int, seed: int, curve: bool
+    examples: list[Example],
+    *,
+    folds: int,
+    bootstrap: int,
+    seed: int,
+    curve: bool,
+    fit: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One result row per evaluated set."""
     transfer = held_out_scores(examples, groups=1, seed=seed, use_learned=False)["transfer"]
@@ -76,7 +85,9 @@ def run(
         strong = [e.strong for e in rows]
         fold = fold_of(groups, folds=folds, seed=seed)
         routers = {
-            "fitted": cross_validated_scores(turns, strong=strong, weak=weak, fold=fold, seed=seed),
+            "fitted": cross_validated_scores(
+                turns, strong=strong, weak=weak, fold=fold, seed=seed, **(fit or {})
+            ),
             "prompt length": [float(t.prompt_chars) for t in turns],
             "transfer (other sources)": transfer[rows[0].pair],
         }
@@ -101,7 +112,13 @@ def run(
                 if size >= train_size:
                     break
                 scores = cross_validated_scores(
-                    turns, strong=strong, weak=weak, fold=fold, train_rows=size, seed=seed
+                    turns,
+                    strong=strong,
+                    weak=weak,
+                    fold=fold,
+                    train_rows=size,
+                    seed=seed,
+                    **(fit or {}),
                 )
                 row[f"fitted on {size}"] = apgr_of(scores, weak, strong)
         results.append(row)
@@ -157,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-curve", action="store_true")
+    parser.add_argument("--hash-buckets", type=int, default=0)
+    parser.add_argument("--l2", type=float, default=0.01)
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args(argv)
     data_dir = opts.data_dir or find_data_dir()
@@ -170,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap=opts.bootstrap,
         seed=opts.seed,
         curve=not opts.no_curve,
+        fit={"hash_buckets": opts.hash_buckets, "l2": opts.l2},
     )
     if opts.json:
         print(json.dumps(results, indent=1))
