@@ -25,6 +25,7 @@ from tiered_router.gate._registry import (
     default_registry,
     register_check,
 )
+from tiered_router.gate._repetition import RepetitionCheck
 from tiered_router.gate._schema import (
     Engine,
     SchemaCache,
@@ -43,7 +44,6 @@ from tiered_router.gate._text import (
     NoRefusalCheck,
     NotTruncatedCheck,
     RegexCheck,
-    RepetitionCheck,
 )
 from tiered_router.gate._verdict import CheckFailure, Verdict
 

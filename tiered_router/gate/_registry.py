@@ -21,6 +21,7 @@ from tiered_router.gate._count import EnumeratedTargetsCheck
 from tiered_router.gate._fit import ToolFitCheck
 from tiered_router.gate._grounding import ArgumentGroundingCheck, RequestedToolsCheck
 from tiered_router.gate._redundant import RedundantToolCallsCheck
+from tiered_router.gate._repetition import RepetitionCheck
 from tiered_router.gate._structured import JsonSchemaCheck, ToolArgumentsCheck
 from tiered_router.gate._text import (
     MaxCharsCheck,
@@ -28,7 +29,6 @@ from tiered_router.gate._text import (
     NoRefusalCheck,
     NotTruncatedCheck,
     RegexCheck,
-    RepetitionCheck,
 )
 
 __all__ = ["CheckRegistry", "check_names", "default_registry", "register_check"]
