@@ -12,7 +12,7 @@ from BFCL's ``java_type_converter`` / ``js_type_converter`` at the data's pinned
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["JAVA_TYPES", "JS_TYPES", "LIST_TYPES", "java_value", "js_value"]
@@ -36,6 +36,36 @@ _JAVA_DOUBLE = re.compile(r"-?\d+(\.\d+)?([eE][+-]?\d+)?")
 _JAVA_LONG = re.compile(r"-?\d+[lL]")
 _JS_FLOAT = re.compile(r"-?\d+(\.\d+)?")
 _JS_BIGINT = re.compile(r"-?\d+n")
+_BOOLEAN = re.compile(r"true|false")
+
+
+def _suffixed(text: str) -> int:
+    return int(text[:-1])
+
+
+# a scalar type: the literal's pattern and how it reads; a literal that does not match is
+# left as the text written (BFCL's converters do the same)
+_Scalar = tuple[re.Pattern[str], Callable[[str], Any]]
+_JAVA_SCALARS: dict[str, _Scalar] = {
+    "byte": (_INT, int),
+    "short": (_INT, int),
+    "integer": (_INT, int),
+    "float": (_JAVA_FLOAT, lambda t: float(t[:-1])),
+    "double": (_JAVA_DOUBLE, float),
+    "long": (_JAVA_LONG, _suffixed),
+    "boolean": (_BOOLEAN, lambda t: t == "true"),
+}
+_JS_SCALARS: dict[str, _Scalar] = {
+    "integer": (_INT, int),
+    "float": (_JS_FLOAT, float),
+    "Bigint": (_JS_BIGINT, _suffixed),
+    "Boolean": (_BOOLEAN, lambda t: t == "true"),
+}
+
+
+def _scalar(text: str, scalar: _Scalar) -> Any:
+    pattern, read = scalar
+    return read(text) if pattern.fullmatch(text) else text
 
 
 def _unquote(text: str, quotes: str) -> str | None:
@@ -75,16 +105,8 @@ def _java_elements(parts: Sequence[str], nested: str | None, *, quoted: bool) ->
 
 def java_value(text: str, declared: str, nested: str | None = None) -> Any:
     """A Java literal read as ``declared`` (BFCL's ``java_type_converter``)."""
-    if declared in ("byte", "short", "integer"):
-        return int(text) if _INT.fullmatch(text) else text
-    if declared == "float":
-        return float(text[:-1]) if _JAVA_FLOAT.fullmatch(text) else text
-    if declared == "double":
-        return float(text) if _JAVA_DOUBLE.fullmatch(text) else text
-    if declared == "long":
-        return int(text[:-1]) if _JAVA_LONG.fullmatch(text) else text
-    if declared == "boolean":
-        return text == "true" if text in ("true", "false") else text
+    if declared in _JAVA_SCALARS:
+        return _scalar(text, _JAVA_SCALARS[declared])
     if declared == "ArrayList":
         found = re.search(r"new\s+ArrayList<\w*>\(Arrays\.asList\((.+?)\)\)", text)
         if found:
@@ -173,14 +195,8 @@ def js_value(text: str, declared: str, nested: str | None = None) -> Any:
     if declared == "String":
         unquoted = _unquote(text, "\"'")
         return text if unquoted is None else unquoted
-    if declared == "integer":
-        return int(text) if _INT.fullmatch(text) else text
-    if declared == "float":
-        return float(text) if _JS_FLOAT.fullmatch(text) else text
-    if declared == "Bigint":
-        return int(text[:-1]) if _JS_BIGINT.fullmatch(text) else text
-    if declared == "Boolean":
-        return text == "true" if text in ("true", "false") else text
+    if declared in _JS_SCALARS:
+        return _scalar(text, _JS_SCALARS[declared])
     if declared == "array":
         try:
             return _js_array(text.strip(), nested)
