@@ -63,6 +63,16 @@ _JS_SCALARS: dict[str, _Scalar] = {
 }
 
 
+def _number(text: str) -> Any:
+    """``text`` as an int, else a float, else as written (Python's reading of a number)."""
+    for number in (int, float):
+        try:
+            return number(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _scalar(text: str, scalar: _Scalar) -> Any:
     pattern, read = scalar
     return read(text) if pattern.fullmatch(text) else text
@@ -84,12 +94,7 @@ def _java_literal(text: str) -> Any:
         return int(text[:-1])
     if _JAVA_FLOAT.fullmatch(text):
         return float(text[:-1])
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
+    return _number(text)
 
 
 def _java_elements(parts: Sequence[str], nested: str | None, *, quoted: bool) -> list[Any]:
@@ -141,12 +146,7 @@ def _js_literal(text: str) -> Any:
     unquoted = _unquote(text, "\"'")
     if unquoted is not None:
         return unquoted
-    for number in (int, float):
-        try:
-            return number(text)
-        except ValueError:
-            pass
-    return text
+    return _number(text)
 
 
 def _js_array(code: str, nested: str | None) -> Any:
