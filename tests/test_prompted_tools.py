@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tiered_router._text_calls import read_tool_calls as parse_text_tool_calls
-from tiered_router._text_calls import split_tool_calls
+from tiered_router._prompted_calls import read_tool_calls as parse_text_tool_calls
+from tiered_router._prompted_calls import split_tool_calls
 from tiered_router.backends._prompted_tools import (
     render_tool_call,
     render_tool_prompt,

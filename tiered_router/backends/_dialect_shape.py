@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tiered_router._text_calls import split_tool_calls
+from tiered_router._prompted_calls import split_tool_calls
 from tiered_router.backends import _prompted_tools as _pt
 from tiered_router.backends._dialect import (
     JSON_ONLY,

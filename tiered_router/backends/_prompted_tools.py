@@ -14,7 +14,7 @@ Tool results come back as <tool_result name="..." id="...">...</tool_result>.
 To answer without a tool, reply with plain text and no <tool_call> tag.
 ```
 
-Replies are read back by :func:`tiered_router._text_calls.split_tool_calls`, which also
+Replies are read back by :func:`tiered_router._prompted_calls.split_tool_calls`, which also
 reads what models write when they do not follow the protocol (untagged JSON calls,
 Python-style calls, fences); see that module.
 
