@@ -45,12 +45,14 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tiered_router.evaluation import find_data_dir
-from tiered_router.evaluation.metrics import apgr, threshold_curve
+from tiered_router.evaluation.scorer_fit import _apgr as apgr_of
+from tiered_router.evaluation.scorer_fit import _interval
+from tiered_router.evaluation.scorer_fit import _resampled as resampled_apgr
 from tiered_router.scoring import HeuristicScorer, LearnedScorer
 from tiered_router.scoring._transfer_fit import SOURCE_PAIRS, Example, fit_transfer, load_examples
 from tiered_router.scoring.learned import fit_model
@@ -59,15 +61,6 @@ from tiered_router.turn import Turn
 
 SEEDS = 20
 ScoreFn = Callable[[Turn], float]
-
-
-def apgr_of(scores: Sequence[float], weak: Sequence[float], strong: Sequence[float]) -> float:
-    """APGR of a score-threshold router (``nan`` when the frontier model is not better)."""
-    n = len(scores)
-    q_w, q_s = sum(weak) / n, sum(strong) / n
-    if q_s <= q_w:
-        return float("nan")
-    return apgr(threshold_curve(scores, weak, strong), q_weak=q_w, q_strong=q_s)
 
 
 def _trainers(use_learned: bool) -> dict[str, Callable[[list[Example]], ScoreFn]]:
@@ -126,30 +119,10 @@ def held_out_scores(
     return out
 
 
-def resampled_apgr(
-    scores: Sequence[float],
-    weak: Sequence[float],
-    strong: Sequence[float],
-    samples: Sequence[Sequence[int]],
-) -> list[float]:
-    """APGR on each bootstrap resample (lists of row indices)."""
-    return [
-        apgr_of([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s])
-        for s in samples
-    ]
-
-
 def _random_scores(n: int, seed: int) -> list[float]:
     """A random router's scores: one seeded generator for all ``n`` rows."""
     rng = random.Random(seed)
     return [rng.random() for _ in range(n)]
-
-
-def _interval(values: list[float]) -> tuple[float, float]:
-    got = sorted(v for v in values if v == v)
-    if not got:
-        return float("nan"), float("nan")
-    return got[int(0.025 * (len(got) - 1))], got[int(0.975 * (len(got) - 1))]
 
 
 def evaluate(

@@ -230,6 +230,18 @@ def _apgr(scores: Sequence[float], weak: Sequence[float], strong: Sequence[float
     return apgr(threshold_curve(scores, weak, strong), q_weak=q_w, q_strong=q_s)
 
 
+def _resampled(
+    scores: Sequence[float],
+    weak: Sequence[float],
+    strong: Sequence[float],
+    samples: Sequence[Sequence[int]],
+) -> list[float]:
+    """APGR on each bootstrap resample (lists of row indices)."""
+    return [
+        _apgr([scores[i] for i in s], [weak[i] for i in s], [strong[i] for i in s]) for s in samples
+    ]
+
+
 def _interval(values: Sequence[float]) -> tuple[float, float]:
     got = sorted(v for v in values if not math.isnan(v))
     if not got:
@@ -316,13 +328,7 @@ def fit_scorer(
     values = {name: _apgr(s, weak, strong) for name, s in routers.items()}
     rng = random.Random(seed)
     samples = [[rng.randrange(n) for _ in range(n)] for _ in range(bootstrap)]
-    boots = {
-        name: [
-            _apgr([s[i] for i in sample], [weak[i] for i in sample], [strong[i] for i in sample])
-            for sample in samples
-        ]
-        for name, s in routers.items()
-    }
+    boots = {name: _resampled(s, weak, strong, samples) for name, s in routers.items()}
     intervals = {name: _interval(b) for name, b in boots.items()}
     differences = {}
     for name in routers:
