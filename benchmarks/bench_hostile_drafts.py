@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from tiered_router._text_calls import split_tool_calls
+from tiered_router.calls._text import split_tool_calls
 from tiered_router.gate import QualityGate
 from tiered_router.policy import GateConfig
 from tiered_router.turn import Completion, Turn

@@ -11,6 +11,7 @@ from routerkit import easy_turn, make_policy, tracked
 
 from tiered_router import BackendResponseError, MemorySink, Router
 from tiered_router.backends import CompletionRequest
+from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import (
     BackendConnectionError,
     BackendRateLimited,
@@ -20,7 +21,6 @@ from tiered_router.exceptions import (
     StreamInterrupted,
 )
 from tiered_router.policy import BreakerConfig
-from tiered_router.resilience import breaker_outcome
 from tiered_router.state import (
     Admission,
     MemoryStateStore,

@@ -16,10 +16,10 @@ from routerkit import doubles_policy, make_policy, tracked
 
 from tiered_router import Completion, Router, Turn
 from tiered_router._limits import JSONTooDeep
-from tiered_router._prompted_calls import split_tool_calls
-from tiered_router._text_calls import parse_text_tool_calls
 from tiered_router.agent_signals import is_tool_error, tool_call_signature
-from tiered_router.backends._prompted_tools import render_tool_call
+from tiered_router.calls._prompted import split_tool_calls
+from tiered_router.calls._protocol import render_tool_call
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.gate import QualityGate, lift_text_tool_calls
 from tiered_router.gate._schema import parse_json
 from tiered_router.policy import GateConfig

@@ -132,15 +132,15 @@ def test_no_import_circles_at_import_time() -> None:
 
 
 CORE = (
-    "tiered_router.engine",
-    "tiered_router._dispatch",
-    "tiered_router._streaming",
+    "tiered_router.engine._machine",
+    "tiered_router.engine._dispatch",
+    "tiered_router.engine._streaming",
     "tiered_router.router",
     "tiered_router.task",
     "tiered_router.openai",
     "tiered_router.server._app",
     "tiered_router.exceptions",
-    "tiered_router.resilience",
+    "tiered_router.engine.resilience",
     "tiered_router.state",
 )
 
@@ -154,11 +154,11 @@ def test_the_routing_core_is_in_no_circle_even_through_lazy_imports() -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "tiered_router.engine",
-        "tiered_router._dispatch",
-        "tiered_router._streaming",
+        "tiered_router.engine._machine",
+        "tiered_router.engine._dispatch",
+        "tiered_router.engine._streaming",
         "tiered_router.task",
-        "tiered_router._openai_wire",
+        "tiered_router.openai._wire",
     ],
 )
 def test_nothing_below_the_router_imports_it_back(name: str) -> None:
@@ -166,10 +166,10 @@ def test_nothing_below_the_router_imports_it_back(name: str) -> None:
 
 
 def test_the_engine_does_no_io() -> None:
-    reached = _reach(_graph(lazy=False), "tiered_router.engine")
+    reached = _reach(_graph(lazy=False), "tiered_router.engine._machine")
     for io in ("tiered_router._http", "tiered_router.backends.openai_compat"):
         assert io not in reached
-    assert "tiered_router._dispatch" not in reached
+    assert "tiered_router.engine._dispatch" not in reached
 
 
 def test_exceptions_import_nothing_at_run_time() -> None:

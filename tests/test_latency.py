@@ -7,7 +7,7 @@ import pytest
 from routerkit import make_policy
 
 from tiered_router import Router, Turn
-from tiered_router._latency import LatencyTracker
+from tiered_router.engine._latency import LatencyTracker
 from tiered_router.policy import LatencyModel
 from tiered_router.testing import Reply, ScriptedServer
 

@@ -9,7 +9,7 @@ import pytest
 from routerkit import doubles_policy
 
 from tiered_router import Completion, MemorySink, Router, ToolCall, Turn
-from tiered_router.engine import LIFTED_TEXT_CALLS
+from tiered_router.engine._machine import LIFTED_TEXT_CALLS
 from tiered_router.testing import ScriptedBackend
 
 WEATHER = {

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tiered_router import PolicyError, Router, load_policy
-from tiered_router._policy_loader import MAX_DEPTH, MAX_NODES, MAX_POLICY_CHARS
 from tiered_router.cli import build_app
 from tiered_router.policy import Policy
+from tiered_router.policy._loader import MAX_DEPTH, MAX_NODES, MAX_POLICY_CHARS
 
 ROOT = Path(__file__).resolve().parents[1]
 

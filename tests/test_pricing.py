@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tiered_router import Router, Turn, load_policy
-from tiered_router._openai_wire import model_ids, resolve_model
 from tiered_router.backends.presets import PRESETS
 from tiered_router.exceptions import PolicyError
+from tiered_router.openai._wire import model_ids, resolve_model
 from tiered_router.pricing import (
     PRICE_TABLE,
     PRICES_AS_OF,

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tiered_router._prompted_calls import read_tool_calls as parse_text_tool_calls
-from tiered_router._prompted_calls import split_tool_calls
-from tiered_router.backends._prompted_tools import (
+from tiered_router.calls._prompted import read_tool_calls as parse_text_tool_calls
+from tiered_router.calls._prompted import split_tool_calls
+from tiered_router.calls._protocol import (
     render_tool_call,
     render_tool_prompt,
     render_tool_result,

@@ -111,10 +111,21 @@ PINNED: dict[str, frozenset[str]] = {
             "register_backend_type",
         }
     ),
+    "tiered_router.calls": frozenset(),
     "tiered_router.cli": frozenset(
         {
             "build_app",
             "main",
+        }
+    ),
+    "tiered_router.engine._machine": frozenset(
+        {
+            "decide_turn",
+            "EnginePorts",
+            "LIFTED_TEXT_CALLS",
+            "plan_turn",
+            "RoutedResult",
+            "TurnRun",
         }
     ),
     "tiered_router.engine": frozenset(
@@ -290,6 +301,15 @@ PINNED: dict[str, frozenset[str]] = {
             "PRICES_SOURCE",
             "table_rows",
             "warn_unpriced",
+        }
+    ),
+    "tiered_router.engine.resilience": frozenset(
+        {
+            "breaker_outcome",
+            "BreakerPass",
+            "CircuitBreaker",
+            "Deadline",
+            "RetrySchedule",
         }
     ),
     "tiered_router.resilience": frozenset(

@@ -9,7 +9,7 @@ import pytest
 from routerkit import easy_turn, make_policy, tracked
 
 from tiered_router import JSONLSink, MemorySink, PolicyError, Router, load_policy
-from tiered_router._shadow import sampled
+from tiered_router.engine._shadow import sampled
 from tiered_router.evaluation.traces import dataset_from_traces
 from tiered_router.server._metrics import Metrics
 from tiered_router.testing import Reply, ScriptedServer

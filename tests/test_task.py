@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from tiered_router import AllTiersFailed, MemorySink, PolicyError, Router, Turn, load_policy
-from tiered_router._context import CURRENT_TASK
 from tiered_router.agent_signals import (
     agent_signals,
     annotate,
     is_tool_error,
     tool_call_signature,
 )
+from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.task import Task
 from tiered_router.testing import Reply, ScriptedServer
 

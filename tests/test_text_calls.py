@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tiered_router._prompted_calls import read_tool_calls, split_tool_calls
-from tiered_router._text_calls import parse_text_tool_calls
+from tiered_router.calls._prompted import read_tool_calls, split_tool_calls
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.turn import ToolSpec
 
 WEATHER = ToolSpec(

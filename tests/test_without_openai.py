@@ -86,7 +86,7 @@ def test_the_drop_in_client_names_the_openai_extra() -> None:
     done = _run(
         """
         try:
-            import tiered_router.openai
+            from tiered_router.openai import TieredOpenAI  # noqa: F401
         except ImportError as exc:
             print(exc)
         """

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tiered_router import Completion, QualityGate, Turn
-from tiered_router._text_calls import parse_text_tool_calls
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.gate import lift_text_tool_calls
 from tiered_router.turn import ToolSpec
 

@@ -20,8 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tiered_router._policy_loader import load_policy
-    from tiered_router._streaming import AsyncRoutedStream, RoutedStream
+    from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router.exceptions import (
         AllTiersFailed,
         BackendConnectionError,
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     )
     from tiered_router.gate import CheckFailure, QualityGate, Verdict, register_check
     from tiered_router.policy import Policy
+    from tiered_router.policy._loader import load_policy
     from tiered_router.router import RoutedResult, Router
     from tiered_router.routing import Decision
     from tiered_router.scoring import HeuristicScorer, Score, Scorer
@@ -103,7 +103,7 @@ __all__ = [
 
 _LAZY: dict[str, str] = {
     "AllTiersFailed": "tiered_router.exceptions",
-    "AsyncRoutedStream": "tiered_router._streaming",
+    "AsyncRoutedStream": "tiered_router.engine._streaming",
     "Attempt": "tiered_router.trace",
     "BackendConnectionError": "tiered_router.exceptions",
     "BackendError": "tiered_router.exceptions",
@@ -120,7 +120,7 @@ _LAZY: dict[str, str] = {
     "GateFailed": "tiered_router.exceptions",
     "HeuristicScorer": "tiered_router.scoring",
     "JSONLSink": "tiered_router.trace",
-    "load_policy": "tiered_router._policy_loader",
+    "load_policy": "tiered_router.policy._loader",
     "LoggingSink": "tiered_router.trace",
     "MemorySink": "tiered_router.trace",
     "Policy": "tiered_router.policy",
@@ -128,7 +128,7 @@ _LAZY: dict[str, str] = {
     "QualityGate": "tiered_router.gate",
     "register_check": "tiered_router.gate",
     "RoutedResult": "tiered_router.router",
-    "RoutedStream": "tiered_router._streaming",
+    "RoutedStream": "tiered_router.engine._streaming",
     "Router": "tiered_router.router",
     "Score": "tiered_router.scoring",
     "Scorer": "tiered_router.scoring",

@@ -13,7 +13,7 @@ from tiered_router.state import StateStore
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router._latency import LatencyTracker
+    from tiered_router.engine._latency import LatencyTracker
     from tiered_router.policy import BackendConfig, LatencyModel, Policy
 
 __all__ = ["TaskHost", "TaskSummary", "default_latency"]

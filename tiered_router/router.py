@@ -1,10 +1,10 @@
 """The Router: decide -> dispatch -> gate -> escalate, with a trace of every step.
 
 The async path is the core; :meth:`Router.complete` is its sync twin. Both drive the
-escalation engine (:mod:`tiered_router.engine`: a turn's state machine, no I/O) with a
-:class:`~tiered_router._dispatch.Dispatcher` (backend calls under breakers and retries), so
+escalation engine (:mod:`tiered_router.engine._machine`: a turn's state machine, no I/O) with a
+:class:`~tiered_router.engine._dispatch.Dispatcher` (backend calls under breakers and retries), so
 the escalation logic exists once; only the waiting and the backend call differ. The router
-is the engine's :class:`~tiered_router.engine.EnginePorts`: policy, gate, scorer, clock,
+is the engine's :class:`~tiered_router.engine._machine.EnginePorts`: policy, gate, scorer, clock,
 capability lookups and trace sinks.
 """
 
@@ -16,19 +16,19 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._call_args import checked_deadline, checked_tier, checked_turn
-from tiered_router._context import CURRENT_TASK
-from tiered_router._dispatch import Dispatcher
-from tiered_router._latency import LatencyTracker
-from tiered_router._recording import RecordOption
-from tiered_router._shadow import ShadowRunner
-from tiered_router._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
-from tiered_router.engine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.engine._call_args import checked_deadline, checked_tier, checked_turn
+from tiered_router.engine._context import CURRENT_TASK
+from tiered_router.engine._dispatch import Dispatcher
+from tiered_router.engine._latency import LatencyTracker
+from tiered_router.engine._machine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.engine._recording import RecordOption
+from tiered_router.engine._shadow import ShadowRunner
+from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
+from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
-from tiered_router.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
@@ -90,7 +90,7 @@ class Router:
         state: StateStore | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
-        from tiered_router._policy_loader import load_policy
+        from tiered_router.policy._loader import load_policy
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
@@ -134,7 +134,7 @@ class Router:
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
-        from tiered_router._policy_loader import load_policy
+        from tiered_router.policy._loader import load_policy
 
         return cls(load_policy(path), **options)
 
@@ -411,7 +411,7 @@ class Router:
 
         No I/O happens until the stream is started or iterated. A fast draft is buffered
         and gated before its first chunk when the gate needs the whole draft; otherwise it
-        streams straight through. See :mod:`tiered_router._streaming`.
+        streams straight through. See :mod:`tiered_router.engine._streaming`.
 
         Args:
             turn: The turn to route.

@@ -50,10 +50,10 @@ from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from tiered_router._context import CURRENT_TASK, TaskHooks
 from tiered_router._task_types import TaskHost, TaskSummary, default_latency
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.agent_signals import STALL_KEY, AgentSignals, agent_signals, annotate
+from tiered_router.engine._context import CURRENT_TASK, TaskHooks
 from tiered_router.pricing import cost_of
 from tiered_router.routing import Decision
 from tiered_router.scoring.features import approx_tokens

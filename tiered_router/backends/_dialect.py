@@ -11,7 +11,7 @@ and lists every conversion made (the trace records them on the attempt):
 
 - ``developer`` becomes ``system`` where the role is not accepted;
 - assistant tool calls and tool results in the history become text in the prompted-tools
-  protocol (:mod:`tiered_router.backends._prompted_tools`) where tools are not native;
+  protocol (:mod:`tiered_router.calls._protocol`) where tools are not native;
 - content parts are joined into one string where content must be a string;
 - tools are described in the system prompt where they are prompted, and the reply is parsed
   back into tool calls (``Plan.finish`` in :mod:`tiered_router.backends._dialect_shape`);

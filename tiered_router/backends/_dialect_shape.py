@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tiered_router._prompted_calls import split_tool_calls
-from tiered_router.backends import _prompted_tools as _pt
 from tiered_router.backends._dialect import (
     JSON_ONLY,
     TOOL_FIELDS,
     DialectProfile,
     capability_gap,
 )
+from tiered_router.calls import _protocol as _pt
+from tiered_router.calls._prompted import split_tool_calls
 from tiered_router.exceptions import CapabilityError
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, ToolSpec, assemble
 

@@ -384,7 +384,7 @@ def check_config(name: str, config: BackendConfig) -> None:
 
 def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig, Quirks]:
     if config.preset is not None and config.preset not in PRESETS:
-        from tiered_router._policy_base import unknown as _unknown
+        from tiered_router.policy._base import unknown as _unknown
 
         raise PolicyError(
             _unknown("preset", config.preset, sorted(PRESETS)), field=f"backends.{name}.preset"

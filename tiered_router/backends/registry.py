@@ -181,7 +181,7 @@ class BackendRegistry:
     def _factory(self, name: str, config: BackendConfig) -> BackendFactory:
         factory = self._factories.get(config.type)
         if factory is None:
-            from tiered_router._policy_base import unknown as _unknown
+            from tiered_router.policy._base import unknown as _unknown
 
             raise PolicyError(
                 _unknown("backend type", config.type, self.types),

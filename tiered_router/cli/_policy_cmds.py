@@ -88,7 +88,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router._policy_loader import load_policy
+    from tiered_router.policy._loader import load_policy
 
     return load_policy(path)
 
@@ -335,7 +335,7 @@ def run(
     json_out: JsonOpt = False,
 ) -> None:
     """Route one turn for real and print the answer and its trace."""
-    from tiered_router._openai_wire import resolve_model
+    from tiered_router.openai._wire import resolve_model
 
     with _errors(policy):
         loaded = _load(policy)

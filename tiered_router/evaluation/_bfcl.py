@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 # one keyword escape for BFCL's Python-syntax answers and the gate's text calls
-from tiered_router._python_calls import KEYWORD_MARK as _KEYWORD_MARK
-from tiered_router._python_calls import dotted_name as _dotted
-from tiered_router._python_calls import parse_expression
+from tiered_router.calls._python import KEYWORD_MARK as _KEYWORD_MARK
+from tiered_router.calls._python import dotted_name as _dotted
+from tiered_router.calls._python import parse_expression
 from tiered_router.turn import ToolCall
 
 __all__ = ["openai_tools", "parse_result", "to_json_schema"]

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._text_calls import lift_text_tool_calls
+from tiered_router.calls._text import lift_text_tool_calls
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, check_name
 from tiered_router.gate._registry import CheckRegistry, default_registry

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tiered_router.engine import RoutedResult
+from tiered_router.engine._machine import RoutedResult
 from tiered_router.routing import Decision
 from tiered_router.trace import Trace
 from tiered_router.turn import SIGNAL_KEYS, ToolCall

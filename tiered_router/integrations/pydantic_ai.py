@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from tiered_router._streaming import AsyncRoutedStream
+from tiered_router.engine._streaming import AsyncRoutedStream
 from tiered_router.integrations._common import METADATA_KEY, decision_metadata, signals_of
 from tiered_router.router import RoutedResult, Router
 from tiered_router.turn import Completion, Turn, Usage

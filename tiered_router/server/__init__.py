@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._policy_loader import load_policy
+from tiered_router.policy._loader import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:

@@ -14,7 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tiered_router import _json, _limits
-from tiered_router._openai_wire import (
+from tiered_router._types import Unset
+from tiered_router.exceptions import (
+    AllTiersFailed,
+    GateFailed,
+    TieredRouterError,
+)
+from tiered_router.openai._wire import (
     ChunkRenderer,
     UnknownModel,
     completion_body,
@@ -23,12 +29,6 @@ from tiered_router._openai_wire import (
     resolve_model,
     result_route,
     stream_route,
-)
-from tiered_router._types import Unset
-from tiered_router.exceptions import (
-    AllTiersFailed,
-    GateFailed,
-    TieredRouterError,
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
@@ -52,9 +52,9 @@ from tiered_router.server._validate import (
 )
 
 if TYPE_CHECKING:
-    from tiered_router._openai_wire import RequestOptions
-    from tiered_router._streaming import AsyncRoutedStream
     from tiered_router._types import Tier
+    from tiered_router.engine._streaming import AsyncRoutedStream
+    from tiered_router.openai._wire import RequestOptions
     from tiered_router.policy import Policy
     from tiered_router.trace import Trace
     from tiered_router.turn import Turn

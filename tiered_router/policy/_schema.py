@@ -3,7 +3,7 @@
 A policy names the backends, maps the two tiers onto them, configures the scorer and its
 threshold, lists the rules checked before the threshold, the gate's checks and what to do
 when a draft fails. This module is the schema alone: it imports nothing above it.
-:func:`tiered_router.load_policy` (in ``_policy_loader``) reads YAML, interpolates
+:func:`tiered_router.load_policy` (in :mod:`tiered_router.policy._loader`) reads YAML, interpolates
 ``${VAR}`` / ``${VAR:-default}`` (``$${`` is a literal ``${``) and validates the policy once,
 against this schema and then against what :class:`~tiered_router.Router` would build (gate
 checks and their options, the scorer, backend types and presets); every problem is a
@@ -36,8 +36,9 @@ from pydantic import (
     model_validator,
 )
 
-from tiered_router._policy_base import FieldErrors, Loc, Model, did_you_mean
-from tiered_router._policy_ops import (
+from tiered_router._types import BackendKind, PolicySource, Tier
+from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
+from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
     EscalationConfig,
@@ -48,10 +49,9 @@ from tiered_router._policy_ops import (
     StateConfig,
     TaskConfig,
 )
-from tiered_router._types import BackendKind, PolicySource, Tier
 
 if TYPE_CHECKING:
-    from tiered_router._policy_loader import load_policy
+    pass
 
 __all__ = [
     "BackendConfig",
@@ -72,7 +72,6 @@ __all__ = [
     "StateConfig",
     "TaskConfig",
     "Tiers",
-    "load_policy",
 ]
 
 
@@ -367,20 +366,10 @@ class Policy(Model):
         cls, source: PolicySource | Policy, *, env: Mapping[str, str] | None = None
     ) -> Policy:
         """Load a policy; the same as :func:`tiered_router.load_policy`."""
-        from tiered_router._policy_loader import load_policy
+        from tiered_router.policy._loader import load_policy
 
         return load_policy(source, env=env)
 
     def backend_for(self, tier: Tier) -> str:
         """Return the backend name serving ``tier``."""
         return self.tiers.fast if tier == "fast" else self.tiers.frontier
-
-
-def __getattr__(name: str) -> Any:
-    # `load_policy` lives with the loader, which sits above this schema; the name stays
-    # importable from here for code written against earlier releases
-    if name == "load_policy":
-        from tiered_router._policy_loader import load_policy
-
-        return load_policy
-    raise AttributeError(f"module 'tiered_router.policy' has no attribute {name!r}")

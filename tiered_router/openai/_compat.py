@@ -31,7 +31,6 @@ from openai.types import Model
 from openai.types.chat import ChatCompletion
 
 from tiered_router import _http
-from tiered_router._openai_wire import UnknownModel
 from tiered_router.exceptions import (
     AllTiersFailed,
     BackendConnectionError,
@@ -41,6 +40,7 @@ from tiered_router.exceptions import (
     PolicyError,
     TieredRouterError,
 )
+from tiered_router.openai._wire import UnknownModel
 
 if TYPE_CHECKING:
     from tiered_router.router import Router

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import yaml
 
-    from tiered_router._policy_base import Loc as _Loc
+    from tiered_router.policy._base import Loc as _Loc
 
 __all__ = [
     "MAX_DEPTH",

@@ -13,7 +13,7 @@ the routed streams, the drop-in client and the proxy through them)::
     run.outcome()        -> RoutedResult, or AllTiersFailed / GateFailed
 
 The engine never calls a backend, sleeps, reads a socket or writes a trace: the driver
-(:class:`~tiered_router._dispatch.Dispatcher`) does, and tells the engine what happened.
+(:class:`~tiered_router.engine._dispatch.Dispatcher`) does, and tells the engine what happened.
 What the engine needs from its surroundings (the policy, the gate, the scorer, the clock,
 capability lookups) comes in through :class:`EnginePorts`. ``conclude`` hands out a turn's
 trace once, so every turn's trace is emitted exactly once, whichever way it ends.
@@ -25,9 +25,10 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tiered_router._recording import RecordOption, build_record
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
+from tiered_router.engine._recording import RecordOption, build_record
+from tiered_router.engine.resilience import Deadline
 from tiered_router.exceptions import (
     AllTiersFailed,
     BackendError,
@@ -37,12 +38,11 @@ from tiered_router.exceptions import (
     _describe,
 )
 from tiered_router.pricing import cost_of
-from tiered_router.resilience import Deadline
 from tiered_router.routing import Decision, decide
 from tiered_router.trace import Attempt, Trace
 
 if TYPE_CHECKING:
-    from tiered_router._context import TaskHooks
+    from tiered_router.engine._context import TaskHooks
     from tiered_router.gate import QualityGate, Verdict
     from tiered_router.policy import BackendConfig, Policy
     from tiered_router.scoring import Score

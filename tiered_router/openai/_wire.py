@@ -24,8 +24,8 @@ from tiered_router.exceptions import UnknownModel
 from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router.engine import RoutedResult
+    from tiered_router.engine._machine import RoutedResult
+    from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router.policy import Policy
     from tiered_router.routing import Decision
 

@@ -1,9 +1,9 @@
 """Tool calls read back from a prompted-tools reply: the tolerant reader.
 
 Servers without native tool calling get the tools in the prompt (the prompted-tools dialect,
-:mod:`tiered_router.backends._prompted_tools`) and answer with calls written as text.
+:mod:`tiered_router.calls._protocol`) and answer with calls written as text.
 :func:`split_tool_calls` reads such a reply as far as it can be read, with the formats and
-shared pieces of :mod:`tiered_router._text_calls`:
+shared pieces of :mod:`tiered_router.calls._text`:
 
 - tagged calls (``<tool_call>...</tool_call>``) are taken whatever they name (the gate's
   ``tool_arguments`` then rejects an unknown tool), and a tagged call whose arguments do not
@@ -11,7 +11,7 @@ shared pieces of :mod:`tiered_router._text_calls`:
 - untagged JSON and Python-style calls count only when they name declared tools.
 
 :func:`read_tool_calls` returns just the calls. The gate's strict reader
-(:func:`tiered_router._text_calls.parse_text_tool_calls`) instead reads a whole answer as
+(:func:`tiered_router.calls._text.parse_text_tool_calls`) instead reads a whole answer as
 calls or not at all. Everything here is pure: no I/O, no clock, no randomness.
 """
 
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tiered_router import _limits
-from tiered_router._python_calls import python_calls
-from tiered_router._text_calls import (
+from tiered_router.calls._python import python_calls
+from tiered_router.calls._text import (
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
     ToolsLike,

@@ -20,13 +20,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tiered_router._types import OTHER_TIER
-from tiered_router.engine import TurnRun
-from tiered_router.resilience import Deadline
+from tiered_router.engine._machine import TurnRun
+from tiered_router.engine.resilience import Deadline
 
 if TYPE_CHECKING:
     import asyncio
 
-    from tiered_router._dispatch import Dispatcher
+    from tiered_router.engine._dispatch import Dispatcher
 
 __all__ = ["ShadowRunner", "plan_shadow", "sampled"]
 

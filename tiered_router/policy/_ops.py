@@ -1,4 +1,4 @@
-"""The policy's operating sections, re-exported by :mod:`tiered_router.policy`.
+"""The policy's operating sections, re-exported by :mod:`tiered_router.policy._schema`.
 
 Escalation, retries, the circuit breaker, deadlines, shadow runs, tasks, shared state and
 the proxy server: how routing behaves at run time, apart from where turns go.
@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from tiered_router._policy_base import FieldErrors, Model
+from tiered_router.policy._base import FieldErrors, Model
 
 __all__ = [
     "BreakerConfig",

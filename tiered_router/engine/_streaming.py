@@ -15,8 +15,8 @@ a streamed-through draft is recorded in the trace. A caller that stops reading (
 cancelled) ends the turn too: the call cut short is in the trace, whose ``interrupted`` says
 why, and the trace is emitted once all the same (the upstream was paid).
 
-The streams drive the engine (:mod:`tiered_router.engine`) through a
-:class:`~tiered_router._dispatch.Dispatcher`, like the router's non-streaming path.
+The streams drive the engine (:mod:`tiered_router.engine._machine`) through a
+:class:`~tiered_router.engine._dispatch.Dispatcher`, like the router's non-streaming path.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-from tiered_router._dispatch import unexpected_error
 from tiered_router._types import Tier
-from tiered_router.engine import LIFTED_TEXT_CALLS
+from tiered_router.engine._dispatch import unexpected_error
+from tiered_router.engine._machine import LIFTED_TEXT_CALLS
+from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
-from tiered_router.resilience import breaker_outcome
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
 
 if TYPE_CHECKING:
-    from tiered_router._dispatch import Dispatcher
     from tiered_router.backends._base import Backend, CompletionRequest
-    from tiered_router.engine import RoutedResult, TurnRun
+    from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
     from tiered_router.trace import Trace
 

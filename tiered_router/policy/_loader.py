@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ValidationError
 
-from tiered_router._policy_base import FieldErrors as _FieldErrors
-from tiered_router._policy_base import Loc as _Loc
-from tiered_router._policy_base import did_you_mean as _did_you_mean
-from tiered_router._policy_base import dotted as _dotted
-from tiered_router._policy_checks import check_policy
-from tiered_router._policy_limits import (
+from tiered_router._types import PolicySource
+from tiered_router.exceptions import PolicyError
+from tiered_router.policy._base import FieldErrors as _FieldErrors
+from tiered_router.policy._base import Loc as _Loc
+from tiered_router.policy._base import did_you_mean as _did_you_mean
+from tiered_router.policy._base import dotted as _dotted
+from tiered_router.policy._checks import check_policy
+from tiered_router.policy._limits import (
     MAX_DEPTH,
     MAX_NODES,
     MAX_POLICY_CHARS,
@@ -34,9 +36,7 @@ from tiered_router._policy_limits import (
     measure,
     too_long,
 )
-from tiered_router._types import PolicySource
-from tiered_router.exceptions import PolicyError
-from tiered_router.policy import Policy
+from tiered_router.policy._schema import Policy
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_POLICY_CHARS", "load_policy"]
 
@@ -75,7 +75,7 @@ def load_policy(
         source: A path to a policy file (``str`` or ``os.PathLike``; a ``str`` ending in
             ``.yaml`` / ``.yml`` is always a path), YAML text (a ``str`` with a newline or a
             ``:`` that is not an existing file), a mapping of the same shape, or a
-            :class:`~tiered_router.policy.Policy` (returned as is).
+            :class:`~tiered_router.policy._schema.Policy` (returned as is).
         env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
             when ``None``.
         check_registry: Where ``gate.checks`` names are looked up: the process-wide

@@ -1,6 +1,6 @@
 """Reading tool calls written in Python call syntax: ``[get_weather(city="Paris")]``.
 
-The parser behind :mod:`tiered_router._text_calls` and :mod:`tiered_router._prompted_calls`
+The parser behind :mod:`tiered_router.calls._text` and :mod:`tiered_router.calls._prompted`
 for the Python-style formats, and behind the BFCL loader: Python's own parser reads the
 text (Python keywords used as names, such as ``from=``, are escaped first), and argument
 values become JSON data.

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._openai_streams import AsyncTieredStream, TieredStream
-from tiered_router._openai_wire import (
+from tiered_router.exceptions import TieredRouterError
+from tiered_router.openai._streams import AsyncTieredStream, TieredStream
+from tiered_router.openai._wire import (
     RequestOptions,
     UnknownModel,
     completion_body,
@@ -20,14 +21,13 @@ from tiered_router._openai_wire import (
     resolve_model,
     result_route,
 )
-from tiered_router.exceptions import TieredRouterError
 from tiered_router.router import RoutedResult
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
 
     from tiered_router._types import Tier
-    from tiered_router.openai import _Base
+    from tiered_router.openai._client import _Base
     from tiered_router.turn import Turn
 
 
@@ -55,7 +55,7 @@ def chat_completion(result: RoutedResult, turn: Turn) -> ChatCompletion:
 
 
 def translated(exc: BaseException) -> BaseException:
-    from tiered_router._dropin import translate_error
+    from tiered_router.openai._compat import translate_error
 
     return translate_error(exc)
 
@@ -92,7 +92,7 @@ class Completions(CompletionsBase):
     @property
     def with_raw_response(self) -> Any:
         """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        from tiered_router._dropin import RawCompletions
+        from tiered_router.openai._compat import RawCompletions
 
         return RawCompletions(self)
 
@@ -137,7 +137,7 @@ class Completions(CompletionsBase):
         which the gate checks fast drafts); ``message.parsed`` holds the parsed object, and
         tools made with ``openai.pydantic_function_tool`` get ``parsed_arguments``.
         """
-        from tiered_router._dropin import parse_arguments, parsed_completion
+        from tiered_router.openai._compat import parse_arguments, parsed_completion
 
         create_kwargs, response_format, tools = parse_arguments(kwargs)
         if self._inner is not None:
@@ -157,7 +157,7 @@ class AsyncCompletions(CompletionsBase):
     @property
     def with_raw_response(self) -> Any:
         """``create`` / ``parse`` returning a raw response (``.headers``, ``.parse()``)."""
-        from tiered_router._dropin import AsyncRawCompletions
+        from tiered_router.openai._compat import AsyncRawCompletions
 
         return AsyncRawCompletions(self)
 
@@ -187,7 +187,7 @@ class AsyncCompletions(CompletionsBase):
 
     async def parse(self, **kwargs: Any) -> Any:
         """Route and parse one chat completion; see the sync ``parse``."""
-        from tiered_router._dropin import parse_arguments, parsed_completion
+        from tiered_router.openai._compat import parse_arguments, parsed_completion
 
         create_kwargs, response_format, tools = parse_arguments(kwargs)
         if self._inner is not None:
@@ -237,7 +237,7 @@ class Models:
 
     def list(self, **kwargs: Any) -> Any:
         """Return ``auto``, the tiers, their backends and their models, as openai's page."""
-        from tiered_router._dropin import AsyncModelList, model_page
+        from tiered_router.openai._compat import AsyncModelList, model_page
 
         ids = model_ids(self._owner.router.policy)
         return AsyncModelList(ids) if self._async else model_page(ids)

@@ -1,6 +1,6 @@
 """The I/O half of a turn: backend calls under breakers and retries, and the trace's exit.
 
-The engine (:mod:`tiered_router.engine`) decides; :class:`Dispatcher` does the calls and
+The engine (:mod:`tiered_router.engine._machine`) decides; :class:`Dispatcher` does the calls and
 reports every try back to the engine (``run.record_error``), and at the end hands the
 turn's trace (once) to its task and to the sinks. It is handed its backends, breakers,
 retry schedule, clock, sleep functions and sink; it knows nothing of the router.
@@ -17,9 +17,9 @@ from tiered_router.exceptions import BackendError, BackendResponseError, Backend
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
-    from tiered_router.engine import RoutedResult, TurnRun
+    from tiered_router.engine._machine import RoutedResult, TurnRun
+    from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
     from tiered_router.policy import Policy
-    from tiered_router.resilience import CircuitBreaker, RetrySchedule
     from tiered_router.trace import Trace
 
 __all__ = ["Call", "Dispatcher", "unexpected_error"]

@@ -6,21 +6,21 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._openai_wire import ChunkRenderer, RequestOptions, result_route, stream_route
 from tiered_router.exceptions import TieredRouterError
+from tiered_router.openai._wire import ChunkRenderer, RequestOptions, result_route, stream_route
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionChunk
 
-    from tiered_router._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router.engine import RoutedResult
+    from tiered_router.engine._machine import RoutedResult
+    from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
     from tiered_router.turn import Turn
 
 __all__ = ["AsyncTieredStream", "TieredStream"]
 
 
 def _translated(exc: BaseException) -> BaseException:
-    from tiered_router._dropin import translate_error
+    from tiered_router.openai._compat import translate_error
 
     return translate_error(exc)
 

@@ -17,7 +17,7 @@ text. One reader here knows the common formats:
   and later), ``functools[...]`` (Phi-4-mini), ``Action:`` before a fenced JSON list whose
   objects name the tool as ``tool_name`` (Command R), ``<seed:tool_call>`` tags (Seed-OSS);
   strict reader only;
-- XML-style tags (strict reader only; :mod:`tiered_router._xml_calls`):
+- XML-style tags (strict reader only; :mod:`tiered_router.calls._xml`):
   ``<function=f><parameter=x>1</parameter></function>`` (Qwen3-Coder),
   ``<function=f>{"x": 1}</function>`` (Llama 3.1 user-defined tools),
   ``<invoke name="f"><parameter name="x">1</parameter></invoke>`` (Claude's XML tool use),
@@ -29,7 +29,7 @@ Two entry points apply it with different policies:
   be calls to declared tools with JSON-object arguments, or the answer is ``None``; prose
   that mentions a call is left to ``tool_call_in_text``. :func:`lift_text_tool_calls`
   applies it to a draft.
-- :func:`tiered_router._prompted_calls.split_tool_calls` (tolerant, for the prompted-tools
+- :func:`tiered_router.calls._prompted.split_tool_calls` (tolerant, for the prompted-tools
   dialect of the backends): a reply is read as far as it can be, with the shared pieces
   below (tool specs, names, fences, JSON call objects).
 
@@ -45,8 +45,8 @@ from dataclasses import replace
 from typing import Any
 
 from tiered_router import _limits
-from tiered_router._python_calls import POSITIONAL, python_calls
-from tiered_router._xml_calls import xml_calls
+from tiered_router.calls._python import POSITIONAL, python_calls
+from tiered_router.calls._xml import xml_calls
 from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
 
 __all__ = [

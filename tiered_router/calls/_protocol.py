@@ -14,7 +14,7 @@ Tool results come back as <tool_result name="..." id="...">...</tool_result>.
 To answer without a tool, reply with plain text and no <tool_call> tag.
 ```
 
-Replies are read back by :func:`tiered_router._prompted_calls.split_tool_calls`, which also
+Replies are read back by :func:`tiered_router.calls._prompted.split_tool_calls`, which also
 reads what models write when they do not follow the protocol (untagged JSON calls,
 Python-style calls, fences); see that module.
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tiered_router import _limits
-from tiered_router._text_calls import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolsLike, tool_specs
+from tiered_router.calls._text import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolsLike, tool_specs
 
 __all__ = ["render_tool_call", "render_tool_prompt", "render_tool_result"]
 

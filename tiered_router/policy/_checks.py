@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from tiered_router.exceptions import PolicyError
 
 if TYPE_CHECKING:
-    from tiered_router._policy_base import Loc as _Loc
     from tiered_router.gate import CheckRegistry
-    from tiered_router.policy import BackendConfig, GateConfig, Policy, ScoringConfig
+    from tiered_router.policy._base import Loc as _Loc
+    from tiered_router.policy._schema import BackendConfig, GateConfig, Policy, ScoringConfig
 
 __all__ = ["check_policy"]
 
@@ -80,7 +80,7 @@ def _gate_problems(gate: GateConfig, registry: CheckRegistry | None) -> Problems
 
 
 def _scoring_problems(scoring: ScoringConfig) -> Problems:
-    from tiered_router._policy_base import did_you_mean as _did_you_mean
+    from tiered_router.policy._base import did_you_mean as _did_you_mean
     from tiered_router.scoring import FEATURE_NAMES, build_scorer
 
     if scoring.type == "heuristic" and scoring.weights:

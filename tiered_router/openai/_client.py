@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from tiered_router._dropin_resources import (
+from tiered_router.exceptions import TieredRouterError
+from tiered_router.openai._resources import (
     AsyncCompletions,
     Beta,
     Chat,
@@ -44,13 +45,12 @@ from tiered_router._dropin_resources import (
     Models,
     translated,
 )
-from tiered_router._openai_streams import AsyncTieredStream, TieredStream
-from tiered_router._openai_wire import (
+from tiered_router.openai._streams import AsyncTieredStream, TieredStream
+from tiered_router.openai._wire import (
     RequestOptions,
     UnknownModel,
     parse_request,
 )
-from tiered_router.exceptions import TieredRouterError
 from tiered_router.router import RoutedResult, Router
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class _Base:
     def _passthrough(self) -> Any:
         """The frontier backend's own openai client, for what the router does not route."""
         if self._pt is None:
-            from tiered_router._dropin import passthrough_client
+            from tiered_router.openai._compat import passthrough_client
 
             try:
                 client = passthrough_client(self.router, asynchronous=self._asynchronous)
