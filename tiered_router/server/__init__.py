@@ -12,13 +12,14 @@ client.chat.completions.create(model="auto", messages=[...])
 Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v1/models``,
 ``GET /healthz``, ``GET /readyz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
 ``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
-and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
+and ``-overhead-ms``. Needs the ``server`` extra (Starlette, uvicorn, prometheus_client); see
 ``docs/proxy.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -43,6 +44,7 @@ __all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve
 logger = logging.getLogger("tiered_router.server")
 
 _POLICY_ENV = "TIERED_ROUTER_SERVE_POLICY"
+_MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # server._metrics.MULTIPROC_DIR_ENV
 _INSTALL = 'the proxy needs the server extra: install "tiered-router[server]"'
 GRACEFUL_SHUTDOWN_S = 30.0
 """Seconds in-flight requests get to finish after a shutdown signal."""
@@ -54,6 +56,9 @@ def _require_server_extra() -> None:
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ImportError(_INSTALL) from exc
+    # found, not imported: a worker must import it only after PROMETHEUS_MULTIPROC_DIR is set
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise ImportError(_INSTALL)
 
 
 def _file_name(policy: Policy | PolicySource) -> str:
@@ -167,18 +172,21 @@ def _configure_logging(log_level: str) -> None:
 
 @contextlib.contextmanager
 def _metrics_dir() -> Iterator[None]:
-    """A fresh directory for the workers' metrics (kept when the operator set one)."""
-    from tiered_router.server._workers import METRICS_DIR_ENV
+    """A fresh multiprocess directory for prometheus_client, removed at the end of the run.
 
-    if os.environ.get(METRICS_DIR_ENV):
+    The workers inherit ``PROMETHEUS_MULTIPROC_DIR`` and import prometheus_client after it
+    is set, so their numbers go to files there and any worker's scrape adds them up. An
+    operator's own ``PROMETHEUS_MULTIPROC_DIR`` is used as it is, and left in place.
+    """
+    if os.environ.get(_MULTIPROC_DIR_ENV):
         yield
         return
     directory = tempfile.mkdtemp(prefix="tiered-router-metrics-")
-    os.environ[METRICS_DIR_ENV] = directory
+    os.environ[_MULTIPROC_DIR_ENV] = directory
     try:
         yield
     finally:
-        os.environ.pop(METRICS_DIR_ENV, None)
+        os.environ.pop(_MULTIPROC_DIR_ENV, None)
         shutil.rmtree(directory, ignore_errors=True)
 
 
