@@ -98,6 +98,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.backends.registry": frozenset(
         {
+            "backend_problems",
             "backend_types",
             "BackendCheck",
             "BackendFactory",
@@ -351,6 +352,7 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "scoring_problems",
             "TransferModel",
             "TransferScorer",
         }

@@ -60,7 +60,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Attempt, Trace
 
 __all__ = ["OTelSink", "TraceContextMiddleware", "configure_otlp", "gen_ai_system"]

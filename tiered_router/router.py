@@ -37,7 +37,7 @@ from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -90,7 +90,7 @@ class Router:
         state: StateStore | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
@@ -134,7 +134,7 @@ class Router:
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         return cls(load_policy(path), **options)
 

@@ -62,7 +62,7 @@ from tiered_router.trace import Trace
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router.policy import TaskConfig
+    from tiered_router.policy._schema import TaskConfig
 
 __all__ = ["Task", "TaskHost", "TaskSummary"]
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from tiered_router.policy import LatencyModel
+from tiered_router.policy._schema import LatencyModel
 
 __all__ = [
     "DIALECTS",

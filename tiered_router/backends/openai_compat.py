@@ -44,7 +44,7 @@ from tiered_router.turn import Completion, CompletionChunk
 
 if TYPE_CHECKING:
     from tiered_router import _http
-    from tiered_router.policy import BackendConfig
+    from tiered_router.policy._schema import BackendConfig
 
 __all__ = ["OpenAICompatBackend"]
 

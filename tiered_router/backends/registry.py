@@ -23,16 +23,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import BackendConfig
+from tiered_router.policy._checks import Problems, from_error
+from tiered_router.policy._schema import BackendConfig
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
     from tiered_router.backends.openai_compat import OpenAICompatBackend
+    from tiered_router.policy._schema import Policy
 
 __all__ = [
     "BackendCheck",
     "BackendFactory",
     "BackendRegistry",
+    "backend_problems",
     "backend_types",
     "build_backend",
     "check_backend",
@@ -232,6 +235,21 @@ def check_backend(name: str, config: BackendConfig) -> None:
 
     """
     _DEFAULT.check(name, config)
+
+
+def backend_problems(policy: Policy) -> Problems:
+    """Every problem checking ``policy``'s backends would meet (the backends' load-time check).
+
+    Each backend is checked by its type with the default registry (preset, model, options;
+    never the API key); each problem comes back with its path in the policy.
+    """
+    problems: Problems = []
+    for name, config in policy.backends.items():
+        try:
+            check_backend(name, config)
+        except PolicyError as exc:
+            problems += from_error(exc, ("backends", name), f"backends.{name}")
+    return problems
 
 
 def build_backend(

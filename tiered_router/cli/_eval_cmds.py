@@ -24,7 +24,7 @@ from tiered_router.cli._eval_report import (
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.results import EvalResult
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["register"]
 

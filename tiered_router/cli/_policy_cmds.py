@@ -18,7 +18,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.router import RoutedResult
     from tiered_router.routing import Decision
     from tiered_router.turn import Turn
@@ -88,7 +88,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router.policy._loader import load_policy
+    from tiered_router.policy import load_policy
 
     return load_policy(path)
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
 
 __all__ = ["Call", "Dispatcher", "unexpected_error"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tiered_router.policy import LatencyModel
+    from tiered_router.policy._schema import LatencyModel
     from tiered_router.trace import Trace
 
 __all__ = ["LatencyTracker", "Measured"]

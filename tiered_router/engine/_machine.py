@@ -44,7 +44,7 @@ from tiered_router.trace import Attempt, Trace
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
     from tiered_router.gate import QualityGate, Verdict
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
     from tiered_router.scoring import Score
     from tiered_router.turn import Completion, Turn
 

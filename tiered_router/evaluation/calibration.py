@@ -19,8 +19,8 @@ from typing import Any
 from tiered_router.evaluation.results import EvalResult
 from tiered_router.evaluation.sweep import SweepPoint, calibrate
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import Policy
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
+from tiered_router.policy._schema import Policy
 
 __all__ = ["Target", "calibrate_policy", "load_policy_offline", "write_threshold"]
 

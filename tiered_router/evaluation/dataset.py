@@ -37,7 +37,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import IO, Any
 
-from tiered_router.policy import Price
+from tiered_router.policy._schema import Price
 from tiered_router.turn import Completion, ToolCall, Turn, Usage, message_text
 
 __all__ = [

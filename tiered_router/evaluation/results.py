@@ -27,7 +27,7 @@ from tiered_router.evaluation.metrics import (
 )
 from tiered_router.evaluation.runner import PriceSource, Replay, run_rows
 from tiered_router.evaluation.sweep import PathOutcome, RowRun, SweepPoint, sweep
-from tiered_router.policy import Policy
+from tiered_router.policy._schema import Policy
 
 __all__ = ["EvalResult", "Summary", "evaluate", "summarize"]
 

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
     from tiered_router.otel import OTelSink
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
 
 __all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve"]

@@ -21,7 +21,7 @@ from tiered_router.server._settings import ServerSettings
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
 
 __all__ = ["SERVE_GC_THRESHOLD", "build_app"]

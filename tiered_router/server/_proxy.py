@@ -50,13 +50,13 @@ from tiered_router.server._validate import (
     check_header_value,
     has_lone_surrogate,
 )
+from tiered_router.trace import Trace
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.engine._streaming import AsyncRoutedStream
     from tiered_router.openai._wire import RequestOptions
-    from tiered_router.policy import Policy
-    from tiered_router.trace import Trace
+    from tiered_router.policy._schema import Policy
     from tiered_router.turn import Turn
 
 __all__ = ["CHAT", "COUNTED", "Proxy"]
@@ -248,8 +248,8 @@ class Proxy:
                     turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
                 )
         except (AllTiersFailed, GateFailed) as exc:
-            request.state.trace = exc.trace
-            self._overhead(started, exc.trace)
+            request.state.trace = _trace_of(exc)
+            self._overhead(started, request.state.trace)
             return failure(exc)
         trace = request.state.trace = result.trace
         self.limiter.spent(client, trace.cost)
@@ -301,7 +301,7 @@ class Proxy:
             await stream.start()
         except (AllTiersFailed, GateFailed) as exc:
             response = failure(exc)
-            access_log(path, response.status_code, started, exc.trace)
+            access_log(path, response.status_code, started, _trace_of(exc))
             return response
         route = stream_route(stream, self.policy)
         renderer = ChunkRenderer(
@@ -387,6 +387,11 @@ class Proxy:
         if denied is not None:
             return denied
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
+    """The failed turn's trace (the engine's errors carry a :class:`Trace`)."""
+    return exc.trace if isinstance(exc.trace, Trace) else None
 
 
 def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:

@@ -31,7 +31,7 @@ from tiered_router.testing._reply import Reply, ReplyLike
 
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["RecordedRequest", "ScriptedServer"]
 
