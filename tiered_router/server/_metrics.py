@@ -16,7 +16,7 @@ import glob
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -152,7 +152,7 @@ class Metrics:
         self.in_flight = Gauge(
             p + "in_flight", "Requests being served.", registry=None, multiprocess_mode="livesum"
         )
-        self._children: dict[tuple[object, ...], Counter] = {}
+        self._children: dict[tuple[object, ...], Any] = {}
         self._tracked: list[tuple[Counter, Callable[[], float], list[float]]] = []
         self._metrics: tuple[Counter | Gauge | Histogram, ...] = (
             *(v for v in vars(self).values() if isinstance(v, Counter)),
@@ -172,10 +172,10 @@ class Metrics:
     def _counter(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, help_, labels, registry=None)
 
-    def _child(self, counter: Counter, *values: str) -> Counter:
+    def _child(self, counter: Counter | Histogram, *values: str) -> Any:
         # prometheus_client's labels() checks and locks on every call; the children are
         # few (tiers, backends, checks, status codes), so each is looked up once
-        key = (id(counter), *values)
+        key = (counter, *values)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = counter.labels(*values)
@@ -234,7 +234,7 @@ class Metrics:
             if usage.output_tokens:
                 child(self.tokens, backend, "output").inc(usage.output_tokens)
         if not shadow:
-            self.latency.labels(tier).observe(trace.latency_s)
+            child(self.latency, tier).observe(trace.latency_s)
         if self._tracked:
             self.sync()
 
