@@ -24,6 +24,9 @@ Example:
     client = _http.build_async_client(transport=_http.MockTransport(handler))
     ```
 
+Wing (docs/architecture.md): the one seam to HTTP libraries; may import only the root's
+shared values. Backends, the proxy and the test server get their clients here; nothing here
+knows a model or a policy.
 """
 
 from __future__ import annotations

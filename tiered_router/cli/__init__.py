@@ -4,6 +4,10 @@ Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
 command line is the ``cli`` extra (typer, rich, ruamel.yaml): ``pip install
 "tiered-router[cli]"``; the library itself never imports them.
+
+Wing (docs/architecture.md): the top of the graph; may import any wing (lazily, inside the
+commands). Nothing imports it. A new command group: a module here that adds itself in
+:func:`build_app`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The policy wing: the schema of policy YAML, its loader and the checks run at load.
 
 Owns ``_schema`` (the pydantic models), ``_loader`` (YAML, ``${VAR}``, file:line errors),
-``_checks`` (what the router would build), ``_ops`` / ``_limits`` (operating sections, sizes).
-Imports only the root's shared values (``_types``, ``exceptions``) and ``scoring``' names.
+``_checks`` (load-time checks, asked of the wings' registries), ``_ops`` / ``_limits``. Its
+modules import only the root's shared values; this face's :func:`load_policy` alone imports
+``gate``, ``scoring`` and ``backends`` to hand the loader their checks (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Two ship with the package: :class:`HeuristicScorer` (explainable features, hand-
 that a policy may override; the default) and :class:`LearnedScorer` (the same features plus
 structure features of the request, weights trained on recorded outcomes; shipped weights
 included). ``docs/scoring.md`` compares them.
+
+Wing (docs/architecture.md): owns the scorers and their fitting; may import the root's
+shared values, ``policy`` (its schema) and ``evaluation``'s data sources (fitting only). A new
+scorer: a ``Scorer`` class, a ``scoring.type`` value, a branch in :func:`build_scorer`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v
 ``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
 and ``-overhead-ms``. Needs the ``server`` extra (Starlette, uvicorn, prometheus_client); see
 ``docs/proxy.md``.
+
+Wing (docs/architecture.md): owns the proxy, its limits and its Prometheus metrics; may import
+the router, ``openai._wire``, ``engine``, ``backends``, ``otel``, ``trace``, ``policy`` and the
+root's shared values. Nothing imports it but the command line.
 """
 
 from __future__ import annotations
