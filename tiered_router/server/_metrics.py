@@ -160,14 +160,16 @@ class Metrics:
             self.overhead,
             self.in_flight,
         )
+        self.workers: Gauge | None = None
+        """Worker processes alive (each sets 1; with ``multiprocess_dir`` only)."""
         if multiprocess_dir is not None:
-            workers = Gauge(
+            self.workers = Gauge(
                 p + "workers",
                 "Worker processes alive.",
                 registry=None,
                 multiprocess_mode="livesum",
             )
-            workers.set(1)
+            self.workers.set(1)
 
     def _counter(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, help_, labels, registry=None)
