@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy._checks import Problems, from_error
 from tiered_router.policy._schema import BackendConfig
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
     from tiered_router.backends.openai_compat import OpenAICompatBackend
+    from tiered_router.policy._checks import Problems
     from tiered_router.policy._schema import Policy
 
 __all__ = [
@@ -243,6 +243,8 @@ def backend_problems(policy: Policy) -> Problems:
     Each backend is checked by its type with the default registry (preset, model, options;
     never the API key); each problem comes back with its path in the policy.
     """
+    from tiered_router.policy._checks import from_error
+
     problems: Problems = []
     for name, config in policy.backends.items():
         try:

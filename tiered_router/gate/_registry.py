@@ -30,13 +30,13 @@ from tiered_router.gate._text import (
     NotTruncatedCheck,
     RegexCheck,
 )
-from tiered_router.policy._checks import Problems, from_error
 
 __all__ = ["CheckRegistry", "check_names", "default_registry", "register_check"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 
 if TYPE_CHECKING:
+    from tiered_router.policy._checks import Problems
     from tiered_router.policy._schema import Policy
 
 
@@ -135,6 +135,8 @@ class CheckRegistry:
         The gate's load-time check (:mod:`tiered_router.policy._checks`): each check is
         built with its options, and each problem comes back with its path in the policy.
         """
+        from tiered_router.policy._checks import from_error
+
         problems: Problems = []
         for i, item in enumerate(policy.gate.checks):
             name, options = (item, {}) if isinstance(item, str) else next(iter(item.items()))

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tiered_router.policy._base import did_you_mean
-from tiered_router.policy._checks import Problems, from_message
 from tiered_router.scoring._base import Score, Scorer
 from tiered_router.scoring.features import approx_tokens
 from tiered_router.scoring.heuristic import (
@@ -27,6 +25,7 @@ from tiered_router.scoring.heuristic import (
 from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
+    from tiered_router.policy._checks import Problems
     from tiered_router.policy._schema import Policy, ScoringConfig
     from tiered_router.scoring.learned import (
         LearnedModel,
@@ -81,6 +80,9 @@ def scoring_problems(policy: Policy) -> Problems:
     Heuristic weight names are checked against :data:`FEATURE_NAMES`, then the scorer is
     built (the learned scorer's weights file read); each problem comes back with its path.
     """
+    from tiered_router.policy._base import did_you_mean
+    from tiered_router.policy._checks import from_message
+
     scoring = policy.scoring
     if scoring.type == "heuristic" and scoring.weights:
         known = sorted({*FEATURE_NAMES, "bias"})
