@@ -34,7 +34,6 @@ pytest.importorskip("uvicorn")
 import uvicorn  # noqa: E402
 
 from tiered_router import Router, TieredRouterError, Turn, _http  # noqa: E402
-from tiered_router._http._aiohttp import ENV_VAR  # noqa: E402
 from tiered_router.server import create_app  # noqa: E402
 from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
@@ -280,31 +279,21 @@ def _cases() -> Iterator[Any]:
     for fault in FAULTS:
         for tier in TIERS:
             for surface in SURFACES:
-                yield pytest.param(fault, tier, surface, None, id=f"{fault}-{tier}-{surface}")
-                if surface in ("acomplete", "astream"):
-                    # the in-process surfaces once more over httpx2's own transport (the
-                    # default is aiohttp's when installed, as it is here)
-                    yield pytest.param(
-                        fault, tier, surface, "httpcore", id=f"{fault}-{tier}-{surface}-httpcore"
-                    )
+                yield pytest.param(fault, tier, surface, id=f"{fault}-{tier}-{surface}")
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("fault", "tier", "surface", "transport"), list(_cases()))
+@pytest.mark.parametrize(("fault", "tier", "surface"), list(_cases()))
 async def test_fault_matrix(
     fault: str,
     tier: str,
     surface: str,
-    transport: str | None,
     upstream: ScriptedServer,
     proxies: dict[tuple[str, ...], _Proxy],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    if transport is not None:
-        monkeypatch.setenv(ENV_VAR, transport)
     faulty = TIERS[tier]
     refused = faulty if fault == "refused" else ()
     stream = surface in ("astream", "proxy_sse")
