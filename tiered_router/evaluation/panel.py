@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tiered_router.evaluation.dataset import Dataset, DatasetError, EvalRow, Outcome
@@ -165,7 +165,12 @@ def _drafts(row: EvalRow, spec: PanelSpec) -> list[tuple[str, Outcome] | None]:
 
 
 def apply_panel(
-    replay: Replay, runs: Sequence[RowRun], spec: PanelSpec, *, gate: QualityGate | None = None
+    replay: Replay,
+    runs: Sequence[RowRun],
+    spec: PanelSpec,
+    *,
+    gate: QualityGate | None = None,
+    key: Callable[[Outcome, str, EvalRow], AnswerKey] = draft_key,
 ) -> tuple[list[RowRun], PanelStats]:
     """Replace each row's fast path by the panel's (and the headline, where it went fast).
 
@@ -174,6 +179,7 @@ def apply_panel(
         runs: The rows' runs with a single fast draft (:func:`~.runner.run_rows`).
         spec: The panel.
         gate: The gate for the accepted draft (default: the policy's).
+        key: How a draft's answer is read (:func:`draft_key`; a benchmark compares others).
 
     Returns:
         The runs with the panel's fast path, and how the panel decided.
@@ -190,7 +196,7 @@ def apply_panel(
         drafts = _drafts(row, spec)
         present = [d for d in drafts if d is not None]
         counts["missing"] += len(present) < spec.k
-        keys = [None if d is None else draft_key(d[1], d[0], row) for d in drafts]
+        keys = [None if d is None else key(d[1], d[0], row) for d in drafts]
         failed = {i for i, d in enumerate(drafts) if d is None}
         result = tally(keys, k=spec.k, min_agreement=spec.min_agreement, failed=failed)
         cost = sum(replay.outcome_cost(o, m) for m, o in present)
