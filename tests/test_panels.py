@@ -385,3 +385,23 @@ def test_on_real_bfcl_calls_agreement_is_mostly_right_and_beats_exact_json() -> 
     assert agree > exact_agree * 1.05  # the normalisation finds more of the same answers
     assert agree_wrong / agree < 0.06  # and what two models agree on is mostly right
     assert both_right_agree / both_right > 0.9  # two right answers are mostly "the same"
+
+
+def test_the_policy_blocks_of_docs_panels_load() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from tiered_router import load_policy
+
+    page = (Path(__file__).parents[1] / "docs" / "panels.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if "version" not in data:  # a section: merge it into a two-tier policy
+            data = {**yaml.safe_load(POLICY), **data}
+            data["drafts"]["backends"] = ["fast"]
+        policy = load_policy(data)
+        assert policy.drafts is not None and policy.drafts.k == 3
