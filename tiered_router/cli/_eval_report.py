@@ -78,6 +78,14 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         console.print(f"escalations: {reasons}; failed checks: {checks}")
     if s.rules:
         console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    if result.panel is not None:
+        p = result.panel
+        console.print(
+            f"draft panel: k={p.k}, min_agreement {p.min_agreement:g}: agreed {p.agreed}, "
+            f"disagreed {p.disagreed} (escalated), not comparable {p.not_comparable} (gate); "
+            f"drafts cost ${p.draft_cost:.4f}",
+            highlight=False,
+        )
     print_sweep(console, result)
     print_baselines(console, result)
     for note in result.notes:
@@ -130,15 +138,25 @@ def print_baselines(console: Console, result: EvalResult) -> None:
     if not result.baselines:
         return
     parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
-    for b in result.baselines:
+    same_cost = [b for b in result.baselines if b.name.endswith("(same cost)")]
+    same_share = [b for b in result.baselines if b not in same_cost]
+    for b in same_share:
         parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
     console.print(
         f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
         highlight=False,
     )
+    if same_cost:
+        console.print(
+            f"at the policy's cost (${s.cost:.4f}): "
+            + "; ".join(
+                f"{b.name} {b.quality:.4f} ({_pct(b.frontier_share)} frontier)" for b in same_cost
+            ),
+            highlight=False,
+        )
     best = max(result.baselines, key=lambda b: b.quality)
     margin = s.quality - best.quality
-    if s.routed_fast_share in (0.0, 1.0):
+    if s.routed_fast_share in (0.0, 1.0) and result.panel is None:
         tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
         console.print(
             f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
@@ -148,9 +166,9 @@ def print_baselines(console: Console, result: EvalResult) -> None:
         )
     elif margin < -1e-9:
         console.print(
-            f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
-            "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
-            "your traffic, a scorer fitted on it (`tiered-router fit-scorer POLICY --data "
+            f"verdict: the policy keeps LESS quality than {best.name}. Try `tiered-router "
+            "calibrate POLICY --data YOUR_DATA ...` on data like your traffic, a scorer fitted "
+            "on it (`tiered-router fit-scorer POLICY --data "
             "YOUR_DATA -o scorer.json`), or another scorer (scoring.type: transfer | learned | "
             "heuristic; docs/scoring.md).",
             highlight=False,
@@ -159,7 +177,8 @@ def print_baselines(console: Console, result: EvalResult) -> None:
         than = "more quality than" if margin > 1e-9 else "as much quality as"
         console.print(
             f"verdict: the policy keeps {than} random and prompt length at the same "
-            f"frontier share (+{margin:.4f} over the better, {best.name}).",
+            + ("frontier share and cost" if same_cost else "frontier share")
+            + f" (+{margin:.4f} over the {'best' if same_cost else 'better'}, {best.name}).",
             highlight=False,
         )
 
@@ -185,7 +204,19 @@ def print_calibration(
         "frontier calls", _pct(expected["frontier_call_share"]), _pct(s.frontier_call_share)
     )
     table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
+    if "drafts_k" in expected and result.panel is not None:
+        table.add_row("drafts k", str(expected["drafts_k"]), str(result.panel.k))
+        table.add_row(
+            "drafts min_agreement",
+            f"{expected['drafts_min_agreement']:g}",
+            f"{result.panel.min_agreement:g}",
+        )
     console = Console()
     console.print(table)
     if written is not None:
         console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
+        if "drafts_k" in expected:
+            console.print(
+                f"wrote drafts.k: {expected['drafts_k']}, drafts.min_agreement: "
+                f"{expected['drafts_min_agreement']:g} to {written}"
+            )

@@ -38,6 +38,7 @@ from pydantic import (
 
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
+from tiered_router.policy._drafts import DraftsConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -54,6 +55,7 @@ __all__ = [
     "BackendConfig",
     "BreakerConfig",
     "ClientLimits",
+    "DraftsConfig",
     "EscalationConfig",
     "GateConfig",
     "LatencyModel",
@@ -327,6 +329,8 @@ class Policy(Model):
     """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
+    drafts: DraftsConfig | None = None
+    """A panel of fast drafts whose agreement decides escalation; ``None``: one draft."""
 
     @field_validator("backends")
     @classmethod
@@ -345,6 +349,14 @@ class Policy(Model):
                 problems.append(
                     (
                         ("tiers", tier),
+                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
+                    )
+                )
+        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
+            if name not in self.backends:
+                problems.append(
+                    (
+                        ("drafts", "backends", i),
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
