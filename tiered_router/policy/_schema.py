@@ -38,6 +38,7 @@ from pydantic import (
 
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
+from tiered_router.policy._drafts import DraftsConfig, HedgeConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -57,8 +58,10 @@ __all__ = [
     "BackendConfig",
     "BreakerConfig",
     "ClientLimits",
+    "DraftsConfig",
     "EscalationConfig",
     "GateConfig",
+    "HedgeConfig",
     "LatencyModel",
     "Policy",
     "Price",
@@ -326,6 +329,12 @@ class Policy(Model):
     """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
+    drafts: DraftsConfig | None = None
+    """Draft panels: ``k`` concurrent fast drafts whose agreement decides escalation (off
+    when not given)."""
+    hedge: HedgeConfig | None = None
+    """Hedged escalation: the frontier call started while the fast side is undecided (off
+    when not given)."""
 
     @field_validator("backends")
     @classmethod
@@ -357,6 +366,14 @@ class Policy(Model):
                     )
                 )
             first.setdefault(rule.name, i)
+        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
+            if name not in self.backends:
+                problems.append(
+                    (
+                        ("drafts", "backends", i),
+                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
+                    )
+                )
         if problems:
             raise FieldErrors(problems)
         return self
