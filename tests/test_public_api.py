@@ -268,13 +268,28 @@ PINNED: dict[str, frozenset[str]] = {
             "TraceContextMiddleware",
         }
     ),
+    "tiered_router.panels": frozenset(
+        {
+            "AnswerKey",
+            "AnswerKind",
+            "answer_key",
+            "canonical",
+            "final_answer",
+            "needed_votes",
+            "normalise_answer",
+            "Tally",
+            "tally",
+        }
+    ),
     "tiered_router.policy": frozenset(
         {
             "BackendConfig",
             "BreakerConfig",
             "ClientLimits",
+            "DraftsConfig",
             "EscalationConfig",
             "GateConfig",
+            "HedgeConfig",
             "LatencyModel",
             "load_policy",
             "Policy",

@@ -50,13 +50,14 @@ class DraftsConfig(Model):
     refused at load: give ``variants`` or a second backend.
     """
 
-    k: int = Field(default=3, ge=2, le=16)
-    """Fast drafts per turn, sent concurrently."""
+    k: int = Field(default=1, ge=1, le=16)
+    """Fast drafts per turn, sent concurrently (1: a single draft, no panel)."""
     backends: list[str] = Field(default_factory=list)
     """Fast backends drafting, used in turn (draft ``i`` goes to ``backends[i % len]``); empty:
     the fast tier's backend, sampled ``k`` times."""
     min_agreement: float = Field(default=0.67, gt=0, le=1)
-    """Share of the ``k`` drafts that must give the majority answer for it to be accepted."""
+    """Share of the ``k`` drafts that must give the majority answer for it to be accepted
+    (compared to two decimals: 2 of 3 meets 0.67)."""
     variants: list[str] = Field(default_factory=list)
     """Per-draft instructions added to the system prompt (draft ``i`` gets
     ``variants[i % len]``; ``""`` leaves its prompt as it is)."""

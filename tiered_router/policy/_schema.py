@@ -356,6 +356,14 @@ class Policy(Model):
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
+        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
+            if name not in self.backends:
+                problems.append(
+                    (
+                        ("drafts", "backends", i),
+                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
+                    )
+                )
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
             if rule.name in first:
@@ -366,14 +374,6 @@ class Policy(Model):
                     )
                 )
             first.setdefault(rule.name, i)
-        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
-            if name not in self.backends:
-                problems.append(
-                    (
-                        ("drafts", "backends", i),
-                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
-                    )
-                )
         if problems:
             raise FieldErrors(problems)
         return self
