@@ -418,6 +418,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.trace": frozenset(
         {
             "Attempt",
+            "AttemptRole",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",

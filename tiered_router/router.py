@@ -21,13 +21,13 @@ from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine._call_args import checked_deadline, checked_tier, checked_turn
 from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.engine._dispatch import Dispatcher
+from tiered_router.engine._drive import Driver
 from tiered_router.engine._latency import LatencyTracker
 from tiered_router.engine._machine import RoutedResult, TurnRun, decide_turn, plan_turn
 from tiered_router.engine._recording import RecordOption
 from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
@@ -127,8 +127,11 @@ class Router:
             asleep=self._asleep,
             emit=self.emit,
         )
+        self._driver = Driver(
+            self._dispatch, percentile=self._percentile, acomplete=_acomplete, complete=_complete
+        )
         self._shadows = ShadowRunner(
-            drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
+            drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
 
     @classmethod
@@ -330,7 +333,7 @@ class Router:
         if task is not None:
             await task.arefresh()
         run = self._start(turn, tier, deadline_s)
-        await self._adrive(run)
+        await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)
         self._shadows.astart(run)
         return result
@@ -347,48 +350,13 @@ class Router:
         if task is not None:
             task.refresh()
         run = self._start(turn, tier, deadline_s)
-        self._drive(run)
+        self._driver.drive(run)
         result = self._dispatch.finish(run)
         self._shadows.start(run)
         return result
 
-    async def _adrive(self, run: TurnRun) -> None:
-        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
-        try:
-            nxt: Tier | None = run.first_tier()
-            while nxt is not None:
-                serving = nxt
-                try:
-                    completion, backend, started = await self._dispatch.acall(
-                        run, serving, _acomplete
-                    )
-                except BackendError as exc:
-                    nxt = run.after_error(serving, exc)
-                    continue
-                nxt = run.after_draft(
-                    serving, backend.name, backend.model, completion, self._clock() - started
-                )
-        except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
-            await self._dispatch.aend(run, exc)
-            raise
-
-    def _drive(self, run: TurnRun) -> None:
-        """Sync twin of :meth:`_adrive`."""
-        try:
-            nxt: Tier | None = run.first_tier()
-            while nxt is not None:
-                serving = nxt
-                try:
-                    completion, backend, started = self._dispatch.call(run, serving, _complete)
-                except BackendError as exc:
-                    nxt = run.after_error(serving, exc)
-                    continue
-                nxt = run.after_draft(
-                    serving, backend.name, backend.model, completion, self._clock() - started
-                )
-        except BaseException as exc:
-            self._dispatch.end(run, exc)
-            raise
+    def _percentile(self, backend: str, q: float, min_samples: int) -> float | None:
+        return self.latency.percentile(backend, q, min_samples=min_samples)
 
     def drain_shadows(self, timeout_s: float | None = None) -> None:
         """Wait for the shadow runs started by the sync path (``close`` does too)."""
