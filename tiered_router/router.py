@@ -395,7 +395,7 @@ class Router:
             print(stream.result.trace.tier)
             ```
         """
-        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
+        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     def stream(
         self,
@@ -405,7 +405,7 @@ class Router:
         deadline_s: float | None | Unset = UNSET,
     ) -> RoutedStream:
         """Sync twin of :meth:`astream`."""
-        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
+        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -416,6 +416,7 @@ class Router:
         max_cost: float | None = None,
         max_latency_s: float | None = None,
         max_escalations: int | None = None,
+        hedge: bool | None = None,
     ) -> Task:
         """Group the turns of one agent task (a sync and async context manager).
 
@@ -429,6 +430,7 @@ class Router:
             max_cost: Cost budget, US dollars (``None``: the policy's ``task.max_cost``).
             max_latency_s: Latency budget, seconds (``None``: the policy's).
             max_escalations: Escalation budget (``None``: the policy's).
+            hedge: Allow hedged frontier calls (``None``: the policy's ``task.hedge``).
         """
         return Task(
             self,
@@ -436,6 +438,7 @@ class Router:
             max_cost=max_cost,
             max_latency_s=max_latency_s,
             max_escalations=max_escalations,
+            hedge=hedge,
         )
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:

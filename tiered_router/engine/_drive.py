@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tiered_router.engine._flight import Flight, plan_flight
+from tiered_router.engine._flight import Flight, FlightPlan, plan_flight
 from tiered_router.engine._flight_sync import SyncFlight
 from tiered_router.engine._hedge import Percentile
 from tiered_router.exceptions import BackendError
@@ -53,6 +53,10 @@ class Driver:
         self._complete = complete
         self.flight = Flight(dispatch, complete=acomplete)
         self.sync_flight = SyncFlight(dispatch, complete=complete)
+
+    def plan(self, run: TurnRun) -> FlightPlan | None:
+        """The turn's fast side in flight (a panel, a hedge), ``None`` for the usual loop."""
+        return plan_flight(run, percentile=self._percentile)
 
     async def adrive(self, run: TurnRun) -> None:
         """Run the engine to the end of the turn (the trace is emitted on any other exit)."""

@@ -142,6 +142,17 @@ class Metrics:
             "the shared store (state.task_cache_s).",
             (),
         )
+        self.concurrent_calls = _Counter(
+            p + "concurrent_calls_total",
+            "Calls a turn had in flight at once, by role (draft, hedge) and outcome "
+            "(answered, failed, cancelled).",
+            ("role", "outcome"),
+        )
+        self.panels = _Counter(
+            p + "panels_total",
+            "Draft panels by result (agreed, disagreed, not_comparable).",
+            ("result",),
+        )
         self.in_flight = 0
         self.collectors: list[Callable[[Metrics], None]] = []
         """Called before each render and snapshot, to copy in numbers kept elsewhere."""
@@ -163,7 +174,18 @@ class Metrics:
             self.turns.inc(tier, "true" if trace.escalated else "false")
         for reason in trace.escalations:
             self.escalations.inc(reason)
+        panel = trace.panel
+        if panel is not None:
+            comparable = panel.get("comparable", True)
+            self.panels.inc(
+                "agreed" if panel.get("agreed") else "disagreed" if comparable else "not_comparable"
+            )
         for attempt in trace.attempts:
+            if attempt.role != "call":
+                outcome = (
+                    "cancelled" if attempt.cancelled else "failed" if attempt.error else "answered"
+                )
+                self.concurrent_calls.inc(attempt.role, outcome)
             verdict = attempt.verdict
             if verdict is not None:
                 for failure in verdict.failures:
@@ -202,6 +224,8 @@ class Metrics:
             self.interrupted,
             self.state_fallbacks,
             self.task_reads_saved,
+            self.concurrent_calls,
+            self.panels,
         ):
             lines.extend(counter.render())
         lines.extend(self.latency.render())
