@@ -196,6 +196,7 @@ class TurnRun:
         self.interrupted: str | None = None
         self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
         self.panel: dict[str, Any] | None = None  # what a draft panel found
+        self.served_by: tuple[str, Completion] | None = None  # a panel draft's own backend
         self.roles: dict[Tier, AttemptRole] = {}  # a tier's calls' role while not "call"
         self.cancelling: set[Tier] = set()  # tiers whose calls the driver is cancelling
         self._trace: Trace | None = None
@@ -392,7 +393,7 @@ class TurnRun:
             decision=self.decision,
             attempts=tuple(self.attempts),
             tier=returned[0] if returned else None,
-            backend=self.policy.backend_for(returned[0]) if returned else None,
+            backend=self._served_backend(returned),
             escalated=escalated,
             escalations=tuple(self.escalations),
             verdict=returned[2] if returned else None,
@@ -402,6 +403,15 @@ class TurnRun:
             record=build_record(self.ports.record, self.turn, self.drafts, len(self.attempts)),
             panel=self.panel,
         )
+
+    def _served_backend(
+        self, returned: tuple[Tier, Completion, Verdict | None] | None
+    ) -> str | None:
+        if returned is None:
+            return None
+        if self.served_by is not None and self.served_by[1] is returned[1]:
+            return self.served_by[0]  # a panel's draft from another fast backend
+        return self.policy.backend_for(returned[0])
 
     def conclude(self, exc: BaseException | None = None) -> Trace | None:
         """Freeze the turn's trace: return it the first time, ``None`` ever after.

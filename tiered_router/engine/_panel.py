@@ -242,6 +242,7 @@ class Panel:
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
                 chosen = (completion, verdict)
+                run.served_by = (arrival.spec.backend, completion)
                 break
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
@@ -257,6 +258,7 @@ class Panel:
                 assert first.completion is not None
                 kept = run.gated(first.completion)
             run.returned = ("fast", kept[0], kept[1])
+            run.served_by = (first.spec.backend, kept[0])
         return nxt
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
