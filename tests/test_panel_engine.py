@@ -221,3 +221,190 @@ def test_no_frontier_left_raises_with_every_draft(server: ScriptedServer) -> Non
     with panel_router(server, sink=sink) as router, pytest.raises(AllTiersFailed) as caught:
         router.complete(tool_turn())
     assert len([a for a in caught.value.attempts if a.role == "draft"]) == 3
+
+
+@pytest.mark.anyio
+async def test_a_panel_stream_streams_the_accepted_draft(server: ScriptedServer) -> None:
+    server.script([call("Paris"), call("Paris"), call("Paris")], model="fast-model")
+    sink = MemorySink()
+    async with panel_router(server, sink=sink, drafts={"early": False}) as router:
+        stream = router.astream(tool_turn())
+        await stream.start()
+        assert len([a for a in stream.attempts if a.role == "draft"]) == 3  # decided first
+        chunks = [chunk async for chunk in stream]
+    calls = [c for chunk in chunks for c in chunk.tool_calls]
+    assert calls and calls[0].name == "get_weather"
+    assert stream.result.tier == "fast"
+    assert sink.traces[-1].panel is not None and sink.traces[-1].panel["agreed"]
+
+
+def test_a_sync_panel_stream_escalates_on_disagreement(server: ScriptedServer) -> None:
+    server.script([call("Paris"), call("London"), call("Rome")], model="fast-model")
+    server.script([call("Paris")], model="frontier-model")
+    sink = MemorySink()
+    with panel_router(server, sink=sink) as router:
+        stream = router.stream(tool_turn())
+        chunks = list(stream)
+    assert [c for chunk in chunks for c in chunk.tool_calls][0].name == "get_weather"
+    assert stream.result.tier == "frontier"
+    assert sink.traces[-1].escalations == ("drafts_disagree",)
+
+
+@pytest.mark.anyio
+async def test_variants_and_temperature_reach_each_draft(server: ScriptedServer) -> None:
+    server.default = call("Paris")
+    sink = MemorySink()
+    drafts = {"variants": ["", "Be brief.", "Think first."], "temperature": 0.7, "early": False}
+    async with panel_router(server, sink=sink, drafts=drafts) as router:
+        await router.acomplete(tool_turn())
+    bodies = [r.body for r in server.requests_for("fast-model")]
+    systems = sorted(
+        next((m["content"] for m in b["messages"] if m["role"] == "system"), "") for b in bodies
+    )
+    assert systems == ["", "Be brief.", "Think first."]
+    assert all(b.get("temperature") == 0.7 for b in bodies)
+
+
+@pytest.mark.anyio
+async def test_prose_is_not_comparable_and_falls_back_to_the_gate(
+    server: ScriptedServer,
+) -> None:
+    server.script(
+        [Reply.text("Hello there."), Reply.text("Hi!"), Reply.text("Hey.")], model="fast-model"
+    )
+    sink = MemorySink()
+    drafts = {"when": ["all"], "early": False}
+    async with panel_router(server, sink=sink, drafts=drafts) as router:
+        result = await router.acomplete(Turn([{"role": "user", "content": "Say hi."}]))
+    assert result.tier == "fast"
+    panel = sink.traces[-1].panel
+    assert panel is not None and panel["comparable"] is False and panel["agreed"] is False
+    assert "not comparable" in panel["reason"]
+
+
+@pytest.mark.anyio
+async def test_turns_outside_when_get_one_draft(server: ScriptedServer) -> None:
+    server.default = Reply.text("Hello.")
+    sink = MemorySink()
+    async with panel_router(server, sink=sink) as router:  # when: tools, json, answer
+        await router.acomplete(Turn([{"role": "user", "content": "Say hi."}]))
+    trace = sink.traces[-1]
+    assert trace.panel is None and [a.role for a in trace.attempts] == ["call"]
+
+
+@pytest.mark.anyio
+async def test_json_turns_agree_on_canonical_json(server: ScriptedServer) -> None:
+    server.script(
+        [Reply.json({"a": 1, "b": 2}), Reply.text('{"b": 2.0, "a": 1}'), Reply.json({"a": 3})],
+        model="fast-model",
+    )
+    sink = MemorySink()
+    async with panel_router(server, sink=sink, drafts={"early": False}) as router:
+        turn = Turn(
+            [{"role": "user", "content": "Give a and b."}],
+            response_format={"type": "json_object"},
+        )
+        result = await router.acomplete(turn)
+    assert result.tier == "fast"
+    panel = sink.traces[-1].panel
+    assert panel is not None and panel["agreed"] and panel["kind"] == "json"
+    assert len(panel["members"]) == 2
+
+
+@pytest.mark.anyio
+async def test_a_task_can_forbid_hedging(server: ScriptedServer) -> None:
+    server.default = Reply.slow(0.3, then=call("Paris"))
+    sink = MemorySink()
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge={"after_s": 0.0},
+    )
+    async with Router(policy, sinks=[sink]) as router:
+        async with router.task(hedge=False):
+            await router.acomplete(tool_turn())
+        async with router.task():
+            await router.acomplete(tool_turn())
+    forbidden, allowed = sink.traces
+    assert not any(a.role == "hedge" for a in forbidden.attempts)
+    assert any(a.role == "hedge" for a in allowed.attempts)
+    assert allowed.cost == pytest.approx(sum(a.cost for a in allowed.attempts))
+
+
+def test_sync_hedge_answers_first(server: ScriptedServer) -> None:
+    server.script([Reply.slow(3.0, then=call("Paris"))], model="fast-model")
+    server.script([call("Paris")], model="frontier-model")
+    sink = MemorySink()
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge={"band": 1.0},
+    )
+    with Router(policy, sinks=[sink]) as router:
+        result = router.complete(tool_turn())
+    assert result.tier == "frontier"
+    trace = sink.traces[-1]
+    assert trace.escalations == ("hedged",) and trace.latency_s < 2.5
+    assert [a.cancelled for a in trace.attempts if a.tier == "fast"] == [True]
+
+
+@pytest.mark.anyio
+async def test_the_breaker_recovers_under_a_panel(server: ScriptedServer) -> None:
+    sink = MemorySink()
+    breaker = {"enabled": True, "consecutive_failures": 2, "cooldown_s": 0.2}
+    server.script([Reply.status(500)] * 3, model="fast-model")
+    server.script([call("Paris")] * 3, model="frontier-model")
+    async with panel_router(server, sink=sink, resilience={"breaker": breaker}) as router:
+        first = await router.acomplete(tool_turn())
+        assert (await router.breaker("fast").asnapshot()).state == "open"
+        second = await router.acomplete(tool_turn())  # refused at once: circuit_open
+        await asyncio.sleep(0.3)
+        server.default = call("Paris")
+        states = []
+        for _ in range(3):
+            await router.acomplete(tool_turn())
+            states.append((await router.breaker("fast").asnapshot()).state)
+    assert first.tier == second.tier == "frontier"
+    assert sink.traces[1].escalations == ("circuit_open",)
+    assert states[-1] == "closed"
+    assert sink.traces[-1].tier == "fast" and sink.traces[-1].panel["agreed"]
+
+
+@pytest.mark.anyio
+async def test_64_concurrent_turns_with_panels_and_hedges(server: ScriptedServer) -> None:
+    server.script([Reply.slow(0.05, then=call("Paris"))] * 200, model="fast-model")
+    server.default = call("Paris")
+    sink = MemorySink()
+    async with panel_router(server, sink=sink, hedge={"after_s": 0.5}) as router:
+        results = await asyncio.gather(*(router.acomplete(tool_turn()) for _ in range(64)))
+    assert len(results) == 64 and len(sink.traces) == 64
+    assert len({t.turn_id for t in sink.traces}) == 64
+    for trace in sink.traces:
+        assert trace.tier is not None
+        assert sum(1 for a in trace.attempts if a.role == "draft") == 3
+
+
+def test_sync_and_async_give_the_same_panel_trace(server: ScriptedServer) -> None:
+    def run(sync: bool) -> Trace:
+        server.reset()
+        server.script([call("Paris"), call("Paris", unit="c"), call("London")], model="fast-model")
+        sink = MemorySink()
+        router = panel_router(server, sink=sink, drafts={"early": False})
+        try:
+            if sync:
+                router.complete(tool_turn(id="t1"))
+            else:
+                asyncio.run(router.acomplete(tool_turn(id="t1")))
+        finally:
+            router.close()
+        return sink.traces[-1]
+
+    sync, async_ = run(True), run(False)
+    keys = sorted(a.answer_key["value"] for a in sync.attempts if a.answer_key)
+    assert keys == sorted(a.answer_key["value"] for a in async_.attempts if a.answer_key)
+    assert sync.tier == async_.tier == "fast"
+    assert {k: v for k, v in sync.panel.items() if k != "members"} == {
+        k: v for k, v in async_.panel.items() if k != "members"
+    }
