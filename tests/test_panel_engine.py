@@ -49,7 +49,7 @@ def panel_router(
     server: ScriptedServer, *, sink: MemorySink, drafts: dict[str, Any] | None = None, **more: Any
 ) -> Router:
     sections: dict[str, Any] = {
-        "drafts": {"k": 3, "min_agreement": 0.67, **(drafts or {})},
+        "drafts": {"k": 3, "min_agreement": 0.67, "n": False, **(drafts or {})},
         "rules": [{"name": "all-fast", "when": {}, "tier": "fast"}],
         "resilience": {"breaker": {"enabled": True, "consecutive_failures": 2}},
         **more,
@@ -392,13 +392,16 @@ def test_sync_and_async_give_the_same_panel_trace(server: ScriptedServer) -> Non
         server.script([call("Paris"), call("Paris", unit="c"), call("London")], model="fast-model")
         sink = MemorySink()
         router = panel_router(server, sink=sink, drafts={"early": False})
-        try:
-            if sync:
+        if sync:
+            with router:
                 router.complete(tool_turn(id="t1"))
-            else:
-                asyncio.run(router.acomplete(tool_turn(id="t1")))
-        finally:
-            router.close()
+        else:
+
+            async def once() -> None:
+                async with router:
+                    await router.acomplete(tool_turn(id="t1"))
+
+            asyncio.run(once())
         return sink.traces[-1]
 
     sync, async_ = run(True), run(False)
@@ -408,3 +411,21 @@ def test_sync_and_async_give_the_same_panel_trace(server: ScriptedServer) -> Non
     assert {k: v for k, v in sync.panel.items() if k != "members"} == {
         k: v for k, v in async_.panel.items() if k != "members"
     }
+
+
+@pytest.mark.anyio
+async def test_a_same_prompt_panel_uses_n_where_the_dialect_takes_it(
+    server: ScriptedServer,
+) -> None:
+    server.script([call("Paris"), call("Paris"), call("Rome")], model="fast-model")
+    sink = MemorySink()
+    drafts = {"n": True, "temperature": 1.0}
+    async with panel_router(server, sink=sink, drafts=drafts) as router:
+        result = await router.acomplete(tool_turn())
+    assert result.tier == "fast"
+    (request,) = server.requests_for("fast-model")
+    assert request.body["n"] == 3 and request.body["temperature"] == 1.0
+    drafts_ = drafts_of(sink.traces[-1])
+    assert len(drafts_) == 3 and all(a.ok for a in drafts_)
+    assert drafts_[0].cost > 0 and drafts_[1].cost == drafts_[2].cost == 0.0  # one usage
+    assert sink.traces[-1].panel["agreed"] and len(sink.traces[-1].panel["members"]) == 2

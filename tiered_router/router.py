@@ -200,16 +200,7 @@ class Router:
 
         if turn.tools and not self.supports_tools(name):
             return "tools", f"backend {name!r} cannot call tools (tools: false)"
-        injected = self._backends.get(name)
-        dialect: object = None
-        if injected is not None:
-            dialect = getattr(injected, "dialect", None)
-        else:
-            config = self.backend_config(name)
-            if config is not None and config.type == "openai":
-                from tiered_router.backends.presets import dialect_for
-
-                dialect = dialect_for(config, backend=name)
+        dialect = self._dialect(name)
         if not isinstance(dialect, DialectProfile):
             return None
         return capability_gap(
@@ -218,6 +209,30 @@ class Router:
             tools=turn.openai_tools(),
             response_format=turn.response_format,
             params=turn.params,
+        )
+
+    def _dialect(self, name: str) -> object:
+        injected = self._backends.get(name)
+        if injected is not None:
+            return getattr(injected, "dialect", None)
+        config = self.backend_config(name)
+        if config is not None and config.type == "openai":
+            from tiered_router.backends.presets import dialect_for
+
+            return dialect_for(config, backend=name)
+        return None
+
+    def multiple_choices(self, name: str) -> bool:
+        """Whether backend ``name``'s server samples ``n`` choices in one request.
+
+        Its dialect profile says so (``multiple_choices``, and not ``greedy``); a backend
+        without a profile is never asked for ``n``.
+        """
+        from tiered_router.backends._dialect import DialectProfile
+
+        dialect = self._dialect(name)
+        return (
+            isinstance(dialect, DialectProfile) and dialect.multiple_choices and not dialect.greedy
         )
 
     def score(self, turn: Turn) -> Score:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
     from tiered_router.engine._machine import TurnRun
-    from tiered_router.turn import Completion
+    from tiered_router.turn import Completion, Turn
 
 __all__ = ["Flight", "FlightPlan", "plan_flight"]
 
@@ -47,7 +47,10 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
     if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
         return None
     panel = plan_panel(
-        policy, run.turn, usable=lambda name: run.ports.capability_gap(name, run.turn) is None
+        policy,
+        run.turn,
+        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
+        multiple_choices=getattr(run.ports, "multiple_choices", None),
     )
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
@@ -160,17 +163,15 @@ class Flight:
         panel = Panel(plan, run.turn)
         clock = self._dispatch.clock
         begun = clock()
-        tasks = {asyncio.ensure_future(self._adraft(run, spec, plan)): spec for spec in plan.drafts}
+        tasks = {
+            asyncio.ensure_future(self._adraft(run, specs, plan)): specs for specs in calls(plan)
+        }
         pending = set(tasks)
         try:
             while pending and not panel.decided():
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: tasks[t].index):
-                    value, model, latency = task.result()
-                    if isinstance(value, BackendError):
-                        panel.failed(tasks[task], model, value, latency)
-                    else:
-                        panel.arrived(tasks[task], model, value, latency)
+                for task in sorted(done, key=lambda t: tasks[t][0].index):
+                    panel.take(tasks[task], *task.result())
         except BaseException:
             await _acancel_all(pending)
             if "fast" in run.cancelling:  # a hedge answered first
@@ -180,23 +181,40 @@ class Flight:
         return panel.settle(run, self._cut(tasks, pending, clock() - begun))
 
     def _cut(
-        self, tasks: dict[Any, DraftSpec], pending: set[Any], latency: float
+        self, tasks: dict[Any, tuple[DraftSpec, ...]], pending: set[Any], latency: float
     ) -> list[tuple[DraftSpec, str, float]]:
-        specs = sorted((tasks[t] for t in pending), key=lambda s: s.index)
-        return [(s, self._dispatch.backend(s.backend).model, latency) for s in specs]
+        return cut_drafts(self._dispatch, [tasks[t] for t in pending], latency)
 
-    async def _adraft(self, run: TurnRun, spec: DraftSpec, plan: PanelPlan) -> _Draft:
+    async def _adraft(self, run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan) -> _Draft:
         clock = self._dispatch.clock
+        spec = specs[0]
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
-            request = run.request(
-                spec.backend, turn=draft_turn(run.turn, spec, temperature=plan.temperature)
-            )
+            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
             completion = await self._dispatch.aonce(run, spec.backend, request, self._complete)
         except BackendError as exc:
             return exc, backend.model, clock() - begun
         return completion, backend.model, clock() - begun
+
+
+def calls(plan: PanelPlan) -> list[tuple[DraftSpec, ...]]:
+    """The requests of a panel: one per draft, or one for all (``n`` choices)."""
+    return [plan.drafts] if plan.n else [(spec,) for spec in plan.drafts]
+
+
+def panel_turn(run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan) -> Turn:
+    """The turn one panel request sends."""
+    n = len(specs) if len(specs) > 1 else None
+    return draft_turn(run.turn, specs[0], temperature=plan.temperature, n=n)
+
+
+def cut_drafts(
+    dispatch: Dispatcher, pending: list[tuple[DraftSpec, ...]], latency: float
+) -> list[tuple[DraftSpec, str, float]]:
+    """The drafts still running when the panel was decided, to trace as cancelled."""
+    specs = sorted((s for group in pending for s in group), key=lambda s: s.index)
+    return [(s, dispatch.backend(s.backend).model, latency) for s in specs]
 
 
 def hedged(run: TurnRun, outcome: Any) -> bool | None:

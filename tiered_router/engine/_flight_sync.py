@@ -16,8 +16,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._dispatch import Abandoned
-from tiered_router.engine._flight import FlightPlan, hedge_answer, hedged, record_loser
-from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan, draft_turn
+from tiered_router.engine._flight import (
+    FlightPlan,
+    calls,
+    cut_drafts,
+    hedge_answer,
+    hedged,
+    panel_turn,
+    record_loser,
+)
+from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
@@ -158,22 +166,18 @@ class SyncFlight:
         clock = self._dispatch.clock
         begun = clock()
         drop = threading.Event()
-        futures: dict[Future[Any], DraftSpec] = {
-            pool.submit(self._draft, run, spec, plan, drop): spec for spec in plan.drafts
+        futures: dict[Future[Any], tuple[DraftSpec, ...]] = {
+            pool.submit(self._draft, run, specs, plan, drop): specs for specs in calls(plan)
         }
         pending = set(futures)
         while pending and not panel.decided() and not stop.is_set():
             done, pending = wait(pending, timeout=0.05, return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: futures[f].index):
+            for future in sorted(done, key=lambda f: futures[f][0].index):
                 value, model, latency = future.result()
-                if isinstance(value, BackendError):
-                    panel.failed(futures[future], model, value, latency)
-                else:
-                    panel.arrived(futures[future], model, value, latency)
+                if value is not None:
+                    panel.take(futures[future], value, model, latency)
         drop.set()
-        latency = clock() - begun
-        specs = sorted((futures[f] for f in pending), key=lambda s: s.index)
-        cut = [(s, self._dispatch.backend(s.backend).model, latency) for s in specs]
+        cut = cut_drafts(self._dispatch, [futures[f] for f in pending], clock() - begun)
         with lock:
             if stop.is_set():
                 panel.abandon(run, cut)
@@ -181,15 +185,18 @@ class SyncFlight:
             return panel.settle(run, cut)
 
     def _draft(
-        self, run: TurnRun, spec: DraftSpec, plan: PanelPlan, drop: threading.Event
+        self,
+        run: TurnRun,
+        specs: tuple[DraftSpec, ...],
+        plan: PanelPlan,
+        drop: threading.Event,
     ) -> tuple[Any, str, float]:
         clock = self._dispatch.clock
+        spec = specs[0]
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
-            request = run.request(
-                spec.backend, turn=draft_turn(run.turn, spec, temperature=plan.temperature)
-            )
+            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
             value: Any = self._dispatch.once(
                 run, spec.backend, request, self._complete, abandoned=drop.is_set
             )

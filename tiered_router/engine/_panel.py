@@ -21,7 +21,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.exceptions import BackendError, BackendUnavailable, _describe
+from tiered_router.exceptions import (
+    BackendError,
+    BackendResponseError,
+    BackendUnavailable,
+    _describe,
+)
 from tiered_router.panels import AnswerKey, Tally, answer_key, tally
 from tiered_router.pricing import cost_of
 
@@ -64,6 +69,9 @@ class PanelPlan:
     min_agreement: float
     early: bool
     temperature: float | None
+    n: bool = False
+    """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
+    dialect that takes ``n`` and does not decode greedily)."""
 
     @property
     def k(self) -> int:
@@ -88,13 +96,17 @@ def panel_kinds(turn: Turn) -> frozenset[str]:
     return frozenset(kinds)
 
 
-def plan_panel(policy: Policy, turn: Turn, *, usable: Any) -> PanelPlan | None:
+def plan_panel(
+    policy: Policy, turn: Turn, *, usable: Any, multiple_choices: Any = None
+) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
     Args:
         policy: The policy (its ``drafts:``).
         turn: The turn.
         usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
+        multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
+            in one request (its dialect says so); ``None``: never ask for ``n``.
     """
     drafts = policy.drafts
     if drafts is None or drafts.k < 2:
@@ -109,16 +121,26 @@ def plan_panel(policy: Policy, turn: Turn, *, usable: Any) -> PanelPlan | None:
         DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
         for i in range(drafts.k)
     )
+    same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
     return PanelPlan(
         drafts=specs,
         min_agreement=drafts.min_agreement,
         early=drafts.early,
         temperature=drafts.temperature,
+        n=drafts.n
+        and same_prompt
+        and multiple_choices is not None
+        and bool(multiple_choices(names[0])),
     )
 
 
-def draft_turn(turn: Turn, spec: DraftSpec, *, temperature: float | None) -> Turn:
-    """The turn draft ``spec`` sends: its variant in the system prompt, its temperature."""
+def draft_turn(
+    turn: Turn, spec: DraftSpec, *, temperature: float | None, n: int | None = None
+) -> Turn:
+    """The turn draft ``spec`` sends: its variant in the system prompt, its temperature.
+
+    ``n``: the whole panel in one request (``n`` choices).
+    """
     messages = list(turn.messages)
     if spec.variant:
         if messages and messages[0].get("role") == "system":
@@ -132,7 +154,9 @@ def draft_turn(turn: Turn, spec: DraftSpec, *, temperature: float | None) -> Tur
     params = dict(turn.params)
     if temperature is not None:
         params["temperature"] = temperature
-    if not spec.variant and temperature is None:
+    if n is not None:
+        params["n"] = n
+    if not spec.variant and temperature is None and n is None:
         return turn
     return replace(turn, messages=messages, params=params)
 
@@ -160,6 +184,23 @@ class Panel:
         """Draft ``spec`` answered."""
         self.keys[spec.index] = answer_key(completion, self.turn)
         self.arrivals.append(_Arrival(spec, model, latency, completion=completion))
+
+    def take(self, specs: tuple[DraftSpec, ...], value: Any, model: str, latency: float) -> None:
+        """The answer of one request for ``specs``: one draft, or ``n`` choices in order."""
+        if isinstance(value, BackendError):
+            for spec in specs:
+                self.failed(spec, model, value, latency)
+            return
+        choices = [value.completion_only(), *value.alternatives] if len(specs) > 1 else [value]
+        for i, spec in enumerate(specs):
+            if i < len(choices):
+                self.arrived(spec, model, choices[i], latency)
+            else:
+                missing = BackendResponseError(
+                    f"the server sent {len(choices)} choices for n={len(specs)}",
+                    backend=spec.backend,
+                )
+                self.failed(spec, model, missing, latency)
 
     def failed(self, spec: DraftSpec, model: str, exc: BackendError, latency: float) -> None:
         """Draft ``spec`` failed (it counts against agreement)."""

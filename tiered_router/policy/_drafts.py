@@ -39,6 +39,7 @@ PanelTurn = Literal["tools", "json", "answer", "all"]
 a number, ``\\boxed{}``, "the answer is"), ``all`` (every fast turn)."""
 
 PANEL_TURNS: tuple[PanelTurn, ...] = ("tools", "json", "answer", "all")
+_DEFAULT_WHEN: tuple[PanelTurn, ...] = ("tools", "json", "answer")
 
 
 class DraftsConfig(Model):
@@ -61,13 +62,17 @@ class DraftsConfig(Model):
     variants: list[str] = Field(default_factory=list)
     """Per-draft instructions added to the system prompt (draft ``i`` gets
     ``variants[i % len]``; ``""`` leaves its prompt as it is)."""
-    when: list[PanelTurn] = Field(default_factory=lambda: ["tools", "json", "answer"])
+    when: list[PanelTurn] = Field(default_factory=lambda: list(_DEFAULT_WHEN))
     """Which fast turns get a panel (any listed kind matches); the others get one draft."""
     early: bool = True
     """Decide as soon as the outcome cannot change (with ``k: 3``, two equal drafts accept)
     and cancel the drafts still running (they are traced as cancelled)."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     """Sampling temperature sent with each draft (``None``: the turn's own, or the server's)."""
+    n: bool = True
+    """Sample a same-prompt panel (one backend, no variants) in one request with ``n = k``
+    where the backend's dialect takes ``n``; ``false`` sends ``k`` requests (early decision
+    can then cancel the slow ones)."""
 
     @model_validator(mode="after")
     def _coherent(self) -> DraftsConfig:
