@@ -290,6 +290,7 @@ PINNED: dict[str, frozenset[str]] = {
             "DraftsConfig",
             "EscalationConfig",
             "GateConfig",
+            "HedgeConfig",
             "LatencyModel",
             "load_policy",
             "Policy",
@@ -419,6 +420,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.trace": frozenset(
         {
             "Attempt",
+            "AttemptRole",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",

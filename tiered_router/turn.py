@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -159,6 +159,8 @@ class Completion:
         conversions: What the backend changed to fit the request to its server's dialect
             (``developer -> system``, tools described in the prompt, ...); the trace records
             them on the attempt.
+        alternatives: The further choices of a request with ``n > 1`` (a draft panel
+            sampled in one call), in order; their usage is in this completion's.
     """
 
     text: str = ""
@@ -170,6 +172,11 @@ class Completion:
     refusal: str | None = None
     reasoning: str | None = None
     conversions: tuple[str, ...] = ()
+    alternatives: tuple[Completion, ...] = ()
+
+    def completion_only(self) -> Completion:
+        """This completion without its ``alternatives``."""
+        return replace(self, alternatives=()) if self.alternatives else self
 
     def to_message(self) -> Message:
         """Return the completion as an assistant message to append to the conversation."""

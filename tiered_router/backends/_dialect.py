@@ -97,6 +97,9 @@ class DialectProfile:
         params: Request fields accepted beyond ``model``, ``messages`` and ``stream``;
             ``None`` passes every field through (lenient).
         multiple_choices: Whether ``n > 1`` can be sent.
+        greedy: Whether the server decodes greedily whatever the sampling fields say
+            (SGLang's LLaDA2 / SDAR diffusion models ignore ``temperature``): the same
+            prompt then always gives the same draft, so a same-prompt draft panel is refused.
         diffusion_params: Per-request diffusion fields the server takes (a policy's
             ``diffusion:`` is checked against them); empty with ``params=None`` accepts any.
         latency: Default time to first token and throughput, until measured.
@@ -115,6 +118,7 @@ class DialectProfile:
     stream_options: bool = True
     params: frozenset[str] | None = None
     multiple_choices: bool = True
+    greedy: bool = False
     diffusion_params: frozenset[str] = frozenset()
     latency: LatencyModel = field(default_factory=LatencyModel)
     checked: str = ""
@@ -199,6 +203,8 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             images=False,
             tools="prompted",
             response_format="prompted",
+            # SGLang's diffusion models (LLaDA2, SDAR) decode greedily: temperature is ignored
+            greedy=True,
             # block-diffusion models (LLaDA2.0-mini): whole blocks per step
             latency=LatencyModel(ttft_s=0.2, tokens_per_s=400.0),
             checked="SGLang's own ChatCompletionRequest (sglang/srt/entrypoints/openai)",

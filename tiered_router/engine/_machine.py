@@ -22,12 +22,13 @@ trace once, so every turn's trace is emitted exactly once, whichever way it ends
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.engine._recording import RecordOption, build_record
+from tiered_router.engine._result import RoutedResult
 from tiered_router.engine.resilience import Deadline
 from tiered_router.exceptions import (
     AllTiersFailed,
@@ -39,7 +40,7 @@ from tiered_router.exceptions import (
 )
 from tiered_router.pricing import cost_of
 from tiered_router.routing import Decision, decide
-from tiered_router.trace import Attempt, Trace
+from tiered_router.trace import Attempt, AttemptRole, Trace
 
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
@@ -62,7 +63,8 @@ logger = logging.getLogger("tiered_router.router")
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
-_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open"})
+_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open", "drafts_disagree"})
+_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree"})
 
 
 class EnginePorts(Protocol):
@@ -98,33 +100,6 @@ class EnginePorts(Protocol):
     def backend_config(self, backend: str) -> BackendConfig | None:
         """Backend ``backend``'s policy config (preset applied), if it has one."""
         ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoutedResult:
-    """What a routed turn returns.
-
-    Attributes:
-        completion: The completion returned to the caller.
-        tier: The tier that produced it (``fast`` or ``frontier``).
-        escalated: ``True`` when a fast draft failed the gate or the fast backend failed.
-        trace: Everything the router decided and tried.
-    """
-
-    completion: Completion
-    tier: Tier
-    escalated: bool
-    trace: Trace
-
-    @property
-    def decision(self) -> Decision:
-        """The routing decision (same as ``trace.decision``)."""
-        return self.trace.decision
-
-    @property
-    def verdict(self) -> Verdict | None:
-        """The gate's verdict on the returned completion."""
-        return self.trace.verdict
 
 
 def decide_turn(
@@ -220,6 +195,10 @@ class TurnRun:
         self.returned: tuple[Tier, Completion, Verdict | None] | None = None
         self.interrupted: str | None = None
         self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
+        self.panel: dict[str, Any] | None = None  # what a draft panel found
+        self.served_by: tuple[str, Completion] | None = None  # a panel draft's own backend
+        self.roles: dict[Tier, AttemptRole] = {}  # a tier's calls' role while not "call"
+        self.cancelling: set[Tier] = set()  # tiers whose calls the driver is cancelling
         self._trace: Trace | None = None
 
     # which tier next ------------------------------------------------------------------------
@@ -250,12 +229,13 @@ class TurnRun:
             return None
         if tier == "fast":
             esc = self.policy.escalation
-            allowed = esc.on_gate_failure if reason == "gate_failed" else esc.on_backend_error
+            allowed = esc.on_gate_failure if reason in _DRAFT_FAILURES else esc.on_backend_error
             return other if allowed else None
         # a frontier draft is never sent down to the fast tier; a frontier error may be
         return other if reason == "backend_error" else None
 
-    def _move_on(self, tier: Tier, reason: str) -> Tier | None:
+    def move_on(self, tier: Tier, reason: str) -> Tier | None:
+        """Record why ``tier`` failed when another tier takes over; return that tier."""
         nxt = self.next_tier(tier, reason)
         if nxt is not None:
             prefix = "frontier_" if tier == "frontier" and reason != "circuit_open" else ""
@@ -276,8 +256,10 @@ class TurnRun:
         config = self.ports.backend_config(name)
         return config.max_retries if config is not None else 0
 
-    def request(self, name: str) -> CompletionRequest:
+    def request(self, name: str, *, turn: Turn | None = None) -> CompletionRequest:
         """The request for backend ``name``, with what is left of the deadline as timeout.
+
+        ``turn`` replaces the turn's own (a panel draft's variant).
 
         Raises:
             BackendTimeout: The turn's deadline has passed.
@@ -288,17 +270,37 @@ class TurnRun:
         if left is not None and left <= 0:
             raise BackendTimeout("the turn's deadline has passed", backend=name)
         timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
-        return CompletionRequest.from_turn(self.turn, timeout_s=timeout)
+        return CompletionRequest.from_turn(turn or self.turn, timeout_s=timeout)
 
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
     ) -> Attempt:
         index = self.tries.get(backend, 0)
         self.tries[backend] = index + 1
-        self.tried.add(tier)
+        role = fields.setdefault("role", self.roles.get(tier, "call"))
+        if role != "hedge":  # a hedge is not the tier's turn: the fast side may still escalate
+            self.tried.add(tier)
         return Attempt(
             tier=tier, backend=backend, model=model, try_index=index, latency_s=latency, **fields
         )
+
+    def add_attempt(
+        self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
+    ) -> None:
+        """Record one attempt (a panel's draft, a cancelled call) with the given fields."""
+        self.attempts.append(self._attempt(tier, backend, model, latency, **fields))
+
+    def lift(self, completion: Completion) -> Completion:
+        """``completion`` with the tool calls its whole text wrote returned as real calls."""
+        lifted = self.ports.gate.lift(completion, self.turn)
+        if lifted is not completion:
+            return replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
+        return completion
+
+    def gated(self, completion: Completion) -> tuple[Completion, Verdict | None]:
+        """A fast ``completion`` lifted (see :meth:`lift`), and the gate's verdict on it."""
+        completion = self.lift(completion)
+        return completion, self.ports.gate.evaluate(completion, self.turn)
 
     def record_error(
         self, tier: Tier, backend: str, model: str, exc: BackendError, latency: float
@@ -315,11 +317,12 @@ class TurnRun:
     def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
         """``tier`` gave up (its retries are spent): return the next tier, or ``None``."""
         reason = "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
-        return self._move_on(tier, reason)
+        return self.move_on(tier, reason)
 
-    def _record_draft(
+    def record_draft(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
     ) -> Verdict | None:
+        """Gate and record a draft without keeping it as the answer; return its verdict."""
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.ports.gate.evaluate(completion, self.turn)
@@ -351,14 +354,12 @@ class TurnRun:
         back as real ``tool_calls``, so the caller's agent loop can run them; the attempt's
         ``conversions`` say so.
         """
-        lifted = self.ports.gate.lift(completion, self.turn)
-        if lifted is not completion:
-            completion = replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
-        verdict = self._record_draft(tier, backend, model, completion, latency)
+        completion = self.lift(completion)
+        verdict = self.record_draft(tier, backend, model, completion, latency)
         if verdict is None or verdict.passed:
             self.returned = (tier, completion, verdict)
             return None
-        nxt = self._move_on(tier, "gate_failed")
+        nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self.returned is None:
             # keep the failing draft until a better one comes: nothing is lost
             self.returned = (tier, completion, verdict)
@@ -371,7 +372,7 @@ class TurnRun:
 
         The verdict goes in the trace.
         """
-        verdict = self._record_draft(tier, backend, model, completion, latency)
+        verdict = self.record_draft(tier, backend, model, completion, latency)
         self.returned = (tier, completion, verdict)
 
     # the end --------------------------------------------------------------------------------
@@ -392,7 +393,7 @@ class TurnRun:
             decision=self.decision,
             attempts=tuple(self.attempts),
             tier=returned[0] if returned else None,
-            backend=self.policy.backend_for(returned[0]) if returned else None,
+            backend=self._served_backend(returned),
             escalated=escalated,
             escalations=tuple(self.escalations),
             verdict=returned[2] if returned else None,
@@ -400,7 +401,17 @@ class TurnRun:
             metadata=self.turn.metadata,
             interrupted=self.interrupted,
             record=build_record(self.ports.record, self.turn, self.drafts, len(self.attempts)),
+            panel=self.panel,
         )
+
+    def _served_backend(
+        self, returned: tuple[Tier, Completion, Verdict | None] | None
+    ) -> str | None:
+        if returned is None:
+            return None
+        if self.served_by is not None and self.served_by[1] is returned[1]:
+            return self.served_by[0]  # a panel's draft from another fast backend
+        return self.policy.backend_for(returned[0])
 
     def conclude(self, exc: BaseException | None = None) -> Trace | None:
         """Freeze the turn's trace: return it the first time, ``None`` ever after.
@@ -476,6 +487,9 @@ class TurnRun:
 
         Its error is the interruption.
         """
+        if tier in self.cancelling:  # the turn was decided without this call
+            self.attempts.append(self._attempt(tier, backend, model, latency, cancelled=True))
+            return
         kind = "abandoned" if isinstance(exc, GeneratorExit) else type(exc).__name__
         error = {"type": type(exc).__name__, "message": f"the call was cut short ({kind})"}
         self.attempts.append(self._attempt(tier, backend, model, latency, error=error))

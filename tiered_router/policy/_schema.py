@@ -38,7 +38,7 @@ from pydantic import (
 
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
-from tiered_router.policy._drafts import DraftsConfig
+from tiered_router.policy._drafts import DraftsConfig, HedgeConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -58,6 +58,7 @@ __all__ = [
     "DraftsConfig",
     "EscalationConfig",
     "GateConfig",
+    "HedgeConfig",
     "LatencyModel",
     "Policy",
     "Price",
@@ -330,7 +331,11 @@ class Policy(Model):
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
     drafts: DraftsConfig | None = None
-    """A panel of fast drafts whose agreement decides escalation; ``None``: one draft."""
+    """Draft panels: ``k`` concurrent fast drafts whose agreement decides escalation (off
+    when not given)."""
+    hedge: HedgeConfig | None = None
+    """Hedged escalation: the frontier call started while the fast side is undecided (off
+    when not given)."""
 
     @field_validator("backends")
     @classmethod
