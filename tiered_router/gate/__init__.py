@@ -16,9 +16,10 @@ checks are plain callables ``(completion, turn) -> str | Iterable[str] | None``,
 
 from __future__ import annotations
 
-from tiered_router.calls._text import lift_text_tool_calls, parse_text_tool_calls
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.gate._base import Check, CheckFactory, CheckResult, check_name
 from tiered_router.gate._gate import CheckSpec, QualityGate
+from tiered_router.gate._lifting import lift_text_tool_calls
 from tiered_router.gate._registry import (
     CheckRegistry,
     check_names,
