@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tiered_router.calls._prompted import read_tool_calls as parse_text_tool_calls
 from tiered_router.calls._prompted import lift_prompted_calls, split_tool_calls
+from tiered_router.calls._prompted import read_tool_calls as parse_text_tool_calls
 from tiered_router.calls._protocol import (
     render_tool_call,
     render_tool_prompt,
