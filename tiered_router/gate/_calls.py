@@ -180,19 +180,32 @@ def _tagged_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | N
     return None
 
 
-_MARKUP = re.compile(
-    r"<tool_call>|<tool_calls>|<function_call>|<seed:tool_call>|<function=|<invoke\s"
-    r"|<function_calls>|\[TOOL_CALLS\]|<\|python_tag\|>|<\|tool_call\|>"
+_MARKUP = (
+    "<tool_call>",
+    "<tool_calls>",
+    "<function_call>",
+    "<seed:tool_call>",
+    "<function=",
+    "<invoke",
+    "<function_calls>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "<|tool_call|>",
 )
 
 
 def _markup(text: str) -> str | None:
-    """Call markup in the answer (after a leading ``<think>`` block) that was not lifted."""
+    """Call markup in the answer (after a leading ``<think>`` block) that was not lifted.
+
+    ``str.find`` per marker: a regex alternation costs ~20x more on 400 KB of brackets.
+    """
     answer = split_thinking(text)[1]
-    found = _MARKUP.search(answer)
-    if found is None:
+    markers = _MARKUP if "<" in answer else ("[TOOL_CALLS]",)
+    found = [i for i in (answer.find(m) for m in markers) if i >= 0]
+    if not found:
         return None
-    snippet = answer[found.start() : found.start() + _SNIPPET].split("\n", 1)[0]
+    start = min(found)
+    snippet = answer[start : start + _SNIPPET].split("\n", 1)[0]
     return f"the draft wrote call markup ({snippet!r}) that was not read as calls"
 
 
