@@ -19,6 +19,7 @@ from html import unescape
 from typing import Any
 
 import pytest
+from agent_shapes import WEATHER
 from routerkit import make_policy, tracked
 
 from tiered_router import GateFailed, Router, Turn
@@ -39,17 +40,6 @@ SEND_EMAIL = {
             "properties": {"to": {"type": "string"}, "body": {"type": "string"}},
             "required": ["to"],
             "additionalProperties": False,
-        },
-    },
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
         },
     },
 }
@@ -179,53 +169,48 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
 @pytest.mark.parametrize("dialect", DIALECTS)
 @pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
 def test_with_both_tiers_bad_the_caller_gets_text_not_calls(
-    server: ScriptedServer, dialect: str, bad: str
+    server: ScriptedServer, dialect: str, bad: str, streamed: bool
 ) -> None:
     text, native = BAD[bad]
-    _script_both(server, dialect, text, native)
-    result = _router(server, dialect).complete(_turn())
-    assert result.escalated and result.tier == "frontier"
-    assert result.completion.tool_calls == ()
+    _script_both(server, dialect, text, native.streamed() if streamed else native)
+    router = _router(server, dialect)
+    if streamed:
+        stream = router.stream(_turn())
+        chunks = list(stream)
+        assert [d for c in chunks for d in c.tool_calls] == []
+        assert "tool_calls" not in [c.finish_reason for c in chunks]
+        result = stream.result
+    else:
+        result = router.complete(_turn())
+    assert result.tier == "frontier" and result.completion.tool_calls == ()
     assert result.completion.finish_reason != "tool_calls"
     for attempt in result.trace.attempts:
         assert attempt.verdict is not None and not attempt.verdict.passed
 
 
-@pytest.mark.parametrize("dialect", DIALECTS)
-@pytest.mark.parametrize("bad", list(BAD), ids=list(BAD))
-def test_with_both_tiers_bad_a_stream_sends_no_calls(
-    server: ScriptedServer, dialect: str, bad: str
-) -> None:
-    text, native = BAD[bad]
-    _script_both(server, dialect, text, native.streamed())
-    stream = _router(server, dialect).stream(_turn())
-    chunks = list(stream)
-    assert [d for c in chunks for d in c.tool_calls] == []
-    assert "tool_calls" not in [c.finish_reason for c in chunks]
-    assert stream.result.completion.tool_calls == ()
+VARIANTS = {
+    "raise": {"escalation": {"when_frontier_fails_gate": "raise"}},
+    "frontier not gated": {"gate": {"check_frontier": False}},
+}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_with_both_tiers_bad_and_raise_the_gate_failure_is_raised(
-    server: ScriptedServer, dialect: str
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_under_raise_or_without_a_frontier_gate_no_unoffered_call_comes_back(
+    server: ScriptedServer, dialect: str, variant: str
 ) -> None:
     text, native = BAD["a tool not offered"]
     _script_both(server, dialect, text, native)
-    router = _router(server, dialect, escalation={"when_frontier_fails_gate": "raise"})
-    with pytest.raises(GateFailed):
-        router.complete(_turn())
-
-
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_the_frontier_is_held_to_it_even_when_the_gate_does_not_check_it(
-    server: ScriptedServer, dialect: str
-) -> None:
-    text, native = BAD["a tool not offered"]
-    _script_both(server, dialect, text, native)
-    router = _router(server, dialect, gate={"check_frontier": False})
+    router = _router(server, dialect, **VARIANTS[variant])
+    if variant == "raise":
+        with pytest.raises(GateFailed):
+            router.complete(_turn())
+        return
+    # the gate does not check the frontier, yet a call to a tool not offered never passes
     result = router.complete(_turn())
     assert result.tier == "frontier" and result.completion.tool_calls == ()
 
