@@ -298,25 +298,32 @@ def read_calls(
     written = _written(answer, specs, tolerant=tolerant)
     if written is None:
         return Reading(thinking=thinking)
-    calls = []
+    calls, problem = _resolved(written, specs, validate)
+    if problem is None:
+        problem = _choice_problem(tool_choice, [n for n, _ in calls], parallel_tool_calls)
+    if problem is not None:
+        return Reading(thinking=thinking, refused=problem)
+    return Reading(calls=tuple(calls), thinking=thinking)
+
+
+def _resolved(
+    written: Calls, specs: Mapping[str, ToolSpec], validate: Validate | None
+) -> tuple[Calls, str | None]:
+    """Each call's offered tool and its arguments (positional ones named), or the problem."""
+    calls: Calls = []
     for name_written, args in written:
         name = _declared_name(name_written, specs)
         if name is None:
             offered = ", ".join(sorted(specs))
-            problem = f"the text calls {name_written!r}, a tool not offered (offered: {offered})"
-            return Reading(thinking=thinking, refused=problem)
+            return [], f"the text calls {name_written!r}, a tool not offered (offered: {offered})"
         placed = _place(args, specs[name])
         if placed is None:
-            problem = f"the text's positional arguments to {name!r} do not fit its parameters"
-            return Reading(thinking=thinking, refused=problem)
+            return [], f"the text's positional arguments to {name!r} do not fit its parameters"
         problem = validate(specs[name], placed) if validate is not None else None
         if problem is not None:
-            return Reading(thinking=thinking, refused=f"the text's call to {name!r}: {problem}")
+            return [], f"the text's call to {name!r}: {problem}"
         calls.append((name, placed))
-    problem = _choice_problem(tool_choice, [n for n, _ in calls], parallel_tool_calls)
-    if problem is not None:
-        return Reading(thinking=thinking, refused=problem)
-    return Reading(calls=tuple(calls), thinking=thinking)
+    return calls, None
 
 
 def lifted(completion: Completion, reading: Reading, *, id_prefix: str) -> Completion:
