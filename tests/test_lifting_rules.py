@@ -166,6 +166,10 @@ def _script_both(server: ScriptedServer, dialect: str, text: str, native: Reply)
 BAD = {
     "a tool not offered": (NOT_OFFERED, Reply.tool_calls([("delete_all", {"path": "/"})])),
     "arguments not JSON": (NOT_JSON, Reply.tool_calls([("send_email", '{"to": }')])),
+    "NaN in the arguments": (
+        NOT_JSON.replace('"to": }', '"to": "a@b.test", "n": NaN}'),
+        Reply.tool_calls([("send_email", '{"to": "a@b.test", "n": NaN}')]),
+    ),
 }
 
 

@@ -156,6 +156,11 @@ def test_the_rules_refuse_with_a_reason() -> None:
         return "no Paris" if args.get("city") == "Paris" else None
 
     assert "get_weather': no Paris" in str(refused(PARIS_TEXT, validate=no_paris))
+    # arguments that are not JSON data once read: NaN, infinity, bytes
+    for text in ("get_weather(city=1e999)", PARIS_TEXT.replace('"Paris"', "NaN")):
+        assert "are not JSON" in str(refused(text)), text
+    single = "{'name': 'get_weather', 'arguments': {'city': b'Paris'}}"
+    assert "are not JSON" in str(read_calls(single, TOOLS, tolerant=True).refused)
     # a leading think block is reasoning; the calls after it are read
     reading = read_calls("<think>Paris.</think>" + PARIS_TEXT, TOOLS)
     assert reading.thinking == "Paris." and reading.calls == (("get_weather", {"city": "Paris"}),)

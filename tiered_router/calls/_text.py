@@ -319,11 +319,22 @@ def _resolved(
         placed = _place(args, specs[name])
         if placed is None:
             return [], f"the text's positional arguments to {name!r} do not fit its parameters"
+        if not _strict_json(placed):
+            return [], f"the text's arguments to {name!r} are not JSON (NaN, bytes, a set, ...)"
         problem = validate(specs[name], placed) if validate is not None else None
         if problem is not None:
             return [], f"the text's call to {name!r}: {problem}"
         calls.append((name, placed))
     return calls, None
+
+
+def _strict_json(args: dict[str, Any]) -> bool:
+    """Whether ``args`` is JSON data (RFC 8259: no ``NaN`` or ``Infinity``)."""
+    try:
+        json.dumps(args, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def lifted(completion: Completion, reading: Reading, *, id_prefix: str) -> Completion:

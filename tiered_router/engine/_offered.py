@@ -3,9 +3,9 @@
 Whichever tier wrote a draft and however its calls were made (a native server's
 ``tool_calls``, calls lifted from text by the gate or by a prompted-tools dialect), the
 engine checks the calls it is about to return: each must name a tool the turn offers and
-carry arguments that parse as a JSON object (an empty string, which servers send for a
-call without arguments, counts as ``{}``). A draft with any other call fails the gate
-(``tool_arguments``), even where the policy's gate would not have checked it, and is never
+carry arguments that parse as a JSON object (strict JSON: no ``NaN``; an empty string,
+which servers send for a call without arguments, counts as ``{}``). A draft with any other
+call fails the gate (``tool_arguments``), even where the policy's gate would not have checked it, and is never
 returned with those calls: ``when_frontier_fails_gate: raise`` raises ``GateFailed``,
 ``return`` returns its text without the calls (``finish_reason`` ``stop``; the attempt's
 conversions say so). Pure.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiered_router import _limits
+from tiered_router.gate._schema import parse_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, CompletionChunk, Turn
 
@@ -41,7 +41,7 @@ def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
         if not call.arguments.strip():
             continue
         try:
-            args = _limits.loads(call.arguments)
+            args = parse_json(call.arguments)
         except ValueError:
             args = None
         if not isinstance(args, dict):
