@@ -6,9 +6,9 @@ engine checks the calls it is about to return: each must name a tool the turn of
 carry arguments that parse as a JSON object (strict JSON: no ``NaN``; an empty string,
 which servers send for a call without arguments, counts as ``{}``). A draft with any other
 call fails the gate (``tool_arguments``), even where the policy's gate would not have
-checked it, and is never returned with those calls: ``when_frontier_fails_gate: raise`` raises ``GateFailed``,
-``return`` returns its text without the calls (``finish_reason`` ``stop``; the attempt's
-conversions say so). Pure.
+checked it, and is never returned with those calls: ``when_frontier_fails_gate: raise``
+raises ``GateFailed``, ``return`` returns its text without the calls (``finish_reason``
+``stop``; the attempt's conversions say so). Pure.
 """
 
 from __future__ import annotations
