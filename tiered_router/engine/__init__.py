@@ -1,8 +1,9 @@
 """The engine wing: one turn's state machine and what drives it.
 
 Owns ``_machine`` (decide, attempt, gate, next tier: no I/O), ``_dispatch`` (the calls, retries,
-breaker), ``_streaming``, ``_shadow``, ``_recording``, ``_latency``, ``_context``, ``_call_args``
-and ``resilience``. Imports policy, backends, gate, scoring and the root values; never the router.
+breaker), ``_streaming``, ``_offered`` (only offered tools reach the caller), ``_shadow``,
+``_recording``, ``_latency``, ``_context``, ``_call_args`` and ``resilience``. Imports policy,
+backends, gate, scoring and the root values; never the router.
 """
 
 from __future__ import annotations

@@ -27,6 +27,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
+from tiered_router.engine._offered import (
+    DROPPED_CALLS,
+    call_problems,
+    checked_verdict,
+    without_calls,
+)
 from tiered_router.engine._recording import RecordOption, build_record
 from tiered_router.engine._result import RoutedResult
 from tiered_router.engine.resilience import Deadline
@@ -326,6 +332,9 @@ class TurnRun:
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.ports.gate.evaluate(completion, self.turn)
+        # calls to tools not offered, or arguments not JSON, fail whatever the gate checks
+        problems = call_problems(completion, self.turn)
+        verdict = checked_verdict(verdict, problems)
         config = self.ports.backend_config(backend)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
         self.drafts[len(self.attempts)] = completion
@@ -338,7 +347,9 @@ class TurnRun:
                 usage=completion.usage,
                 cost=cost,
                 verdict=verdict,
-                conversions=completion.conversions,
+                conversions=(*completion.conversions, DROPPED_CALLS)
+                if problems
+                else completion.conversions,
             )
         )
         return verdict
@@ -361,9 +372,13 @@ class TurnRun:
             return None
         nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self.returned is None:
-            # keep the failing draft until a better one comes: nothing is lost
-            self.returned = (tier, completion, verdict)
+            # keep the failing draft until a better one comes: nothing is lost (but calls
+            # the caller did not offer, or cannot parse, never reach it)
+            self.returned = (tier, self._offered_only(completion), verdict)
         return nxt
+
+    def _offered_only(self, completion: Completion) -> Completion:
+        return without_calls(completion) if call_problems(completion, self.turn) else completion
 
     def streamed(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
@@ -373,7 +388,7 @@ class TurnRun:
         The verdict goes in the trace.
         """
         verdict = self.record_draft(tier, backend, model, completion, latency)
-        self.returned = (tier, completion, verdict)
+        self.returned = (tier, self._offered_only(completion), verdict)
 
     # the end --------------------------------------------------------------------------------
 
