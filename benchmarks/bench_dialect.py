@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from agent_shapes import SHAPES, TIME, WEATHER
 
-from tiered_router.backends._dialect import DIALECTS
 from tiered_router.backends._dialect_shape import shape
+from tiered_router.backends._profiles import DIALECTS
 from tiered_router.calls._text import read_tool_calls as parse_text_tool_calls
 from tiered_router.turn import ToolSpec
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind
-from tiered_router.backends import _dialect, _dialect_shape, _errors, _wire
+from tiered_router.backends import _dialect, _dialect_shape, _errors, _profiles, _wire
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends._shaping import RequestShaping
@@ -133,7 +133,7 @@ class OpenAICompatBackend(RequestShaping):
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.quirks = resolve_quirks(quirks)
-        self.dialect = _dialect.resolve_dialect(dialect)
+        self.dialect = _profiles.resolve_dialect(dialect)
         self.config = config
         self._diffusion = dict(diffusion or {})
         unknown = sorted(k for k in self._diffusion if not self.dialect.accepts_diffusion(k))
