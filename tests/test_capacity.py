@@ -16,6 +16,7 @@ from tiered_router.engine._capacity import (
     over_capacity,
     service_seconds,
 )
+from tiered_router.engine._latency import LatencyTracker
 from tiered_router.policy import LatencyModel
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.trace import MemorySink
@@ -128,7 +129,7 @@ def test_a_burst_on_a_one_slot_backend_sends_the_queue_to_the_frontier(
     assert len(server.requests_for("llada")) == 1  # no call was made for the routed ones
     why = results[1].decision.reasons[0]
     assert why.startswith("capacity.llada: 1 call(s) in flight on 1 slot")
-    assert router._dispatch.in_flight.count("llada") == 0  # every hold released
+    assert router.latency.in_flight.count("llada") == 0  # every hold released
     # the measured latency replaces the model: 0.5 s a call now, so two fit in 1.5 s
     measured = router.latency.measured("llada")
     assert measured is not None and 0.5 <= measured.latency_s < 0.75
@@ -182,5 +183,19 @@ def test_the_sync_path_holds_and_releases_too(server: ScriptedServer) -> None:
     server.default = one_slot(0.01, "llada", Reply.text("frontier answer"))
     router = Router(policy(server))
     result = router.complete(Turn(messages=USER))
-    assert result.tier == "fast" and router._dispatch.in_flight.count("llada") == 0
+    assert result.tier == "fast" and router.latency.in_flight.count("llada") == 0
     router.close()
+
+
+def test_the_tracker_estimate_adds_the_queue_and_bills_canvases() -> None:
+    tracker = LatencyTracker()
+    model = LatencyModel(ttft_s=0.2, tokens_per_s=160.0)
+    assert tracker.expected("g", model, output_tokens=20) == pytest.approx(0.325)
+    assert tracker.expected("g", model, output_tokens=20, canvas_tokens=256) == pytest.approx(1.8)
+    release = tracker.in_flight.acquire("g")
+    queued = tracker.expected("g", model, output_tokens=20, canvas_tokens=256, max_concurrency=1)
+    assert queued == pytest.approx(3.6)
+    assert tracker.expected("g", model, output_tokens=20, max_concurrency=2) == pytest.approx(0.325)
+    release()
+    tracker.record("g", 0.5, 10)  # measured: replaces the model, the queue still counts
+    assert tracker.expected("g", model, output_tokens=20, canvas_tokens=256) == 0.5

@@ -128,6 +128,7 @@ class Router:
             sleep=sleep,
             asleep=self._asleep,
             emit=self.emit,
+            in_flight=self.latency.in_flight,
         )
         self._shadows = ShadowRunner(
             drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
@@ -480,7 +481,7 @@ class Router:
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
-        return route_by_capacity(run, in_flight=self._dispatch.in_flight, latency=self.latency)
+        return route_by_capacity(run, latency=self.latency)
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:

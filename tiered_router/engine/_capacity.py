@@ -11,8 +11,9 @@ call on a backend are::
     wait    = ceil((in_flight - max_concurrency + 1) / max_concurrency) * service
     total   = wait + service
 
-``in_flight`` is the router's own count of calls on that backend (:class:`InFlight`: held
-from the moment the dispatcher calls the backend until the engine records the attempt).
+``in_flight`` is the router's own count of calls on that backend (:class:`InFlight`, kept by
+the router's latency tracker: held from the moment the dispatcher calls the backend until
+the engine records the attempt).
 When a fast turn's ``total`` would not fit in what is left of its deadline (or of its task's
 latency budget) the router sends it to the frontier tier before any call, with rule
 ``capacity.<backend>``. A backend without ``max_concurrency`` is never queued.
@@ -153,9 +154,7 @@ def _output_tokens(run: TurnRun) -> int:
     return run.policy.task.expected_output_tokens
 
 
-def expected_call(
-    run: TurnRun, backend: str, *, in_flight: InFlight, latency: LatencyTracker
-) -> QueueEstimate | None:
+def expected_call(run: TurnRun, backend: str, *, latency: LatencyTracker) -> QueueEstimate | None:
     """The queue-aware estimate of one call on ``backend`` for ``run``'s turn.
 
     ``None`` when the backend's ``max_concurrency`` is not known (its queue is not modelled).
@@ -175,13 +174,13 @@ def expected_call(
         )
     return estimate(
         backend=backend,
-        in_flight=in_flight.count(backend),
+        in_flight=latency.in_flight.count(backend),
         max_concurrency=config.max_concurrency,
         service_s=service,
     )
 
 
-def route_by_capacity(run: TurnRun, *, in_flight: InFlight, latency: LatencyTracker) -> TurnRun:
+def route_by_capacity(run: TurnRun, *, latency: LatencyTracker) -> TurnRun:
     """Send a fast turn to the frontier before any call when the fast queue would make it late.
 
     Late means: the estimate (queue wait plus service) is past what is left of the turn's
@@ -194,7 +193,7 @@ def route_by_capacity(run: TurnRun, *, in_flight: InFlight, latency: LatencyTrac
     decision = run.decision
     if decision.tier != "fast" or decision.rule == "pinned" or not run.usable("frontier"):
         return run
-    est = expected_call(run, decision.backend, in_flight=in_flight, latency=latency)
+    est = expected_call(run, decision.backend, latency=latency)
     if est is None:
         return run
     why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
