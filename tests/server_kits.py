@@ -106,7 +106,7 @@ class _Sessions:
 def lmdeploy_refusal(body: dict[str, Any], *, tool_parser: bool = False) -> str:
     """What LMDeploy answers 400 with for ``body`` ('' when it accepts it).
 
-    Runs its own request model, then its own ``check_request`` (validation.py lines 13-107)
+    Runs its own request model, then its own ``check_request`` (validation.py lines 12-115)
     with a server started without ``--logprobs-mode`` and, unless ``tool_parser``, without
     ``--tool-call-parser``.
     """

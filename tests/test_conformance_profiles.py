@@ -368,3 +368,56 @@ def test_a_canvas_sized_delta_passes_whole(server: ScriptedServer) -> None:
         chunks = [c for c in stream if c.text]
     assert stream.result.tier == "fast" and "".join(c.text for c in chunks) == canvas
     assert len(chunks) == 1
+
+
+# -- the policies of docs/backends.md ---------------------------------------------------------
+
+
+def _doc_backends() -> list[tuple[str, dict[str, Any]]]:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
+    out = []
+    for block in re.findall(r"^```yaml\n(.*?)^```", page, re.MULTILINE | re.DOTALL):
+        for name, config in yaml.safe_load(block)["backends"].items():
+            out.append((name, config))
+    return out
+
+
+@pytest.mark.parametrize(("name", "config"), _doc_backends(), ids=[n for n, _ in _doc_backends()])
+def test_every_policy_in_the_docs_sends_what_its_server_takes(
+    server: ScriptedServer, name: str, config: dict[str, Any]
+) -> None:
+    fields = {k: v for k, v in config.items() if k not in ("api_key",)}
+    if isinstance(fields.get("model"), str) and fields["model"].startswith("${"):
+        fields["model"] = "gemma"
+    fields["base_url"] = server.base_url
+    backend = build_backend(name, BackendConfig(**fields), env={"INCEPTION_API_KEY": KEY})
+    assert isinstance(backend, OpenAICompatBackend)
+    _open.append(backend)
+    base = backend.dialect.name.rstrip("*")
+    if base.startswith("sglang"):
+        load_sglang()
+    server.script([Reply.text("ok", chunks=1)])
+    turn = CompletionRequest(
+        messages=[{"role": "developer", "content": "Be terse."}, USER],
+        tools=[WEATHER],
+        params={"temperature": 0, "stop": ["END"], "max_completion_tokens": 64},
+        timeout_s=5,
+    )
+    list(backend.stream(turn))
+    body = server.requests[-1].body
+    if base in CHECKS:
+        assert not CHECKS[base](body), body
+    else:  # dlmserve: test_conformance_dlmserve.py checks it with its own model
+        assert base == "dlmserve" and set(body) <= {
+            "model",
+            "messages",
+            "stream",
+            "max_tokens",
+            "temperature",
+            *backend.dialect.diffusion_params,
+        }

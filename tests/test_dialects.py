@@ -334,10 +334,16 @@ def test_every_backend_in_docs_backends_md_builds() -> None:
         router.close()
     assert built == [
         ("gemma", "vllm*"),
-        ("llada", "dlmserve"),
-        ("llada2", "sglang"),
         ("gemma", "vllm"),
+        ("llada2", "sglang"),
+        ("sgemma", "sglang-gemma"),
+        ("sdar", "lmdeploy"),
+        ("dlx", "diffulex"),
+        ("shelf", "ollada"),
+        ("dfast", "dfastllm"),
+        ("llada", "dlmserve"),
         ("mercury", "mercury-2"),
+        ("llada", "sglang"),
     ]
 
 

@@ -138,7 +138,7 @@ _VLLM = frozenset(
 _LMDEPLOY = frozenset(
     {
         # lmdeploy 0.18.0 lmdeploy/serve/openai/protocol.py lines 171-257 (the request);
-        # chat_completions/validation.py lines 13-107 (the checks). logprobs need a
+        # chat_completions/validation.py lines 12-115 (the checks). logprobs need a
         # server flag (lines 20-34), so they are not sent.
         *_BASIC,
         "temperature",
