@@ -4,8 +4,9 @@ The async path is the core; :meth:`Router.complete` is its sync twin. Both drive
 escalation engine (:mod:`tiered_router.engine._machine`: a turn's state machine, no I/O) with a
 :class:`~tiered_router.engine._dispatch.Dispatcher` (backend calls under breakers and retries), so
 the escalation logic exists once; only the waiting and the backend call differ. The router
-is the engine's :class:`~tiered_router.engine._machine.EnginePorts`: policy, gate, scorer, clock,
-capability lookups and trace sinks.
+is the engine's :class:`~tiered_router.engine._machine.EnginePorts` (policy, gate, scorer, clock,
+capability lookups, trace sinks); a fast turn its queue would make late goes to the frontier
+before any call (:mod:`tiered_router.engine._capacity`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine._call_args import checked_deadline, checked_tier, checked_turn
+from tiered_router.engine._capacity import route_by_capacity
 from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.engine._dispatch import Dispatcher
 from tiered_router.engine._drive import Driver
@@ -126,6 +128,7 @@ class Router:
             sleep=sleep,
             asleep=self._asleep,
             emit=self.emit,
+            in_flight=self.latency.in_flight,
         )
         self._driver = Driver(
             self._dispatch, percentile=self._percentile, acomplete=_acomplete, complete=_complete
@@ -457,17 +460,14 @@ class Router:
         )
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
-        if isinstance(deadline_s, Unset):
-            limit = self.policy.resilience.deadline_s
-        else:
-            limit = checked_deadline(deadline_s)
-        return plan_turn(
+        run = plan_turn(
             self,
             checked_turn(turn),
-            deadline_s=limit,
+            deadline_s=checked_deadline(deadline_s, unset=self.policy.resilience.deadline_s),
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
+        return route_by_capacity(run, latency=self.latency)
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:
@@ -479,8 +479,7 @@ def _complete(backend: Backend, request: CompletionRequest) -> Completion:
 
 
 async def _asyncio_sleep(seconds: float) -> None:
-    # asyncio is imported on the first async call: `from tiered_router import Router` stays
-    # without it (and ssl, which it brings) for code that only routes synchronously
+    # imported on first use: code that only routes synchronously never loads asyncio (or ssl)
     import asyncio
 
     await asyncio.sleep(seconds)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from tiered_router.engine._capacity import InFlight
 from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class Dispatcher:
         sleep: Sync sleep between retries.
         asleep: Async sleep between retries.
         emit: Where finished traces go (must not raise).
+        in_flight: The count of calls in flight per backend (the capacity estimates').
     """
 
     def __init__(
@@ -75,7 +77,9 @@ class Dispatcher:
         sleep: Callable[[float], None],
         asleep: Callable[[float], Awaitable[None]],
         emit: Callable[[Trace], None],
+        in_flight: InFlight | None = None,
     ) -> None:
+        self.in_flight = in_flight or InFlight()
         self.policy = policy
         self.backend = backend
         self.breaker = breaker
@@ -224,6 +228,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     async with breaker.aguard() as guard:
                         if not guard.allowed and await self._may_route_around(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)
@@ -256,6 +261,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     with breaker.guard() as guard:
                         if not guard.allowed and self._may_route_around_sync(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)

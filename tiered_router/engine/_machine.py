@@ -22,6 +22,7 @@ trace once, so every turn's trace is emitted exactly once, whichever way it ends
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -206,6 +207,21 @@ class TurnRun:
         self.roles: dict[Tier, AttemptRole] = {}  # a tier's calls' role while not "call"
         self.cancelling: set[Tier] = set()  # tiers whose calls the driver is cancelling
         self._trace: Trace | None = None
+        # backend -> release of its in-flight count, while a call on it is under way
+        self._holds: dict[str, Callable[[], None]] = {}
+
+    # the in-flight count ----------------------------------------------------------------
+
+    def hold(self, backend: str, acquire: Callable[[str], Callable[[], None]]) -> None:
+        """Count a call on ``backend`` as in flight until its attempt is recorded."""
+        if backend not in self._holds:
+            self._holds[backend] = acquire(backend)
+
+    def _release(self, backend: str | None = None) -> None:
+        for name in [backend] if backend is not None else list(self._holds):
+            release = self._holds.pop(name, None)
+            if release is not None:
+                release()
 
     # which tier next ------------------------------------------------------------------------
 
@@ -281,6 +297,7 @@ class TurnRun:
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
     ) -> Attempt:
+        self._release(backend)
         index = self.tries.get(backend, 0)
         self.tries[backend] = index + 1
         role = fields.setdefault("role", self.roles.get(tier, "call"))
@@ -438,6 +455,7 @@ class TurnRun:
             exc: What ended the turn when it did not run to its end (cancelled, abandoned,
                 an unexpected error); it sets the trace's ``interrupted``.
         """
+        self._release()
         if self._trace is not None:
             return None
         if exc is not None:

@@ -120,8 +120,9 @@ class BackendConfig(Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
-    ``dlmserve``, ``sglang``, ``vllm``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``dlmserve``,
+    ``sglang``, ``sglang-gemma``, ``vllm``, ``lmdeploy``, ``diffulex``, ``ollada``,
+    ``dfastllm``, ``local-diffusion`` (see ``docs/backends.md``)."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -143,6 +144,14 @@ class BackendConfig(Model):
     """Token prices, for the cost in traces."""
     latency: LatencyModel | None = None
     """Expected latency, for evaluation and task latency budgets."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests the server runs at once (default: its preset's profile: SGLang in dLLM mode
+    1, vLLM's DiffusionGemma 8, dlmserve 8). With it, latency estimates count the queue
+    and a turn the queue would make miss its deadline goes to the frontier
+    (rule ``capacity.<backend>``)."""
+    canvas_tokens: int | None = Field(default=None, ge=1)
+    """Tokens one denoising canvas holds (DiffusionGemma: 256): estimates bill whole
+    canvases (default: its preset's profile)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
