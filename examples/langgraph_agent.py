@@ -1,6 +1,6 @@
 """A LangGraph ReAct agent whose every model call goes through tiered_router.
 
-    pip install "tiered-router[langchain]"
+    pip install ".[langchain]"      # from a checkout
     export INCEPTION_API_KEY=... OPENAI_API_KEY=...
     python examples/langgraph_agent.py              # the built-in Mercury 2 + GPT policy
     python examples/langgraph_agent.py policy.yaml  # or your own policy

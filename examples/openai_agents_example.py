@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent with a function tool and a typed output, routed by tiered_router.
 
-    pip install "tiered-router[openai-agents]"
+    pip install ".[openai-agents]"      # from a checkout
     export INCEPTION_API_KEY=... OPENAI_API_KEY=...
     python examples/openai_agents_example.py              # built-in Mercury 2 + GPT policy
     python examples/openai_agents_example.py policy.yaml  # or your own policy

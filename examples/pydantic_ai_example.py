@@ -1,6 +1,6 @@
 """A pydantic-ai agent with a tool and a typed output, routed by tiered_router.
 
-    pip install "tiered-router[pydantic-ai]"
+    pip install ".[pydantic-ai]"      # from a checkout
     export INCEPTION_API_KEY=... OPENAI_API_KEY=...
     python examples/pydantic_ai_example.py              # built-in Mercury 2 + GPT policy
     python examples/pydantic_ai_example.py policy.yaml  # or your own policy

@@ -60,8 +60,10 @@ def enabled() -> bool:
         raise ValueError(f"{ENV_VAR}={choice!r}: expected one of {', '.join(_CHOICES)}")
     installed = importlib.util.find_spec("aiohttp") is not None
     if choice == "aiohttp" and not installed:
+        from tiered_router.exceptions import install_command
+
         raise ValueError(
-            f"{ENV_VAR}=aiohttp but aiohttp is not installed: pip install 'tiered-router[server]'"
+            f"{ENV_VAR}=aiohttp but aiohttp is not installed: {install_command('server')}"
         )
     return installed and choice != "httpcore"
 

@@ -43,7 +43,6 @@ __all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve
 logger = logging.getLogger("tiered_router.server")
 
 _POLICY_ENV = "TIERED_ROUTER_SERVE_POLICY"
-_INSTALL = 'the proxy needs the server extra: install "tiered-router[server]"'
 GRACEFUL_SHUTDOWN_S = 30.0
 """Seconds in-flight requests get to finish after a shutdown signal."""
 
@@ -53,7 +52,9 @@ def _require_server_extra() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ImportError(_INSTALL) from exc
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("server", "the proxy needs Starlette and uvicorn")) from exc
 
 
 def _file_name(policy: Policy | PolicySource) -> str:
