@@ -228,6 +228,9 @@ class StreamInterrupted(TieredRouterError):
 class GateFailed(TieredRouterError):
     """The final draft failed the quality gate and the policy says to raise.
 
+    The drop-in's ``parse`` raises it too (as openai's class) when the answer it was given
+    does not parse into the requested class.
+
     Attributes:
         verdict: The failing verdict of the last draft.
         attempts: Every attempt made for the turn, in order.
