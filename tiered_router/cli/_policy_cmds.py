@@ -184,82 +184,6 @@ def _missing_keys(loaded: Policy) -> list[str]:
     return missing
 
 
-def _prices(router: Any) -> dict[str, dict[str, Any] | None]:
-    """Each backend's price as the router bills it (own, policy ``prices:``, preset, table)."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for name, config in router.policy.backends.items():
-        if config.type != "openai":
-            priced = "price" in config.model_fields_set
-            out[name] = config.price.model_dump() if priced else None
-            continue
-        from tiered_router.backends.presets import resolve_config
-
-        resolved = resolve_config(config, backend=name, prices=router.policy.prices)
-        priced = "price" in resolved.model_fields_set
-        out[name] = resolved.price.model_dump() if priced else None
-    return out
-
-
-def validate(
-    policy: PolicyArg,
-    json_out: JsonOpt = False,
-    check_keys: KeysOpt = False,
-) -> None:
-    """Check a policy and build its router, without calling a model. Exit 1 with file:line errors.
-
-    Loading checks the schema, variables, gate checks and their options, the scorer and
-    every backend's type, preset, model and options; then the router is built as ``Router()``
-    would build it. API keys are checked at a backend's first call: a missing one is a note
-    here, or an error with ``--check-keys``.
-    """
-    with _errors(policy):
-        loaded = _load(policy)
-        from tiered_router.router import Router
-
-        router = Router(loaded)  # builds the scorer and the gate; backends at first use
-        notes = _missing_keys(loaded)
-        prices = _prices(router)
-    if notes and check_keys:
-        _fail("\n".join(f"{policy}: {note}" for note in notes))
-    summary: dict[str, Any] = {
-        "file": str(policy),
-        "backends": {
-            name: {
-                "type": c.type,
-                "model": c.model or c.preset,
-                "kind": c.kind,
-                "price": prices.get(name),
-            }
-            for name, c in loaded.backends.items()
-        },
-        "tiers": {"fast": loaded.tiers.fast, "frontier": loaded.tiers.frontier},
-        "threshold": loaded.scoring.threshold,
-        "rules": [r.name for r in loaded.rules],
-        "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
-        "notes": notes,
-    }
-    if json_out:
-        typer.echo(json.dumps({"ok": True, **summary}, indent=2))
-        return
-    out = _console()
-    out.print(f"[green]ok[/green] {policy}")
-    for name, info in summary["backends"].items():
-        price = info["price"]
-        cost = (
-            f"${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out per 1M tokens"
-            if price is not None
-            else "[yellow]no price: its calls count as $0[/yellow]"
-        )
-        kind = info["kind"] or "default"
-        out.print(f"  backend {name}: {info['type']} {info['model']} ({kind}), {cost}")
-    out.print(f"  tiers: fast={loaded.tiers.fast} frontier={loaded.tiers.frontier}")
-    out.print(f"  scoring: {loaded.scoring.type}, threshold {loaded.scoring.threshold}")
-    out.print(f"  rules: {', '.join(summary['rules']) or 'none'}")
-    out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
-    for note in notes:
-        out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
-
-
 def explain(
     policy: PolicyArg,
     prompt: PromptOpt = None,
@@ -453,7 +377,15 @@ def serve(
 
 def register(app: typer.Typer) -> None:
     """Add ``validate``, ``explain``, ``run`` and ``serve`` to the app."""
-    app.command("validate")(validate)
+    from tiered_router.cli._validate_cmd import validate
+
+    def validate_command(
+        policy: PolicyArg, json_out: JsonOpt = False, check_keys: KeysOpt = False
+    ) -> None:
+        validate(policy, json_out=json_out, check_keys=check_keys)
+
+    validate_command.__doc__ = validate.__doc__
+    app.command("validate")(validate_command)
     app.command("explain")(explain)
     app.command("run")(run)
     app.command("serve")(serve)
