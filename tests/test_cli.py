@@ -213,15 +213,49 @@ def test_run_pinned_model(policy: Path, server: ScriptedServer) -> None:
     assert code == 1 and "unknown model 'gpt-4o'" in err
 
 
-def test_run_failure_is_one_line(tmp_path: Path) -> None:
+def test_run_failure_names_each_tiers_own_error(tmp_path: Path) -> None:
     closed = ScriptedServer().start()
     url = closed.base_url
     closed.stop()  # nothing listens there any more: connection refused
     policy = write_policy(tmp_path, url)
     code, out, err = invoke("run", policy, "--prompt", "Say hi.")
     assert code == 1
-    assert err.startswith("error: AllTiersFailed:") and len(err.strip().splitlines()) == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: AllTiersFailed: no tier produced a completion")
+    assert lines[1].startswith("  fast (fast): connection failed") and "refused" in lines[1]
+    assert lines[2].startswith("  frontier (frontier): connection failed")
     assert "Traceback" not in out + err and SECRET not in err
+
+
+def test_run_needs_only_the_keys_of_the_tiers_it_calls(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BIG_KEY", raising=False)
+    closed = ScriptedServer().start()
+    down = closed.base_url
+    closed.stop()
+    path = tmp_path / "local.yaml"
+    text = (
+        "version: 1\n"
+        "backends:\n"
+        "  local: {{base_url: '{url}', model: fast-model, kind: diffusion, max_retries: 0}}\n"
+        "  big: {{model: gpt-5.2, api_key: '${{BIG_KEY}}'}}\n"
+        "tiers: {{fast: local, frontier: big}}\n"
+    )
+    # the local server answers: no frontier key needed
+    path.write_text(text.format(url=server.base_url), encoding="utf-8")
+    server.script([Reply.text("hi")], model="fast-model")
+    code, out, err = invoke("run", path, "--prompt", "Say hi.", "--json")
+    assert code == 0, err
+    assert json.loads(out)["tier"] == "fast"
+    # the local server is down: its own error shows, then the frontier's missing key
+    path.write_text(text.format(url=down), encoding="utf-8")
+    code, _, err = invoke("run", path, "--prompt", "Say hi.")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert "refused" in lines[1] and lines[1].startswith("  fast (local): ")
+    assert lines[2].startswith("  frontier (big): not called: backend 'big' needs an API key")
+    assert "BIG_KEY" in lines[2]
 
 
 def test_serve_refuses_public_bind_without_keys(policy: Path) -> None:

@@ -67,7 +67,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 @contextmanager
 def _errors(policy_file: Path | None = None) -> Iterator[None]:
     """Turn expected failures into one line on stderr and exit code 1."""
-    from tiered_router.exceptions import PolicyError, TieredRouterError
+    from tiered_router.exceptions import AllTiersFailed, PolicyError, TieredRouterError
 
     try:
         yield
@@ -75,6 +75,17 @@ def _errors(policy_file: Path | None = None) -> Iterator[None]:
         if exc.file == "<policy>" and policy_file is not None:
             exc = PolicyError(str(exc), file=str(policy_file), problems=exc.problems)
         _fail(str(exc))
+    except AllTiersFailed as exc:  # each tier's own error on a line of its own
+        lines = [
+            f"error: AllTiersFailed: no tier produced a completion ({len(exc.attempts)} tries)"
+        ]
+        lines += [
+            f"  {a.tier} ({a.backend}): "
+            + _one_line(str(a.error.get("message"))).removeprefix(f"{a.backend}: ")
+            for a in exc.attempts
+            if a.error is not None
+        ]
+        _fail("\n".join(dict.fromkeys(lines)))
     except TieredRouterError as exc:
         _fail(f"error: {type(exc).__name__}: {_one_line(str(exc))}")
     except ImportError as exc:
