@@ -57,6 +57,13 @@ StepOpt = Annotated[
     typer.Option("--step", min=0, help="The agent's step index."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+StandInOpt = Annotated[
+    bool,
+    typer.Option(
+        "--stand-in",
+        help="Point every backend at a local scripted upstream (no keys, no network).",
+    ),
+]
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -268,8 +275,13 @@ def run(
         str, typer.Option("--model", help="auto, a tier (fast, frontier) or a backend name.")
     ] = "auto",
     json_out: JsonOpt = False,
+    stand_in: StandInOpt = False,
 ) -> None:
-    """Route one turn for real and print the answer and its trace."""
+    """Route one turn for real and print the answer and its trace.
+
+    Only the keys of the tiers the turn calls are needed; when every tier fails, each
+    tier's own error is printed. ``--stand-in`` routes it to a local scripted upstream.
+    """
     from tiered_router.openai._wire import resolve_model
 
     with _errors(policy):
@@ -278,8 +290,14 @@ def run(
         from tiered_router.router import Router
 
         tier = resolve_model(loaded, model)
-        with Router(loaded) as router:
-            result = router.complete(turn, tier=tier)
+        if stand_in:
+            from tiered_router.cli._stand_in import stand_in_policy
+
+            with stand_in_policy(loaded) as (path, _), Router(_load(path)) as router:
+                result = router.complete(turn, tier=tier)
+        else:
+            with Router(loaded) as router:
+                result = router.complete(turn, tier=tier)
     if json_out:
         typer.echo(json.dumps(_result_dict(result), indent=2, default=str))
         return
@@ -364,13 +382,36 @@ def serve(
             "(needs the otel extra)."
         ),
     ] = False,
+    stand_in: StandInOpt = False,
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra).
 
     One line per chat request is logged at info: status, tier, score, rule, escalated,
-    latency and cost.
+    latency and cost. ``--stand-in`` serves the policy with every backend pointed at a local
+    scripted upstream: try the proxy with no keys.
     """
     with _errors(policy):
+        if stand_in:
+            from tiered_router.cli._stand_in import stand_in_policy
+
+            with stand_in_policy(policy) as (path, upstream):
+                typer.echo(
+                    f"stand-in upstream on {upstream.base_url}: every backend of {policy} "
+                    "points at it (scripted answers; no keys, no network)",
+                    err=True,
+                )
+                serve(
+                    path,
+                    host=host,
+                    port=port,
+                    workers=workers,
+                    max_body_bytes=max_body_bytes,
+                    log_level=log_level,
+                    trace_file=trace_file,
+                    record=record,
+                    otel=otel,
+                )
+            return
         from tiered_router.server import serve as serve_proxy
 
         serve_proxy(
