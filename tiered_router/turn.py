@@ -490,10 +490,12 @@ def _response_format(value: Any) -> Any:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "openai":
             raise
+        from tiered_router.exceptions import install_command
+
         raise ImportError(
             f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
-            "schema by the openai SDK, from the openai extra: pip install "
-            '"tiered-router[openai]"; or pass {"type": "json_schema", ...} as a dict'
+            f"schema by the openai SDK, from the openai extra: {install_command('openai')}; "
+            'or pass {"type": "json_schema", ...} as a dict'
         ) from None
 
     try:

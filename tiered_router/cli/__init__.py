@@ -2,8 +2,8 @@
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
-command line is the ``cli`` extra (typer, rich, ruamel.yaml): ``pip install
-"tiered-router[cli]"``; the library itself never imports them.
+command line is the ``cli`` extra (typer, rich, ruamel.yaml): from a checkout ``pip install
+".[cli]"``; the library itself never imports them.
 
 Wing (docs/architecture.md): the top of the graph; may import any wing (lazily, inside the
 commands). Nothing imports it. A new command group: a module here that adds itself in
@@ -53,10 +53,9 @@ def build_app() -> typer.Typer:
 
 
 def _missing_extra(exc: ModuleNotFoundError) -> ImportError:
-    return ImportError(
-        f"the tiered-router command line needs {exc.name!r}, from the cli extra: "
-        'pip install "tiered-router[cli]"'
-    )
+    from tiered_router.exceptions import missing_extra
+
+    return ImportError(missing_extra("cli", f"the tiered-router command line needs {exc.name!r}"))
 
 
 def _version(value: bool) -> None:

@@ -270,12 +270,25 @@ def eval_command(
         frontier_model=frontier_model,
     )
     mismatch = _pair_notes(loaded, result, dataset, prices, quiet=as_json)
+    from tiered_router.evaluation.verdict import judge, small_sample
+
+    warning = small_sample(result.summary.n)
+    if warning is not None and not as_json:
+        typer.echo(f"warning: {warning}", err=True)
     if report is not None:
         from tiered_router.evaluation.report import render_html
 
-        report.write_text(render_html(result), encoding="utf-8")
+        name = str(policy) if policy is not None else "the bundled default policy"
+        report.write_text(
+            render_html(result, policy=name, scorer=loaded.scoring.type), encoding="utf-8"
+        )
     if as_json:
         out = result.to_dict()
+        verdict = judge(result)
+        out["verdict"] = (
+            None if verdict is None else {"outcome": verdict.outcome, "text": verdict.text}
+        )
+        out["small_sample"] = warning
         out["policy"] = str(policy) if policy is not None else "bundled default"
         out["pair_differs_from_policy"] = mismatch
         out["in_sample"] = _in_sample(loaded, dataset)
@@ -317,7 +330,11 @@ def calibrate_command(
     ] = False,
     force: Annotated[
         bool,
-        typer.Option("--force", help="Write even when the data's model pair is not the policy's."),
+        typer.Option(
+            "--force",
+            help="Write even when the data's model pair is not the policy's, or when it has "
+            "fewer than 200 turns with outcomes of both tiers.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
@@ -370,7 +387,24 @@ def calibrate_command(
             point = calibrate_policy(result, target)
     except CalibrationError as exc:
         raise _fail(str(exc)) from exc
+    from tiered_router.cli._eval_report import interval_text
+    from tiered_router.evaluation.verdict import (
+        MIN_CALIBRATION_ROWS,
+        small_sample,
+        threshold_interval,
+    )
+
     s = result.summary
+    interval = threshold_interval(result, target)
+    if write and s.n < MIN_CALIBRATION_ROWS and not force:
+        raise _fail(
+            f"not writing the threshold {point.threshold:g}: it comes from {s.n} turn(s) with "
+            f"outcomes of both tiers, fewer than {MIN_CALIBRATION_ROWS}; "
+            f"{interval_text(interval, s.n)}. Record more traffic, or pass --force"
+        )
+    warning = small_sample(s.n)
+    if warning is not None and not as_json:
+        typer.echo(f"warning: {warning}", err=True)
     expected = {
         "threshold": point.threshold,
         "quality": point.quality,
@@ -410,6 +444,10 @@ def calibrate_command(
                     "target": target.describe(),
                     "previous_threshold": s.threshold,
                     "expected": expected,
+                    "threshold_interval": None
+                    if interval is None
+                    else {"low": interval.low, "high": interval.high, "unmet": interval.unmet},
+                    "small_sample": warning,
                     "written": write,
                     "pair_differs_from_policy": mismatch,
                 },
@@ -417,7 +455,7 @@ def calibrate_command(
             )
         )
         return
-    print_calibration(result, target.describe(), expected, policy if write else None)
+    print_calibration(result, target.describe(), expected, policy if write else None, interval)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tiered_router.evaluation.results import EvalResult
+    from tiered_router.evaluation.verdict import ThresholdInterval
 
-__all__ = ["print_baselines", "print_calibration", "print_sweep", "print_table"]
+__all__ = ["interval_text", "print_baselines", "print_calibration", "print_sweep", "print_table"]
 
 
 def _pct(v: float | None) -> str:
@@ -63,7 +64,7 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         ("gate: P(wrong | pass)", _pct(g.p_wrong_given_pass), f"{g.drafts} drafts"),
         ("gate: P(fail | wrong) catch", _pct(g.p_fail_given_wrong), ""),
         ("gate: P(fail | right) false alarm", _pct(g.p_fail_given_right), ""),
-        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)}"),
+        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)} *"),
         ("CPT(50%)", _pct(s.cpt50), ""),
         ("CPT(80%)", _pct(s.cpt80), ""),
     ]
@@ -88,8 +89,14 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         )
     print_sweep(console, result)
     print_baselines(console, result)
+    from tiered_router.evaluation.verdict import ORACLE_MEANING, small_sample
+
+    console.print(f"* {ORACLE_MEANING}", highlight=False, markup=False)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
+    warning = small_sample(s.n)
+    if warning is not None:
+        console.print(f"[yellow]warning: {warning}[/yellow]", highlight=False)
 
 
 def _sweep_rows(result: EvalResult, count: int = 8) -> list[tuple[bool, Any]]:
@@ -154,37 +161,30 @@ def print_baselines(console: Console, result: EvalResult) -> None:
             ),
             highlight=False,
         )
-    best = max(result.baselines, key=lambda b: b.quality)
-    margin = s.quality - best.quality
-    if s.routed_fast_share in (0.0, 1.0) and result.panel is None:
-        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
-        console.print(
-            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
-            "there is nothing to compare. Calibrate it on data like your traffic: "
-            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
-            highlight=False,
-        )
-    elif margin < -1e-9:
-        console.print(
-            f"verdict: the policy keeps LESS quality than {best.name}. Try `tiered-router "
-            "calibrate POLICY --data YOUR_DATA ...` on data like your traffic, a scorer fitted "
-            "on it (`tiered-router fit-scorer POLICY --data "
-            "YOUR_DATA -o scorer.json`), or another scorer (scoring.type: transfer | learned | "
-            "heuristic; docs/scoring.md).",
-            highlight=False,
-        )
-    else:
-        than = "more quality than" if margin > 1e-9 else "as much quality as"
-        console.print(
-            f"verdict: the policy keeps {than} random and prompt length at the same "
-            + ("frontier share and cost" if same_cost else "frontier share")
-            + f" (+{margin:.4f} over the {'best' if same_cost else 'better'}, {best.name}).",
-            highlight=False,
-        )
+    from tiered_router.evaluation.verdict import judge
+
+    verdict = judge(result)
+    if verdict is not None:
+        console.print(verdict.text, highlight=False, markup=False)
+
+
+def interval_text(interval: ThresholdInterval | None, n: int) -> str:
+    """The calibrated threshold's bootstrap interval in one line."""
+    if interval is None:
+        return f"threshold interval: no resample of the {n} turns meets the target"
+    unmet = f", {interval.unmet} of which met no threshold" if interval.unmet else ""
+    return (
+        f"threshold 95 % bootstrap interval: {interval.low:g} to {interval.high:g} over "
+        f"{interval.resamples} resamples of the {n} turns{unmet}"
+    )
 
 
 def print_calibration(
-    result: EvalResult, target: str, expected: dict[str, Any], written: Path | None
+    result: EvalResult,
+    target: str,
+    expected: dict[str, Any],
+    written: Path | None,
+    interval: ThresholdInterval | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -213,6 +213,7 @@ def print_calibration(
         )
     console = Console()
     console.print(table)
+    console.print(interval_text(interval, s.n), highlight=False)
     if written is not None:
         console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
         if "drafts_k" in expected:

@@ -480,9 +480,13 @@ class TurnRun:
             raise RuntimeError("conclude() the turn before asking for its outcome")
         if returned is None:
             tried = ", ".join(self.tried_backends()) or "none"
+            # each backend's own last error: the first tier's failure is not hidden behind
+            # the next one's
+            last = {getattr(e, "backend", "?"): e for e in self.errors}
+            errors = "; ".join(str(e) for e in last.values()) or "none"
             raise AllTiersFailed(
                 f"no tier produced a completion for turn {self.turn.id} (tried: {tried}); "
-                f"last error: {self.errors[-1] if self.errors else 'none'}",
+                f"{'error' if len(last) < 2 else 'errors'}: {errors}",
                 attempts=self.attempts,
                 errors=self.errors,
                 trace=trace,

@@ -273,9 +273,12 @@ def write_threshold(path: str | os.PathLike[str], threshold: float) -> str:
     try:
         from ruamel.yaml import YAML
     except ModuleNotFoundError as exc:
+        from tiered_router.exceptions import missing_extra
+
         raise ImportError(
-            "writing the threshold keeps the policy's comments with ruamel.yaml: "
-            'pip install "tiered-router[cli]"'
+            missing_extra(
+                "cli", "writing the threshold keeps the policy's comments with ruamel.yaml"
+            )
         ) from exc
 
     p = Path(path)

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -346,6 +347,10 @@ class Policy(Model):
     """Hedged escalation: the frontier call started while the fast side is undecided (off
     when not given)."""
 
+    # where values came from ${VAR} references: {path: (reference, value it gave)}, so that
+    # to_yaml() writes the references back instead of what they resolved to
+    _templates: dict[tuple[str | int, ...], tuple[str, str]] = PrivateAttr(default_factory=dict)
+
     @field_validator("backends")
     @classmethod
     def _some_backends(cls, backends: dict[str, BackendConfig]) -> dict[str, BackendConfig]:
@@ -394,6 +399,35 @@ class Policy(Model):
     ) -> Policy:
         """Load a policy; the same as :func:`tiered_router.load_policy`."""
         return LOADER[0](source, env=env)
+
+    def __eq__(self, other: object) -> bool:
+        # where values came from (_templates) does not make two policies different
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = Model.__hash__
+
+    def to_yaml(self) -> str:
+        """Return the policy as YAML that :func:`tiered_router.load_policy` reads back into it.
+
+        Values read from ``${VAR}`` references are written as those references; a secret
+        (API key, client keys, Redis URL, credential headers) is never written in clear.
+
+        Example:
+            ```python
+            text = load_policy("policy.yaml").to_yaml()   # api_key: ${OPENAI_API_KEY}
+            assert load_policy(text) == load_policy("policy.yaml")
+            ```
+
+        Raises:
+            PolicyError: When a secret has no ``${VAR}`` reference to write instead (a key
+                written in clear in the source, or set in Python); the error names the field.
+
+        """
+        from tiered_router.policy._writer import policy_yaml
+
+        return policy_yaml(self, self._templates)
 
     def backend_for(self, tier: Tier) -> str:
         """Return the backend name serving ``tier``."""
