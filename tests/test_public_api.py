@@ -121,14 +121,13 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.engine._machine": frozenset(
         {
-            "decide_turn",
             "EnginePorts",
             "LIFTED_TEXT_CALLS",
-            "plan_turn",
             "RoutedResult",
             "TurnRun",
         }
     ),
+    "tiered_router.engine._plan": frozenset({"decide_turn", "plan_turn"}),
     "tiered_router.engine": frozenset(
         {
             "decide_turn",

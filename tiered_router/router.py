@@ -25,7 +25,8 @@ from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.engine._dispatch import Dispatcher
 from tiered_router.engine._drive import Driver
 from tiered_router.engine._latency import LatencyTracker
-from tiered_router.engine._machine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.engine._machine import RoutedResult, TurnRun
+from tiered_router.engine._plan import decide_turn, plan_turn
 from tiered_router.engine._recording import RecordOption
 from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream

@@ -41,9 +41,17 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _fit_cmds, _policy_cmds
+    from tiered_router.cli import (
+        _dataset_cmds,
+        _demo,
+        _eval_cmds,
+        _fit_cmds,
+        _policy_cmds,
+        _validate_cmd,
+    )
 
     app.callback()(_root_callback())
+    _validate_cmd.register(app)
     _policy_cmds.register(app)
     _eval_cmds.register(app)
     _fit_cmds.register(app)

@@ -428,16 +428,7 @@ def serve(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``validate``, ``explain``, ``run`` and ``serve`` to the app."""
-    from tiered_router.cli._validate_cmd import validate
-
-    def validate_command(
-        policy: PolicyArg, json_out: JsonOpt = False, check_keys: KeysOpt = False
-    ) -> None:
-        validate(policy, json_out=json_out, check_keys=check_keys)
-
-    validate_command.__doc__ = validate.__doc__
-    app.command("validate")(validate_command)
+    """Add ``explain``, ``run`` and ``serve`` to the app (``validate``: its own module)."""
     app.command("explain")(explain)
     app.command("run")(run)
     app.command("serve")(serve)

@@ -46,7 +46,7 @@ from tiered_router.exceptions import (
     _describe,
 )
 from tiered_router.pricing import cost_of
-from tiered_router.routing import Decision, decide
+from tiered_router.routing import Decision
 from tiered_router.trace import Attempt, AttemptRole, Trace
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ __all__ = [
     "EnginePorts",
     "RoutedResult",
     "TurnRun",
-    "decide_turn",
-    "plan_turn",
 ]
 
 logger = logging.getLogger("tiered_router.router")
@@ -107,69 +105,6 @@ class EnginePorts(Protocol):
     def backend_config(self, backend: str) -> BackendConfig | None:
         """Backend ``backend``'s policy config (preset applied), if it has one."""
         ...
-
-
-def decide_turn(
-    ports: EnginePorts, turn: Turn, *, tier: Tier | None = None, task: TaskHooks | None = None
-) -> tuple[Turn, Decision]:
-    """Decide a turn's first tier (pure): task signals, scorer and rules, capability, pin.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        tier: Pin the first tier (rule ``pinned``); task rules then do not apply.
-        task: The task the turn belongs to, if any.
-
-    Returns:
-        The turn (with the task's signals filled in) and its decision.
-    """
-    policy = ports.policy
-    if task is not None:
-        turn = task.prepare(turn)
-    decision = decide(turn, ports.score(turn), policy)
-    if tier is not None:
-        decision = replace(
-            decision,
-            tier=tier,
-            backend=policy.backend_for(tier),
-            rule="pinned",
-            reasons=(f"pinned to the {tier} tier by the caller", *decision.reasons),
-        )
-    gap = ports.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
-    if gap is not None:
-        decision = replace(
-            decision,
-            tier="frontier",
-            backend=policy.backend_for("frontier"),
-            rule=f"capability.{gap[0]}",
-            reasons=(f"fast {gap[1]}", *decision.reasons),
-        )
-    if task is not None and tier is None:
-        decision = task.adjust(turn, decision)
-    return turn, decision
-
-
-def plan_turn(
-    ports: EnginePorts,
-    turn: Turn,
-    *,
-    deadline_s: float | None,
-    tier: Tier | None = None,
-    task: TaskHooks | None = None,
-) -> TurnRun:
-    """Start a turn: decide it and set its deadline.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        deadline_s: Seconds for the whole turn, ``None`` for no deadline.
-        tier: Pin the first tier (see :func:`decide_turn`).
-        task: The task the turn belongs to; it observes the trace when the turn ends.
-    """
-    now = ports.now()
-    turn, decision = decide_turn(ports, turn, tier=tier, task=task)
-    deadline = Deadline(None if deadline_s is None else now + deadline_s)
-    return TurnRun(ports, turn, decision, deadline, started=now, task=task)
 
 
 class TurnRun:

@@ -26,11 +26,10 @@ from typing import Any, Literal
 
 from tiered_router import _limits
 from tiered_router.calls._text import (
-    _after_thinking,
     _declared_name,
-    _spellings,
     _unfenced,
     parse_text_tool_calls,
+    split_thinking,
     tool_specs,
 )
 from tiered_router.panels._final import final_answer
@@ -102,7 +101,7 @@ def answer_key(completion: Completion, turn: Turn) -> AnswerKey:
         calls = parse_text_tool_calls(completion.text, turn.tools) or ()
     if calls:
         return _calls_key(calls, turn.tools or (), _request(turn))
-    text = _after_thinking(completion.text)[1].strip()
+    text = split_thinking(completion.text)[1].strip()
     if not text:
         why = "refusal" if completion.refusal else "empty answer"
         return _not_comparable(why)
@@ -130,11 +129,10 @@ def _request(turn: Turn) -> Request:
 
 def _calls_key(calls: tuple[ToolCall, ...], tools: Any, request: Request) -> AnswerKey:
     specs = tool_specs(tools)
-    spellings = _spellings(specs)
     written: list[str] = []
     shown: list[str] = []
     for call in calls:
-        name = _declared_name(call.name, spellings) or call.name
+        name = _declared_name(call.name, specs) or call.name
         spec = specs.get(name)
         try:
             args = call.parsed_arguments()
