@@ -477,3 +477,27 @@ def test_only_serve_tunes_the_garbage_collector(server: ScriptedServer) -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_panel_turn_reports_its_drafts_in_headers_and_metrics(server: ScriptedServer) -> None:
+    policy = make_policy(
+        server,
+        drafts={"k": 3, "when": ["all"], "early": False},
+        hedge={"after_s": 5.0},
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+    )
+    server.script(
+        [Reply.text("The answer is 4.")] * 2 + [Reply.text("The answer is 5.")], model="fast-model"
+    )
+    app = create_app(policy, env={})
+    with running(app) as url:
+        raw = client(url).chat.completions.with_raw_response.create(model="auto", messages=MESSAGES)
+        with _http.build_client() as http:
+            metrics = http.get(f"{url}/metrics").text
+    assert raw.headers["x-tiered-router-tier"] == "fast"
+    assert raw.headers["x-tiered-router-drafts"] == "3"
+    assert raw.headers["x-tiered-router-cancelled"] == "0"
+    assert raw.headers["x-tiered-router-hedged"] == "false"
+    assert raw.parse().choices[0].message.content == "The answer is 4."
+    assert 'tiered_router_panels_total{result="agreed"} 1' in metrics
+    assert 'tiered_router_concurrent_calls_total{role="draft",outcome="answered"} 3' in metrics

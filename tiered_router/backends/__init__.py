@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
 
 if TYPE_CHECKING:
-    from tiered_router.backends._dialect import DIALECTS, DialectProfile
+    from tiered_router.backends._dialect import DialectProfile
+    from tiered_router.backends._profiles import DIALECTS
     from tiered_router.backends.openai_compat import OpenAICompatBackend
     from tiered_router.backends.presets import (
         LOCAL_DIFFUSION_QUIRKS,
@@ -69,7 +70,7 @@ __all__ = [
 
 _LAZY = {
     "OpenAICompatBackend": "openai_compat",
-    "DIALECTS": "_dialect",
+    "DIALECTS": "_profiles",
     "DialectProfile": "_dialect",
     **dict.fromkeys(
         (

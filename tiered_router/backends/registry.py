@@ -251,7 +251,38 @@ def backend_problems(policy: Policy) -> Problems:
             check_backend(name, config)
         except PolicyError as exc:
             problems += from_error(exc, ("backends", name), f"backends.{name}")
-    return problems
+    return problems + _greedy_panel_problems(policy)
+
+
+def _greedy_panel_problems(policy: Policy) -> Problems:
+    """A same-prompt panel on a server that decodes greedily: its drafts would be identical."""
+    drafts = policy.drafts
+    if drafts is None:
+        return []
+    names = drafts.backends or [policy.tiers.fast]
+    if len(names) > 1 or len({v.strip() for v in drafts.variants}) > 1:
+        return []
+    config = policy.backends.get(names[0])
+    if config is None or config.type != "openai":
+        return []
+    from tiered_router.backends.presets import dialect_for
+
+    try:
+        dialect = dialect_for(config, backend=names[0])
+    except PolicyError:
+        return []  # the backend's own check reports it
+    if not dialect.greedy:
+        return []
+    return [
+        (
+            ("drafts",),
+            f"a panel of {drafts.k} drafts of the same prompt on backend {names[0]!r}, whose "
+            f"{dialect.name!r} dialect decodes greedily (temperature is ignored): every draft "
+            "would be the same, so their agreement would say nothing. Give `variants` (at "
+            "least two different per-draft instructions) or a second fast backend in "
+            "`backends`",
+        )
+    ]
 
 
 def build_backend(

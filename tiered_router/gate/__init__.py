@@ -20,9 +20,10 @@ A new check: a module here, registered in the default registry (``_registry``).
 
 from __future__ import annotations
 
-from tiered_router.calls._text import lift_text_tool_calls, parse_text_tool_calls
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.gate._base import Check, CheckFactory, CheckResult, check_name
 from tiered_router.gate._gate import CheckSpec, QualityGate
+from tiered_router.gate._lifting import lift_text_tool_calls
 from tiered_router.gate._registry import (
     CheckRegistry,
     check_names,

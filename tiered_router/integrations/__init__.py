@@ -1,11 +1,11 @@
 """Agent-framework adapters, each an optional extra imported only when used.
 
 - LangChain / LangGraph: ``langchain.TieredChatModel``
-  (``pip install "tiered-router[langchain]"``)
+  (``pip install ".[langchain]"`` from a checkout)
 - OpenAI Agents SDK: ``openai_agents.TieredAgentsModel`` and ``TieredModelProvider``
-  (``pip install "tiered-router[openai-agents]"``)
+  (``pip install ".[openai-agents]"`` from a checkout)
 - pydantic-ai: ``pydantic_ai.TieredPydanticAIModel``
-  (``pip install "tiered-router[pydantic-ai]"``)
+  (``pip install ".[pydantic-ai]"`` from a checkout)
 
 Import from the submodule (``from tiered_router.integrations.langchain import
 TieredChatModel``) or from here (``from tiered_router.integrations import TieredChatModel``):

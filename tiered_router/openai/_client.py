@@ -61,9 +61,10 @@ if TYPE_CHECKING:
     from tiered_router.turn import Turn
 
 if importlib.util.find_spec("openai") is None:  # the SDK itself is imported on first use
+    from tiered_router.exceptions import missing_extra
+
     raise ImportError(
-        "tiered_router.openai returns the openai SDK's own types and needs the SDK, "
-        'from the openai extra: pip install "tiered-router[openai]"'
+        missing_extra("openai", "tiered_router.openai returns the openai SDK's own types")
     )
 
 __all__ = [

@@ -162,7 +162,12 @@ class Completions(CompletionsBase):
             except (TieredRouterError, ValueError):
                 pass  # create() raises it translated
         completion = self.create(**create_kwargs)
-        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
+        return parsed_completion(
+            completion,  # type: ignore[arg-type]
+            response_format,
+            tools,
+            result=self._owner.last_result,
+        )
 
 
 class AsyncCompletions(CompletionsBase):
@@ -212,7 +217,12 @@ class AsyncCompletions(CompletionsBase):
             except (TieredRouterError, ValueError):
                 pass
         completion = await self.create(**create_kwargs)
-        return parsed_completion(completion, response_format, tools)  # type: ignore[arg-type]
+        return parsed_completion(
+            completion,  # type: ignore[arg-type]
+            response_format,
+            tools,
+            result=self._owner.last_result,
+        )
 
 
 class Chat:

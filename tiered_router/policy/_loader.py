@@ -123,6 +123,7 @@ class _Loader:
         self.checks = checks
         self.lines: dict[_Loc, int] = {}
         self.templates: dict[_Loc, str] = {}
+        self.resolved: dict[_Loc, str] = {}
         self.secrets: set[str] = set()
         self.problems: list[_Problem] = []
         self.deferred_keys: dict[_Loc, str] = {}
@@ -241,6 +242,9 @@ class _Loader:
             self._problem(path, message)
         if self.problems:
             raise self.error(file)
+        policy._templates = {
+            path: (template, self.resolved[path]) for path, template in self.templates.items()
+        }
         return policy
 
     def _interpolate(self, obj: Any, path: _Loc, memo: dict[int, Any]) -> Any:
@@ -289,6 +293,7 @@ class _Loader:
         result = _VAR.sub(replace, text)
         if result != text:
             self.templates[path] = text
+            self.resolved[path] = result
         return result
 
     def _problem(self, path: _Loc, message: str) -> None:

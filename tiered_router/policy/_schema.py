@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SecretStr,
     field_validator,
     model_validator,
@@ -38,6 +39,7 @@ from pydantic import (
 
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
+from tiered_router.policy._drafts import DraftsConfig, HedgeConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -54,8 +56,10 @@ __all__ = [
     "BackendConfig",
     "BreakerConfig",
     "ClientLimits",
+    "DraftsConfig",
     "EscalationConfig",
     "GateConfig",
+    "HedgeConfig",
     "LatencyModel",
     "Policy",
     "Price",
@@ -117,8 +121,9 @@ class BackendConfig(Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
-    ``dlmserve``, ``sglang``, ``vllm``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``dlmserve``,
+    ``sglang``, ``sglang-gemma``, ``vllm``, ``lmdeploy``, ``diffulex``, ``ollada``,
+    ``dfastllm``, ``local-diffusion`` (see ``docs/backends.md``)."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -140,6 +145,14 @@ class BackendConfig(Model):
     """Token prices, for the cost in traces."""
     latency: LatencyModel | None = None
     """Expected latency, for evaluation and task latency budgets."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests the server runs at once (default: its preset's profile: SGLang in dLLM mode
+    1, vLLM's DiffusionGemma 8, dlmserve 8). With it, latency estimates count the queue
+    and a turn the queue would make miss its deadline goes to the frontier
+    (rule ``capacity.<backend>``)."""
+    canvas_tokens: int | None = Field(default=None, ge=1)
+    """Tokens one denoising canvas holds (DiffusionGemma: 256): estimates bill whole
+    canvases (default: its preset's profile)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -327,6 +340,16 @@ class Policy(Model):
     """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
+    drafts: DraftsConfig | None = None
+    """Draft panels: ``k`` concurrent fast drafts whose agreement decides escalation (off
+    when not given)."""
+    hedge: HedgeConfig | None = None
+    """Hedged escalation: the frontier call started while the fast side is undecided (off
+    when not given)."""
+
+    # where values came from ${VAR} references: {path: (reference, value it gave)}, so that
+    # to_yaml() writes the references back instead of what they resolved to
+    _templates: dict[tuple[str | int, ...], tuple[str, str]] = PrivateAttr(default_factory=dict)
 
     @field_validator("backends")
     @classmethod
@@ -345,6 +368,14 @@ class Policy(Model):
                 problems.append(
                     (
                         ("tiers", tier),
+                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
+                    )
+                )
+        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
+            if name not in self.backends:
+                problems.append(
+                    (
+                        ("drafts", "backends", i),
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
@@ -368,6 +399,35 @@ class Policy(Model):
     ) -> Policy:
         """Load a policy; the same as :func:`tiered_router.load_policy`."""
         return LOADER[0](source, env=env)
+
+    def __eq__(self, other: object) -> bool:
+        # where values came from (_templates) does not make two policies different
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = Model.__hash__
+
+    def to_yaml(self) -> str:
+        """Return the policy as YAML that :func:`tiered_router.load_policy` reads back into it.
+
+        Values read from ``${VAR}`` references are written as those references; a secret
+        (API key, client keys, Redis URL, credential headers) is never written in clear.
+
+        Example:
+            ```python
+            text = load_policy("policy.yaml").to_yaml()   # api_key: ${OPENAI_API_KEY}
+            assert load_policy(text) == load_policy("policy.yaml")
+            ```
+
+        Raises:
+            PolicyError: When a secret has no ``${VAR}`` reference to write instead (a key
+                written in clear in the source, or set in Python); the error names the field.
+
+        """
+        from tiered_router.policy._writer import policy_yaml
+
+        return policy_yaml(self, self._templates)
 
     def backend_for(self, tier: Tier) -> str:
         """Return the backend name serving ``tier``."""

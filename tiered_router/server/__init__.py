@@ -49,7 +49,6 @@ logger = logging.getLogger("tiered_router.server")
 
 _POLICY_ENV = "TIERED_ROUTER_SERVE_POLICY"
 _MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # server._metrics.MULTIPROC_DIR_ENV
-_INSTALL = 'the proxy needs the server extra: install "tiered-router[server]"'
 GRACEFUL_SHUTDOWN_S = 30.0
 """Seconds in-flight requests get to finish after a shutdown signal."""
 
@@ -59,10 +58,14 @@ def _require_server_extra() -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise ImportError(_INSTALL) from exc
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("server", "the proxy needs Starlette and uvicorn")) from exc
     # found, not imported: a worker must import it only after PROMETHEUS_MULTIPROC_DIR is set
     if importlib.util.find_spec("prometheus_client") is None:
-        raise ImportError(_INSTALL)
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("server", "the proxy needs prometheus_client"))
 
 
 def _file_name(policy: Policy | PolicySource) -> str:

@@ -136,6 +136,17 @@ class Metrics:
         self.traces_dropped = self._counter(
             p + "traces_dropped_total", "Traces a trace sink could not write."
         )
+        self.concurrent_calls = self._counter(
+            p + "concurrent_calls_total",
+            "Calls a turn had in flight at once, by role (draft, hedge) and outcome "
+            "(answered, failed, cancelled).",
+            ("role", "outcome"),
+        )
+        self.panels = self._counter(
+            p + "panels_total",
+            "Draft panels by result (agreed, disagreed, not_comparable).",
+            ("result",),
+        )
         self.latency = Histogram(
             p + "turn_latency_seconds",
             "Wall time of routed turns.",
@@ -220,7 +231,19 @@ class Metrics:
             child(self.turns, tier, "true" if trace.escalated else "false").inc()
         for reason in trace.escalations:
             child(self.escalations, reason).inc()
+        panel = trace.panel
+        if panel is not None:
+            comparable = panel.get("comparable", True)
+            result = (
+                "agreed" if panel.get("agreed") else "disagreed" if comparable else "not_comparable"
+            )
+            child(self.panels, result).inc()
         for attempt in trace.attempts:
+            if attempt.role != "call":
+                outcome = (
+                    "cancelled" if attempt.cancelled else "failed" if attempt.error else "answered"
+                )
+                child(self.concurrent_calls, attempt.role, outcome).inc()
             verdict = attempt.verdict
             if verdict is not None:
                 for failure in verdict.failures:
