@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import pytest
 
 from tiered_router.backends import CompletionRequest
 from tiered_router.backends._stop_stream import StopStream
 from tiered_router.backends.registry import from_preset
+from tiered_router.exceptions import BackendResponseError
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.turn import CompletionChunk, Usage, assemble
 
@@ -56,3 +60,40 @@ def test_a_stop_stream_arrives_in_pieces(server: ScriptedServer, preset: str) ->
     assert done.text == "It is 18 C in Paris today. " and done.finish_reason == "stop"
     assert len([c for c in chunks if c.text]) > 1  # not one buffered chunk
     assert "stop: 1 sequence(s) applied to the reply" in chunks[0].conversions
+
+
+def _json_answer(text: str) -> Reply:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"completion_tokens": 7},
+    }
+    return Reply.raw(200, json.dumps(body), headers={"content-type": "application/json"})
+
+
+def test_a_json_answer_to_a_stream_request_is_one_chunk_async_and_sync(
+    server: ScriptedServer,
+) -> None:
+    backend = from_preset("ollada", base_url=server.base_url, model="m")
+    req = CompletionRequest(messages=[{"role": "user", "content": "?"}], timeout_s=5)
+
+    async def collect() -> list[CompletionChunk]:
+        return [c async for c in backend.astream(req)]
+
+    server.script([_json_answer("whole answer"), _json_answer("again")])
+    for chunks in (asyncio.run(collect()), list(backend.stream(req))):
+        assert len(chunks) == 1 and chunks[0].finish_reason == "stop"
+    assert [c.text for c in chunks] == ["again"]
+    assert "stream" not in server.requests[-1].body  # ollada ignores it: not sent
+    server.script(
+        Reply.raw(
+            200, '{"error": {"message": "boom"}}', headers={"content-type": "application/json"}
+        )
+    )
+    with pytest.raises(BackendResponseError, match="boom"):
+        list(backend.stream(req))
+    backend.close()
