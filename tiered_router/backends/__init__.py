@@ -5,6 +5,10 @@ Ollama, ...); ``presets`` fills in known endpoints and names each one's dialect 
 (``_dialect``: what request shape its server accepts; ``docs/backends.md``); the registry maps
 a policy's ``type`` to a factory and builds backends from presets. Nothing here imports the
 ``openai`` SDK or the HTTP library until a backend first sends a request.
+
+Wing (docs/architecture.md): owns the backends, presets, dialects and the backend registry;
+may import ``_http``, ``calls``, ``policy`` (schema), ``pricing``, the root's shared values and
+``evaluation.replay``. A new server: a preset; a new protocol: ``register_backend_type``.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from tiered_router.policy import LatencyModel
+from tiered_router.policy._schema import LatencyModel
 
 __all__ = [
     "CHAT_ROLES",
@@ -292,12 +292,3 @@ def capability_gap(
     if isinstance(n, int) and n > 1 and not profile.multiple_choices:
         return "n", f"n={n} choices asked and the {profile.name} dialect returns one"
     return None
-
-
-def __getattr__(name: str) -> Any:
-    # the profiles live in _profiles (which imports this module); old import paths still work
-    if name in ("DIALECTS", "GENERIC_DIFFUSION", "resolve_dialect"):
-        from tiered_router.backends import _profiles
-
-        return getattr(_profiles, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

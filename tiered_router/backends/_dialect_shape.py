@@ -21,8 +21,9 @@ from tiered_router.backends._dialect import (
     capability_gap,
 )
 from tiered_router.calls import _protocol as _pt
-from tiered_router.calls._prompted import split_tool_calls
+from tiered_router.calls._prompted import lift_prompted_calls
 from tiered_router.exceptions import CapabilityError
+from tiered_router.gate._lifting import argument_problem
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, ToolSpec, assemble
 
 __all__ = ["Plan", "shape"]
@@ -39,12 +40,16 @@ class Plan:
         conversions: Every conversion made, human-readable, in order.
         stop: Stop sequences to apply to the reply (the server could not take them).
         tools: Tools to parse prompted calls against (empty when tools are native).
+        tool_choice: The request's ``tool_choice``, which prompted calls must honour.
+        parallel_tool_calls: The request's ``parallel_tool_calls`` (``False``: one call).
 
     """
 
     conversions: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def buffers(self) -> bool:
@@ -60,18 +65,20 @@ class Plan:
             cut = min((i for i in (text.find(s) for s in self.stop if s) if i >= 0), default=-1)
             if cut >= 0:
                 text, finish_reason = text[:cut], "stop"
-        calls = completion.tool_calls
-        if self.tools and not calls and text:
-            prefix = f"call_{uuid.uuid4().hex[:12]}_"
-            rest, parsed = split_tool_calls(text, self.tools, id_prefix=prefix)
-            if parsed:
-                text, calls, finish_reason = rest, tuple(parsed), "tool_calls"
-        return replace(
-            completion,
-            text=text,
-            tool_calls=calls,
-            finish_reason=finish_reason,
-            conversions=self.conversions,
+        done = replace(
+            completion, text=text, finish_reason=finish_reason, conversions=self.conversions
+        )
+        if not self.tools:
+            return done
+        # the lifting rules of the calls wing: a reply made only of calls to offered tools,
+        # honouring tool_choice, with arguments that validate; anything else stays text
+        return lift_prompted_calls(
+            done,
+            self.tools,
+            id_prefix=f"call_{uuid.uuid4().hex[:12]}_",
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            validate=argument_problem,
         )
 
     def finish_chunks(self, chunks: Sequence[CompletionChunk], *, backend: str) -> CompletionChunk:
@@ -269,9 +276,9 @@ def shape(
         ) from None
     instructions: list[str] = []
     parse_against: tuple[ToolSpec, ...] = ()
+    choice = out.get("tool_choice")
+    parallel = out.get("parallel_tool_calls")
     if profile.tools == "prompted" and any(k in out for k in TOOL_FIELDS):
-        choice = out.get("tool_choice")
-        parallel = out.get("parallel_tool_calls")
         for key in TOOL_FIELDS:
             out.pop(key, None)
         if tools and choice != "none":
@@ -324,7 +331,13 @@ def shape(
     if dropped:
         notes.append(f"dropped (not accepted): {', '.join(dropped)}")
     _nest(profile, out, notes)
-    return out, Plan(conversions=tuple(notes), stop=stop, tools=parse_against)
+    return out, Plan(
+        conversions=tuple(notes),
+        stop=stop,
+        tools=parse_against,
+        tool_choice=choice if parse_against else None,
+        parallel_tool_calls=parallel if parse_against and isinstance(parallel, bool) else None,
+    )
 
 
 _SAMPLING = ("temperature", "top_p", "top_k")

@@ -32,7 +32,7 @@ from tiered_router.backends._dialect import (
     FormatMode,
     ToolMode,
 )
-from tiered_router.policy import LatencyModel
+from tiered_router.policy._schema import LatencyModel
 
 __all__ = [
     "DIALECTS",

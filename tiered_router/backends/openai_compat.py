@@ -2,7 +2,8 @@
 
 Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
 ``POST /v1/chat/completions``; :class:`OpenAICompatBackend` sends them JSON over its own
-pooled httpx2 clients from :mod:`tiered_router._http` (one pool per backend), through
+connection pools from :mod:`tiered_router._http` (aiohttp's for async calls, httpx2's for
+sync ones; one pool per backend), through
 :mod:`tiered_router.backends._wire`, the one request path: the whole exchange is bounded by
 the call's deadline, the answer's size and nesting are capped, and every HTTP or decoding
 failure is translated there, at the seam, to the most specific
@@ -45,7 +46,7 @@ from tiered_router.turn import Completion, CompletionChunk
 
 if TYPE_CHECKING:
     from tiered_router import _http
-    from tiered_router.policy import BackendConfig
+    from tiered_router.policy._schema import BackendConfig
 
 __all__ = ["OpenAICompatBackend"]
 
@@ -334,8 +335,8 @@ class OpenAICompatBackend(RequestShaping):
     async def _get_async_client(self) -> _wire.Sender:
         """Return what async calls are sent on: the shared client, or this backend's own pool.
 
-        Its own pool is httpx2's transport, sent on directly (no client work per call);
-        with a proxy in the environment it is an httpx2 client that routes through it.
+        Its own pool is aiohttp's transport (:func:`tiered_router._http.build_async_transport`),
+        proxies from the environment included.
         """
         if not self._owns_async_http:
             assert self._async_http_client is not None
@@ -350,11 +351,7 @@ class OpenAICompatBackend(RequestShaping):
             from tiered_router import _http
 
             self._loop = loop
-            pool: _wire.Sender | None
-            pool = _http.build_async_transport()
-            if pool is None:
-                pool = _http.build_async_client(timeout_s=self.timeout_s)
-            self._async_pool = pool
+            self._async_pool = pool = _http.build_async_transport()
             self._closer = _close_when_loop_ends(pool)
             await self._closer.asend(None)
         return self._async_pool

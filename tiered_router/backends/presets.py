@@ -49,7 +49,7 @@ from tiered_router.backends._quirks import (
     resolve_quirks,
 )
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import BackendConfig, LatencyModel, Price
+from tiered_router.policy._schema import BackendConfig, LatencyModel, Price
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",

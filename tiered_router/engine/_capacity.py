@@ -33,10 +33,9 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from tiered_router.engine._latency import LatencyTracker
     from tiered_router.engine._machine import TurnRun
     from tiered_router.policy import LatencyModel
 
@@ -49,6 +48,27 @@ __all__ = [
     "route_by_capacity",
     "service_seconds",
 ]
+
+
+class _Measured(Protocol):
+    @property
+    def latency_s(self) -> float: ...
+
+
+class LatencyTracker(Protocol):
+    """What the capacity check reads of :class:`~tiered_router.engine._latency.LatencyTracker`.
+
+    (That module imports this one: the tracker keeps an :class:`InFlight` count.)
+    """
+
+    @property
+    def in_flight(self) -> InFlight:
+        """The calls in flight per backend."""
+        ...
+
+    def measured(self, backend: str) -> _Measured | None:
+        """The backend's measured averages, or ``None`` before its first call."""
+        ...
 
 
 class InFlight:

@@ -21,16 +21,19 @@ Example:
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tiered_router.engine._capacity import InFlight, estimate, service_seconds
 
 if TYPE_CHECKING:
-    from tiered_router.policy import LatencyModel
+    from tiered_router.policy._schema import LatencyModel
     from tiered_router.trace import Trace
 
 __all__ = ["LatencyTracker", "Measured"]
+
+_RECENT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class LatencyTracker:
         self.in_flight = InFlight()
         """The router's own count of calls in flight per backend (the queue)."""
         self._by_backend: dict[str, Measured] = {}
+        self._recent: dict[str, deque[float]] = {}  # the last latencies, for percentiles
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -92,6 +96,23 @@ class LatencyTracker:
                     old.calls + 1,
                 )
             self._by_backend[backend] = new
+            recent = self._recent.get(backend)
+            if recent is None:
+                recent = self._recent[backend] = deque(maxlen=_RECENT)
+            recent.append(latency_s)
+
+    def percentile(self, backend: str, q: float, *, min_samples: int = 1) -> float | None:
+        """The ``q``-th percentile (0-100) of ``backend``'s recent latencies, seconds.
+
+        ``None`` until ``min_samples`` calls were measured. Nearest rank over the last
+        calls (at most 256).
+        """
+        with self._lock:
+            recent = sorted(self._recent.get(backend, ()))
+        if not recent or len(recent) < min_samples:
+            return None
+        rank = max(0, min(len(recent) - 1, -(-len(recent) * q // 100) - 1))
+        return recent[int(rank)]
 
     def measured(self, backend: str) -> Measured | None:
         """The averages of ``backend``, or ``None`` before its first successful call."""
