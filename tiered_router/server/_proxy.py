@@ -18,6 +18,7 @@ from tiered_router._types import Unset
 from tiered_router.exceptions import (
     AllTiersFailed,
     GateFailed,
+    InvalidRequest,
     TieredRouterError,
 )
 from tiered_router.openai._wire import (
@@ -227,7 +228,7 @@ class Proxy:
                 if signals.get(name) is not None:
                     check_header_value(f"tiered_router.{name}", signals[name])
             turn, options = parse_request(data, signals=signals)
-        except BadRequest as exc:
+        except InvalidRequest as exc:
             return error(400, str(exc), param=exc.param, code=exc.code)
         except ValueError as exc:
             return error(400, str(exc))
