@@ -22,6 +22,7 @@ __all__ = [
     "ShadowConfig",
     "StateConfig",
     "TaskConfig",
+    "redis_url_problem",
 ]
 
 
@@ -139,6 +140,23 @@ class TaskConfig(Model):
     """Output tokens assumed for a turn before any were measured on its backend."""
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""The URL schemes redis-py opens: TCP, TCP with TLS, a Unix socket."""
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL, or ``None`` (never repeating it: it may hold a password)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in REDIS_SCHEMES:
+        plain = sep and 0 < len(scheme) <= 20 and scheme.replace("+", "").isalnum()
+        shown = repr(scheme.lower()) if plain else "none"
+        return (
+            f"must be a redis://, rediss:// or unix:// URL (scheme: {shown}), "
+            "e.g. redis://127.0.0.1:6379/0"
+        )
+    return None
+
+
 class StateConfig(Model):
     """Where circuit breakers and task totals live; see ``docs/deploy.md``.
 
@@ -165,7 +183,9 @@ class StateConfig(Model):
     prefix: str = Field(default="tiered_router", min_length=1, max_length=200)
     """Start of every key, so several deployments can share one Redis."""
     timeout_s: float = Field(default=0.05, gt=0, le=10)
-    """Longest wait for Redis per command (connect and answer)."""
+    """Longest wait for Redis's answer to a command, once it is written on a connection."""
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
+    """Longest wait for a connection: a free one from the pool, or a new one opened."""
     retry_s: float = Field(default=1.0, ge=0, le=300)
     """After a Redis failure, seconds of in-process state before trying Redis again."""
     ttl_s: float = Field(default=86_400.0, gt=0)
@@ -184,6 +204,10 @@ class StateConfig(Model):
     def _url_for_redis(self) -> StateConfig:
         if self.type == "redis" and (self.url is None or not self.url.get_secret_value()):
             raise FieldErrors([(("url",), "required when type is redis")])
+        if self.type == "redis" and self.url is not None:
+            problem = redis_url_problem(self.url.get_secret_value())
+            if problem:
+                raise FieldErrors([(("url",), problem)])
         return self
 
 
