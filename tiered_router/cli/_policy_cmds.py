@@ -219,6 +219,7 @@ def validate(
         router = Router(loaded)  # builds the scorer and the gate; backends at first use
         notes = _missing_keys(loaded)
         prices = _prices(router)
+        warnings = _self_calls(loaded)
     if notes and check_keys:
         _fail("\n".join(f"{policy}: {note}" for note in notes))
     summary: dict[str, Any] = {
@@ -237,6 +238,7 @@ def validate(
         "rules": [r.name for r in loaded.rules],
         "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
         "notes": notes,
+        "warnings": warnings,
     }
     if json_out:
         typer.echo(json.dumps({"ok": True, **summary}, indent=2))
@@ -258,6 +260,21 @@ def validate(
     out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
     for note in notes:
         out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
+    for warning in warnings:
+        out.print(f"  [yellow]warning[/yellow] {warning}")
+
+
+def _self_calls(policy: Policy) -> list[str]:
+    """A warning per backend whose URL is the proxy's own address (``server.host:port``)."""
+    from tiered_router.server._hops import calls_itself
+
+    server = policy.server
+    return [
+        f"backend {name}: its base_url is the proxy's own address ({server.host}:{server.port}); "
+        "tiered-router serve would call itself (refused as a loop, 508): point it at the "
+        "model server or set server.port"
+        for name in calls_itself(policy, host=server.host, port=server.port)
+    ]
 
 
 def explain(
@@ -402,7 +419,7 @@ def serve(
     ] = None,
     port: Annotated[
         Optional[int],  # noqa: UP045 - see above
-        typer.Option(min=0, max=65535, help="Port (default: server.port, else 8000)."),
+        typer.Option(min=0, max=65535, help="Port (default: server.port, else 8100)."),
     ] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
     max_body_bytes: Annotated[

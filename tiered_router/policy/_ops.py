@@ -21,6 +21,7 @@ __all__ = [
     "ServerConfig",
     "ShadowConfig",
     "StateConfig",
+    "DEFAULT_PORT",
     "TaskConfig",
     "redis_url_problem",
 ]
@@ -230,6 +231,11 @@ class ClientLimits(Model):
     """US dollars a key's turns may cost per UTC day (``null``: no limit)."""
 
 
+DEFAULT_PORT = 8100
+"""The proxy's default port: apart from the local servers' (vLLM and dlmserve 8000, SGLang
+30000), so a policy with a local-server preset never points the proxy at itself."""
+
+
 class ServerConfig(Model):
     """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
 
@@ -238,7 +244,7 @@ class ServerConfig(Model):
         server:
           api_keys: ["${TIERED_ROUTER_KEY}"]   # clients send Authorization: Bearer <key>
           host: 0.0.0.0                        # only allowed with api_keys
-          port: 8000
+          port: 8100
           max_body_bytes: 4194304
         ```
 
@@ -246,8 +252,8 @@ class ServerConfig(Model):
 
     host: str = "127.0.0.1"
     """Address to bind; a non-loopback address needs ``api_keys``."""
-    port: int = Field(default=8000, ge=0, le=65535)
-    """Port to bind (``0`` picks a free one)."""
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    """Port to bind (``0`` picks a free one). Not 8000: vLLM and dlmserve serve there."""
     api_keys: list[SecretStr] = Field(default_factory=list, repr=False)
     """Keys clients must present (``TIERED_ROUTER_API_KEYS`` adds more, comma-separated)."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)

@@ -33,6 +33,7 @@ from tiered_router.openai._wire import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
+from tiered_router.server._hops import HOP_HEADER, is_own_hop
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._responses import (
@@ -165,6 +166,14 @@ class Proxy:
         return limit if asked is None else min(asked, limit)
 
     async def _chat(self, request: Request, started: float) -> Response:
+        if is_own_hop(request.headers.get(HOP_HEADER), self.settings.hop_id):
+            return error(
+                508,
+                "this request came from this proxy itself: a backend's base_url is the "
+                "proxy's own address (change that backend's base_url or the proxy's port)",
+                error_type="invalid_request_error",
+                code="loop_detected",
+            )
         denied = self._denied(request)
         if denied is not None:
             return denied
