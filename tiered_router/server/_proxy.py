@@ -37,6 +37,7 @@ from tiered_router.server._hops import HOP_HEADER, is_own_hop
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import Metrics
 from tiered_router.server._responses import (
+    SHUTTING_DOWN,
     EventStream,
     access_log,
     error,
@@ -44,6 +45,7 @@ from tiered_router.server._responses import (
     limited,
     route_headers,
     server_error,
+    shutting_down,
 )
 from tiered_router.server._settings import ServerSettings
 from tiered_router.server._validate import (
@@ -148,6 +150,11 @@ class Proxy:
         self.metrics.in_flight += 1
         try:
             response = await self._chat(request, started)
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs when its graceful shutdown ends: the client
+            # gets OpenAI's shape and a status to retry on, not a bare 500
+            _uncancel()
+            response = shutting_down()
         except Exception as exc:  # counted and answered here, so /metrics sees every 500
             response = await server_error(request, exc)
         finally:
@@ -298,6 +305,9 @@ class Proxy:
         overhead = time.perf_counter() - started
         try:
             await stream.start()
+        except asyncio.CancelledError:
+            await stream.aclose()  # its upstream connection goes now, not at exit
+            raise
         except (AllTiersFailed, GateFailed) as exc:
             response = failure(exc)
             access_log(path, response.status_code, started, exc.trace)
@@ -334,6 +344,18 @@ class Proxy:
             self.limiter.spent(client, stream.result.trace.cost)
             tail = [b"data: " + _json.dumps(o) + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            # shut down mid-stream: the headers are gone, so the end is an in-band error
+            _uncancel()
+            self.metrics.interrupted.inc()
+            logger.warning("stream of turn %s cut short: the proxy is shutting down", turn.id)
+            detail = {
+                "message": SHUTTING_DOWN,
+                "type": "server_error",
+                "param": None,
+                "code": "server_shutting_down",
+            }
+            yield b"data: " + _json.dumps({"error": detail}) + b"\n\n"
         except Exception as exc:
             # bytes already reached the client: end the stream with an in-band error, never
             # a silent cut
@@ -388,6 +410,14 @@ class Proxy:
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
+
+
+def _uncancel() -> None:
+    """Take back the cancellation just handled, so later timeouts in this task still work."""
+    task = asyncio.current_task()
+    uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+    if uncancel is not None:
+        uncancel()
 
 
 def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:
