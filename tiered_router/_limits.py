@@ -102,9 +102,8 @@ def kind(value: Any) -> str:
         return "a number"
     if value is None:
         return "null"
-    return {dict: "an object", list: "a list", str: "a string"}.get(
-        type(value), type(value).__name__
-    )
+    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+    return names.get(type(value), type(value).__name__)
 
 
 def check_object(value: Any, param: str) -> None:

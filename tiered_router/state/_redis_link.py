@@ -270,7 +270,7 @@ class RedisLink:
         pool = self._async.connection_pool
         try:
             async with _Bound(self.connect_timeout_s):
-                connection = await pool.get_connection()
+                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         except ERRORS as exc:
             raise self.failed(exc) from exc
         try:
