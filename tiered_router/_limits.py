@@ -115,16 +115,20 @@ def check_object(value: Any, param: str) -> None:
 
 
 def check_turn_options(
-    *, metadata: Any, params: Mapping[str, Any] | None, response_format: Any
+    *, step: Any, metadata: Any, params: Mapping[str, Any] | None, response_format: Any
 ) -> None:
-    """Check a turn's ``metadata``, ``params["n"]`` and ``response_format``.
+    """Check a turn's ``step``, ``metadata``, ``params["n"]`` and ``response_format``.
 
     Raises:
-        InvalidRequest: ``metadata`` not an object, a malformed ``n`` (:func:`check_n`), a
-            ``response_format`` that is not an object or too deep or large
-            (:func:`check_schema`).
+        InvalidRequest: ``step`` not a non-negative integer, ``metadata`` not an object, a
+            malformed ``n`` (:func:`check_n`), a ``response_format`` that is not an object
+            or too deep or large (:func:`check_schema`).
 
     """
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise InvalidRequest(
+            f"Turn.step: must be a non-negative integer, got {step!r}", param="step"
+        )
     check_object(metadata, "metadata")
     if params is not None and params.get("n") is not None:
         check_n(params["n"])
@@ -239,10 +243,12 @@ def response_format_of(value: Any) -> Any:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "openai":
             raise
-        raise ImportError(
+        from tiered_router.exceptions import install_command
+
+        raise ImportError(  # a class given to create: not a failure deep inside scoring
             f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
-            "schema by the openai SDK, from the openai extra: pip install "
-            '"tiered-router[openai]"; or pass {"type": "json_schema", ...} as a dict'
+            f"schema by the openai SDK, from the openai extra: {install_command('openai')}; "
+            'or pass {"type": "json_schema", ...} as a dict'
         ) from None
 
     try:

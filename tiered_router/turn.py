@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -161,6 +161,8 @@ class Completion:
         conversions: What the backend changed to fit the request to its server's dialect
             (``developer -> system``, tools described in the prompt, ...); the trace records
             them on the attempt.
+        alternatives: The further choices of a request with ``n > 1`` (a draft panel
+            sampled in one call), in order; their usage is in this completion's.
     """
 
     text: str = ""
@@ -172,6 +174,11 @@ class Completion:
     refusal: str | None = None
     reasoning: str | None = None
     conversions: tuple[str, ...] = ()
+    alternatives: tuple[Completion, ...] = ()
+
+    def completion_only(self) -> Completion:
+        """This completion without its ``alternatives``."""
+        return replace(self, alternatives=()) if self.alternatives else self
 
     def to_message(self) -> Message:
         """Return the completion as an assistant message to append to the conversation."""
@@ -237,12 +244,8 @@ class Turn:
         specs = None
         if tools is not None:
             specs = tuple(_tool_spec(t, i) for i, t in enumerate(_items("tools", tools)))
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise InvalidRequest(
-                f"Turn.step: must be a non-negative integer, got {step!r}", param="step"
-            )
         fmt = _limits.response_format_of(response_format)
-        _limits.check_turn_options(metadata=metadata, params=params, response_format=fmt)
+        _limits.check_turn_options(step=step, metadata=metadata, params=params, response_format=fmt)
         set_ = object.__setattr__
         set_(self, "messages", msgs)
         set_(self, "tools", specs or None)

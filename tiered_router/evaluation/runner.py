@@ -22,7 +22,7 @@ from tiered_router.evaluation.replay import ReplayBackend, SimulatedClock
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.exceptions import AllTiersFailed, GateFailed
 from tiered_router.gate import QualityGate, Verdict
-from tiered_router.policy import GateConfig, Policy
+from tiered_router.policy._schema import GateConfig, Policy
 from tiered_router.pricing import cost_of
 from tiered_router.router import Router
 from tiered_router.scoring import Score, Scorer
@@ -188,7 +188,7 @@ class Replay:
         try:
             trace = router.complete(row.turn).trace
         except (AllTiersFailed, GateFailed) as exc:
-            assert exc.trace is not None
+            assert isinstance(exc.trace, Trace)  # the engine's errors carry the turn's Trace
             trace = exc.trace
             error = f"{type(exc).__name__}: {exc}"
         tier = trace.tier if error is None else None

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import Policy
 from tiered_router.policy._ops import DEFAULT_PORT
+from tiered_router.policy._schema import Policy
 from tiered_router.server._hops import new_hop_id
 
 __all__ = ["API_KEYS_ENV", "ServerSettings", "is_loopback"]

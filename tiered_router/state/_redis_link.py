@@ -48,9 +48,9 @@ try:
     from redis.exceptions import NoScriptError, ResponseError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'the Redis state store needs the redis extra: install "tiered-router[redis]"'
-    ) from exc
+    from tiered_router.exceptions import missing_extra
+
+    raise ImportError(missing_extra("redis", "the Redis state store needs redis-py")) from exc
 
 __all__ = ["ERRORS", "RedisLink", "StateStoreUnavailable"]
 
