@@ -92,3 +92,28 @@ def test_an_unwritable_file_drops_every_trace_with_one_warning(
     assert len(warnings) == 1
     assert "No space left on device" in warnings[0].getMessage()
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_the_proxy_counts_the_traces_its_file_dropped(server: ScriptedServer) -> None:
+    pytest.importorskip("uvicorn")
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    from proxyproc import CLIENT_KEY, parse_metrics
+    from test_server import running
+
+    from tiered_router import _http
+    from tiered_router.server import create_app
+
+    server.default = Reply.text("hello")
+    policy = make_policy(server, server={"api_keys": [CLIENT_KEY]})
+    sink = JSONLSink("/dev/full")
+    auth = {"authorization": f"Bearer {CLIENT_KEY}"}
+    body = {"model": "auto", "messages": [{"role": "user", "content": "Say hi."}]}
+    with running(create_app(policy, env={}, sinks=[sink])) as url, _http.build_client() as http:
+        for _ in range(3):
+            assert (
+                http.post(f"{url}/v1/chat/completions", json=body, headers=auth).status_code == 200
+            )
+        metrics = parse_metrics(http.get(f"{url}/metrics", headers=auth).text)
+    assert sink.dropped == 3
+    assert metrics["tiered_router_traces_dropped_total"] == 3
