@@ -96,3 +96,35 @@ def test_one_slow_command_does_not_take_redis_down(redis_server: RedisServer) ->
         return first, recorded.steps
 
     assert asyncio.run(main()) == (0, 1)
+
+
+def test_an_answer_that_came_while_the_loop_was_busy_is_not_a_timeout(
+    redis_server: RedisServer,
+) -> None:
+    """Redis answered in time; the proxy's own loop was busy: that is no Redis failure."""
+    import time
+
+    import redis
+
+    from tiered_router.state import TaskDelta, TaskRules
+
+    async def main() -> tuple[int, float]:
+        store = RedisStateStore(
+            redis_server.url, prefix="busy", timeout_s=0.05, retry_s=60, confirm_writes=True
+        )
+        await store.atask_record("t", TaskDelta(cost=0.1), rules=TaskRules())
+        await store.flush()  # the script is loaded and the pool's connections are open
+        with redis.Redis.from_url(redis_server.url) as pauser:
+            pauser.execute_command("CLIENT", "PAUSE", 20, "WRITE")  # Redis answers at ~20 ms
+        # the record is written at once; from 5 ms to 305 ms the loop is busy elsewhere, so
+        # the 50 ms bound runs out while Redis's (timely) answer waits in the socket
+        asyncio.get_running_loop().call_later(0.005, time.sleep, 0.3)
+        started = time.perf_counter()
+        steps = (await store.atask_record("t", TaskDelta(cost=0.1), rules=TaskRules())).steps
+        took = time.perf_counter() - started
+        await store.aclose()
+        return steps, took
+
+    steps, took = asyncio.run(main())
+    assert steps == 2
+    assert took >= 0.3  # the loop really was busy past the bound

@@ -92,17 +92,20 @@ class _Bound:
     so a wake-up scheduled by data that arrived with it runs first.
     """
 
-    __slots__ = ("_expired", "_handle", "_seconds", "_task")
+    __slots__ = ("_cancelling", "_expired", "_handle", "_seconds", "_task")
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
         self._expired = False
+        self._cancelling = 0
         self._handle: asyncio.Handle | None = None
         self._task: asyncio.Task[Any] | None = None
 
     async def __aenter__(self) -> None:
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
+        cancelling = getattr(self._task, "cancelling", None)  # Python 3.11+
+        self._cancelling = cancelling() if cancelling is not None else 0
         self._handle = loop.call_later(self._seconds, self._due)
 
     def _due(self) -> None:
@@ -119,8 +122,9 @@ class _Bound:
             self._handle.cancel()
             self._handle = None
         if self._expired and kind is asyncio.CancelledError:
+            # as asyncio.timeout: only this bound's own cancellation becomes a TimeoutError
             uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+
-            if uncancel is None or uncancel() == 0:
+            if uncancel is None or uncancel() <= self._cancelling:
                 raise TimeoutError(f"no answer within {self._seconds:g} s") from exc
 
 
