@@ -156,7 +156,7 @@ def test_what_the_quirks_change_is_recorded_too(server: ScriptedServer) -> None:
         "messages[0]: developer -> system (mercury quirks)",
         "dropped: diffusing (mercury quirks)",
         "temperature: 0 -> 0.5 (mercury quirks)",
-        "stop: kept the first 4 of 5 (mercury quirks)",
+        "stop: sent the first 4 of 5, the rest applied to the reply (mercury quirks)",
         "max_completion_tokens -> max_tokens (mercury quirks)",
         "max_tokens: 90000 -> 50000 (mercury quirks)",
         'tool_choice "none" -> 0 tool(s) (mercury quirks)',

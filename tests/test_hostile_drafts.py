@@ -118,25 +118,25 @@ def test_agent_signals_and_the_prompted_history_read_nested_json_as_text() -> No
     assert render_tool_call("get_weather", DEEP).count('{\\"a\\": ') == 5_000
 
 
-@pytest.mark.parametrize("engine", ["jsonschema", "auto"])
-def test_a_schema_nested_too_deeply_is_reported_as_an_invalid_schema(engine: str) -> None:
-    from tiered_router.gate import JsonSchemaCheck, SchemaCache, ToolArgumentsCheck
+def test_a_schema_nested_too_deeply_is_the_callers_fault_refused_with_the_turn() -> None:
+    # deeper than any schema engine here walks: refused while the turn is built (a 400 for
+    # the caller), so no gate, backend or breaker ever sees it
+    from tiered_router import InvalidRequest
 
     schema: dict[str, object] = {"type": "object"}
     for _ in range(100):
         schema = {"type": "object", "properties": {"a": schema}}
-    args = '{"a": ' * 100 + "1" + "}" * 100
     tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
-    draft = Completion(
-        tool_calls=(ToolCall(id="c", name="f", arguments=args),), finish_reason="tool_calls"
+    with pytest.raises(InvalidRequest, match="nested deeper than 128") as info:
+        Turn([{"role": "user", "content": "x"}], tools=[tool])
+    assert (info.value.param, info.value.code) == (
+        "tools[0].function.parameters",
+        "schema_too_deep",
     )
-    turn = Turn([{"role": "user", "content": "x"}], tools=[tool])
-    reasons = ToolArgumentsCheck(cache=SchemaCache(engine=engine))(draft, turn)
-    assert reasons is not None and "invalid schema" in reasons[0]
     rf = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
-    structured = Turn([{"role": "user", "content": "x"}], response_format=rf)
-    found = JsonSchemaCheck(cache=SchemaCache(engine=engine))(Completion(text=args), structured)
-    assert found is not None and "invalid schema" in found[0]
+    with pytest.raises(InvalidRequest, match="nested deeper than 128") as info:
+        Turn([{"role": "user", "content": "x"}], response_format=rf)
+    assert (info.value.param, info.value.code) == ("response_format", "schema_too_deep")
 
 
 # -- seeded fuzz: random drafts through the router, nothing untyped escapes -----------------

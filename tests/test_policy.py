@@ -730,6 +730,13 @@ def _doc_fragments() -> list[tuple[str, dict[str, Any]]]:
 _SHIPPED = _shipped_policies()
 
 
+def _stand_in(name: str) -> str:
+    """A value for a variable the docs leave to the reader (a Redis URL must look like one)."""
+    if name == "REDIS_URL":
+        return "redis://:test-password@test-redis:6379/0"
+    return f"test-{name.lower()}"
+
+
 def test_the_examples_are_found() -> None:
     names = {name for name, _ in _SHIPPED}
     assert {"examples/policy.yaml", "examples/local_diffusion.yaml"} <= names
@@ -738,7 +745,7 @@ def test_the_examples_are_found() -> None:
 
 @pytest.mark.parametrize("text", [text for _, text in _SHIPPED], ids=[n for n, _ in _SHIPPED])
 def test_shipped_policy_loads(text: str) -> None:
-    env = {name: f"test-{name.lower()}" for name in _REQUIRED_VAR.findall(text)}
+    env = {name: _stand_in(name) for name in _REQUIRED_VAR.findall(text)}
     policy = load_policy(text, env=env)
     assert policy.version == 1
     assert policy.backend_for("fast") in policy.backends
@@ -774,7 +781,7 @@ def test_doc_fragment_validates_inside_a_policy(
         merged["tiers"] = {"fast": first, "frontier": first}
     if "tiers" in data and "backends" not in data:
         merged["backends"] = {name: {"model": "m"} for name in data["tiers"].values()}
-    env = {name: f"test-{name.lower()}" for name in _REQUIRED_VAR.findall(str(data))}
+    env = {name: _stand_in(name) for name in _REQUIRED_VAR.findall(str(data))}
     policy = load_policy(merged, env=env)
     for key in data:
         assert key in policy.model_fields_set

@@ -3,6 +3,8 @@
 ```
 TieredRouterError
 ├── PolicyError                 a user mistake in a policy (file, line, field)
+├── InvalidRequest              a caller's own request is malformed (400: never retried,
+│                               never counted by a breaker, refused before any attempt)
 ├── BackendError                one backend call failed (after translation at the seam)
 │   ├── BackendTimeout          the call or the turn's deadline ran out
 │   ├── BackendConnectionError  connection refused, reset or dropped mid-stream
@@ -44,6 +46,7 @@ __all__ = [
     "BackendUnavailable",
     "CapabilityError",
     "GateFailed",
+    "InvalidRequest",
     "PolicyError",
     "StreamInterrupted",
     "TieredRouterError",
@@ -156,6 +159,26 @@ class PolicyError(TieredRouterError, ValueError):
     def _render(self, line: int | None, field: str | None, message: str) -> str:
         where = f"{self.file}:{line}" if line is not None else self.file
         return f"{where}: {field}: {message}" if field else f"{where}: {message}"
+
+
+class InvalidRequest(TieredRouterError, ValueError):
+    """The caller's own request is malformed: the caller's to fix, answered with 400.
+
+    Raised while the turn is built (:class:`~tiered_router.Turn`, ``Turn.from_openai``,
+    the drop-in client and the proxy), so before any attempt: it is never retried and no
+    circuit breaker counts it. The drop-in client raises it as ``openai.BadRequestError``;
+    the proxy answers 400 in OpenAI's error shape.
+
+    Attributes:
+        param: The offending parameter (``n``, ``messages[0].content``,
+            ``response_format``...), when one is to blame.
+        code: OpenAI-style error code (``invalid_type``, ``schema_too_deep``...), if any.
+    """
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
 
 
 class BackendError(TieredRouterError):

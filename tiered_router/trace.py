@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -243,13 +244,19 @@ class JSONLSink:
     """Appends one JSON line per trace to a file.
 
     Each record goes to the file in one ``write`` on a descriptor opened with ``O_APPEND``, so
-    records from several processes never interleave, and a process killed mid-record (a
-    partial write is finished in a loop, which ``kill -9`` can cut) leaves at most one
-    partial last line: the next process that opens the file ends it with a newline first, so
-    the next record is never glued to it. Records are not fsynced by default (a killed
-    process loses nothing already written; a machine crash can lose the last few seconds
-    the OS had not flushed); ``fsync=True`` syncs each record to disk, at the cost of a
-    disk round trip per turn.
+    records from several processes never interleave. The file never holds a torn line: a
+    write the OS cuts short (a full disk, a file-size limit) is not finished with a second
+    write, which other processes' records could come between; the file is cut back to its
+    last complete line instead and the record counted as dropped. A process killed
+    mid-write can still leave a partial last line: the next process that opens the file
+    ends it with a newline first, so the next record is never glued to it. Records are not
+    fsynced by default (a killed process loses nothing already written; a machine crash can
+    lose the last few seconds the OS had not flushed); ``fsync=True`` syncs each record to
+    disk, at the cost of a disk round trip per turn.
+
+    A record that cannot be written is dropped, never raised (the turn it reports is done):
+    :attr:`dropped` counts them, and a warning is logged at most once per
+    ``warn_every_s`` seconds, with the count.
 
     Example:
         ```python
@@ -259,12 +266,21 @@ class JSONLSink:
     Args:
         path: The file (created with mode 0600 when missing).
         fsync: Sync each record to disk before returning.
+        warn_every_s: Least seconds between two warnings about dropped records.
+
+    Attributes:
+        dropped: Records not written (a full disk, an unwritable file), since creation.
 
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = False, warn_every_s: float = 60.0
+    ) -> None:
         self.path = os.fspath(path)
         self.fsync = fsync
+        self.warn_every_s = warn_every_s
+        self.dropped: int = 0
+        self._warned_at: float | None = None
         self._lock = threading.Lock()
         self._fd: int | None = None
 
@@ -279,16 +295,64 @@ class JSONLSink:
         return fd
 
     def emit(self, trace: Trace) -> None:
-        """Write the trace as one line, in one write."""
+        """Write the trace as one line, in one write; drop it (counted) if that fails."""
         data = (trace.to_json() + "\n").encode("utf-8")
         with self._lock:
-            if self._fd is None:
-                self._fd = self._open()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            if self.fsync:
-                os.fsync(self._fd)
+            try:
+                if self._fd is None:
+                    self._fd = self._open()
+                written = os.write(self._fd, data)
+                if written < len(data):
+                    self._cut_torn_line()
+                    raise OSError(f"short write: {written} of {len(data)} bytes")
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError as exc:
+                self._drop(exc)
+                self._reopen_later()
+
+    def _cut_torn_line(self) -> None:
+        """Cut the file back to just after its last newline (a short write left a part)."""
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        keep = 0
+        with open(self.path, "rb") as f:
+            at = size
+            while at > 0:
+                start = max(0, at - 65536)
+                f.seek(start)
+                block = f.read(at - start)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                at = start
+        os.ftruncate(self._fd, keep)
+
+    def _reopen_later(self) -> None:
+        # the next record opens the file again, which ends a part left by a cut that failed
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # closed is all that is asked; a failed close leaves nothing to undo
+
+    def _drop(self, exc: OSError) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < self.warn_every_s:
+            return
+        self._warned_at = now
+        logger.warning(
+            "trace file %s: a trace could not be written (%s: %s); %d dropped so far "
+            "(this warning repeats at most every %g s)",
+            self.path,
+            type(exc).__name__,
+            exc.strerror or exc,
+            self.dropped,
+            self.warn_every_s,
+        )
 
     def close(self) -> None:
         """Close the file (it reopens on the next emit)."""

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from tiered_router import _limits
 from tiered_router._types import Message
+from tiered_router.exceptions import InvalidRequest
 
 __all__ = [
     "Completion",
@@ -236,16 +238,18 @@ class Turn:
     ) -> None:
         msgs = tuple(_normalise_message(m, i) for i, m in enumerate(_items("messages", messages)))
         if not msgs:
-            raise ValueError("Turn.messages: at least one message is required")
+            raise InvalidRequest(
+                "Turn.messages: at least one message is required", param="messages"
+            )
         specs = None
         if tools is not None:
             specs = tuple(_tool_spec(t, i) for i, t in enumerate(_items("tools", tools)))
-        if step is not None and (not isinstance(step, int) or step < 0):
-            raise ValueError(f"Turn.step: must be a non-negative integer, got {step!r}")
+        fmt = _limits.response_format_of(response_format)
+        _limits.check_turn_options(step=step, metadata=metadata, params=params, response_format=fmt)
         set_ = object.__setattr__
         set_(self, "messages", msgs)
         set_(self, "tools", specs or None)
-        set_(self, "response_format", _response_format(response_format))
+        set_(self, "response_format", fmt)
         set_(self, "final", bool(final))
         set_(self, "step", step)
         set_(self, "metadata", dict(metadata or {}))
@@ -264,17 +268,21 @@ class Turn:
             ValueError: When ``messages`` is missing or the agent signals are malformed.
         """
         if "messages" not in kwargs:
-            raise ValueError("Turn.from_openai: 'messages' is required")
+            raise InvalidRequest("Turn.from_openai: 'messages' is required", param="messages")
         extra = dict(kwargs.get("extra_body") or {})
         signals = extra.pop("tiered_router", None) or {}
         if not isinstance(signals, Mapping):
-            raise ValueError("extra_body.tiered_router: must be an object")
+            raise InvalidRequest(
+                "extra_body.tiered_router: must be an object", param="tiered_router"
+            )
         unknown = set(signals) - SIGNAL_KEYS
         if unknown:
-            raise ValueError(
+            raise InvalidRequest(
                 f"extra_body.tiered_router: unknown keys {sorted(unknown)}; "
-                f"known: {sorted(SIGNAL_KEYS)}"
+                f"known: {sorted(SIGNAL_KEYS)}",
+                param="tiered_router",
             )
+        _limits.check_object(signals.get("metadata"), "tiered_router.metadata")
         params = {k: v for k, v in kwargs.items() if k not in _TURN_FIELDS and v is not None}
         if extra:
             params["extra_body"] = extra
@@ -344,33 +352,44 @@ class Turn:
 def _items(field: str, value: Any) -> list[Any]:
     """``value`` as a list, refusing what is not a sequence of items (a string, a dict)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise ValueError(f"Turn.{field}: must be a list, got {type(value).__name__}")
+        raise InvalidRequest(
+            f"Turn.{field}: must be a list, got {type(value).__name__}",
+            param=field,
+            code="invalid_type",
+        )
     return list(value)
 
 
 def _tool_spec(tool: Any, index: int) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
+    where = f"tools[{index}]"
     if not isinstance(tool, Mapping):
-        raise ValueError(
-            f"Turn.tools[{index}]: must be an OpenAI tool dict or a ToolSpec, "
-            f"got {type(tool).__name__}"
+        raise InvalidRequest(
+            f"Turn.{where}: must be an OpenAI tool dict or a ToolSpec, got {type(tool).__name__}",
+            param=where,
         )
     try:
-        return ToolSpec.from_openai(tool)
+        spec = ToolSpec.from_openai(tool)
     except ValueError as exc:
-        raise ValueError(f"Turn.tools[{index}]: {exc}") from None
+        raise InvalidRequest(f"Turn.{where}: {exc}", param=where) from None
+    _limits.check_schema(spec.parameters, f"{where}.function.parameters")
+    return spec
 
 
 def _normalise_message(message: Any, index: int) -> Message:
     """Accept an OpenAI-shaped dict (or pydantic message object) and return a plain dict."""
     if hasattr(message, "model_dump"):
         message = message.model_dump(exclude_none=True)
+    where = f"messages[{index}]"
     if not isinstance(message, Mapping):
-        raise ValueError(f"Turn.messages[{index}]: must be a mapping, got {type(message).__name__}")
+        raise InvalidRequest(
+            f"Turn.{where}: must be a mapping, got {type(message).__name__}", param=where
+        )
     role = message.get("role")
     if not isinstance(role, str):
-        raise ValueError(f"Turn.messages[{index}].role: missing or not a string")
+        raise InvalidRequest(f"Turn.{where}.role: missing or not a string", param=f"{where}.role")
+    _limits.check_message(message, index)
     return dict(message)
 
 
@@ -475,26 +494,3 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         refusal="".join(refusal) or None,
         conversions=conversions,
     )
-
-
-def _response_format(value: Any) -> Any:
-    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema``, as ``parse`` sends it."""
-    if not isinstance(value, type):
-        return value
-    try:
-        from openai.lib._parsing._completions import type_to_response_format_param
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "openai":
-            raise
-        from tiered_router.exceptions import install_command
-
-        raise ImportError(  # a class given to create: not a failure deep inside scoring
-            f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
-            f"schema by the openai SDK, from the openai extra: {install_command('openai')}; "
-            'or pass {"type": "json_schema", ...} as a dict'
-        ) from None
-
-    try:
-        return type_to_response_format_param(value)
-    except TypeError as exc:
-        raise ValueError(f"response_format: {exc}") from None

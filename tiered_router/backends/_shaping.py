@@ -63,7 +63,8 @@ class RequestShaping:
 
         """
         notes: list[str] = []  # what the quirks changed, recorded with the dialect's
-        kwargs = self._build_kwargs(request, stream=stream, notes=notes)
+        client_stop: list[str] = []  # stop sequences past the server's limit
+        kwargs = self._build_kwargs(request, stream=stream, notes=notes, client_stop=client_stop)
         extra_body = kwargs.pop("extra_body", None) or {}
         frame: dict[str, Any] = {
             k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
@@ -84,18 +85,27 @@ class RequestShaping:
         out.update(frame)
         if notes:
             plan = replace(plan, conversions=(*notes, *plan.conversions))
+        if client_stop:  # cut here, so text after them never reaches the caller
+            plan = replace(plan, stop=(*plan.stop, *client_stop))
         if plan.conversions:
             logger.debug("backend %s: %s", self.name, "; ".join(plan.conversions))
         return out, plan
 
     def _build_kwargs(
-        self, request: CompletionRequest, *, stream: bool, notes: list[str] | None = None
+        self,
+        request: CompletionRequest,
+        *,
+        stream: bool,
+        notes: list[str] | None = None,
+        client_stop: list[str] | None = None,
     ) -> dict[str, Any]:
         """Map a request to ``chat.completions.create`` keyword arguments.
 
-        What the quirks change is appended to ``notes`` when given.
+        What the quirks change is appended to ``notes`` when given; stop sequences the
+        server cannot take (past its limit) to ``client_stop``, to be applied to the reply.
         """
         notes = [] if notes is None else notes
+        client_stop = [] if client_stop is None else client_stop
         if request.tools and not self.supports_tools:
             raise CapabilityError(
                 "the request has tools but this backend has tools: false", backend=self.name
@@ -108,7 +118,7 @@ class RequestShaping:
         params.pop("extra_body", None)
         for key in _OWNED & params.keys():
             params.pop(key)
-        messages = self._apply_quirks(request.messages, params, extra_body, notes)
+        messages = self._apply_quirks(request.messages, params, extra_body, notes, client_stop)
         tools = self._shape_tools([dict(t) for t in request.tools or ()], params, notes)
 
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
@@ -168,8 +178,12 @@ class RequestShaping:
         params: dict[str, Any],
         extra_body: dict[str, Any],
         notes: list[str],
+        client_stop: list[str],
     ) -> list[Message]:
-        """Apply :attr:`quirks` to the request in place; return the messages to send."""
+        """Apply :attr:`quirks` to the request in place; return the messages to send.
+
+        Stop sequences past the server's limit go to ``client_stop`` (applied to the reply).
+        """
         q = self.quirks
         out = [dict(m) for m in messages]
         if q.developer_to_system:
@@ -198,11 +212,12 @@ class RequestShaping:
                         f"stop: {len(stop)} sequences given, {q.name} accepts at most {q.max_stop}",
                         backend=self.name,
                     )
-                self._warn_once(
-                    "stop", "stop: keeping the first %d of %d sequences", q.max_stop, len(stop)
+                notes.append(
+                    f"stop: sent the first {q.max_stop} of {len(stop)}, the rest applied to "
+                    f"the reply ({q.name} quirks)"
                 )
-                notes.append(f"stop: kept the first {q.max_stop} of {len(stop)} ({q.name} quirks)")
                 params["stop"] = stop[: q.max_stop]
+                client_stop.extend(s for s in stop[q.max_stop :] if isinstance(s, str) and s)
         if q.max_tokens_range is not None:
             if "max_completion_tokens" in params:
                 value = params.pop("max_completion_tokens")

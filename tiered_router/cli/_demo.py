@@ -192,7 +192,9 @@ def serve_demo(*, host: str | None, port: int | None, trace_file: Path | None) -
     from tiered_router.cli._stand_in import stand_in_policy
 
     with _errors(), stand_in_policy(DEMO_POLICY) as (path, upstream):
-        url = f"http://{host or '127.0.0.1'}:{port or 8000}/v1"
+        from tiered_router.policy._ops import DEFAULT_PORT
+
+        url = f"http://{host or '127.0.0.1'}:{port or DEFAULT_PORT}/v1"
         typer.echo(
             f"scripted upstream on {upstream.base_url} (no keys, no network); the proxy "
             f"serves the demo policy (fast = {FAST_MODEL}, frontier = {FRONTIER_MODEL}) on "
@@ -219,7 +221,7 @@ def demo(
     host: Annotated[
         str | None, typer.Option(help="With --serve: the address (default 127.0.0.1).")
     ] = None,
-    port: Annotated[int | None, typer.Option(help="With --serve: the port (default 8000).")] = None,
+    port: Annotated[int | None, typer.Option(help="With --serve: the port (default 8100).")] = None,
 ) -> None:
     """Try it with no keys: a short agent loop against a local scripted upstream."""
     if serve:

@@ -355,7 +355,7 @@ def serve(
     ] = None,
     port: Annotated[
         Optional[int],  # noqa: UP045 - see above
-        typer.Option(min=0, max=65535, help="Port (default: server.port, else 8000)."),
+        typer.Option(min=0, max=65535, help="Port (default: server.port, else 8100)."),
     ] = None,
     workers: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 1,
     max_body_bytes: Annotated[

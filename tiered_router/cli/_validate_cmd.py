@@ -133,6 +133,7 @@ def validate(
 
         Router(loaded)  # builds the scorer and the gate; backends at first use
         notes = _missing_keys(loaded)
+        warnings = _self_calls(loaded)
         backends = {
             name: resolved_backend(name, config, loaded) for name, config in loaded.backends.items()
         }
@@ -147,6 +148,7 @@ def validate(
         "rules": [r.name for r in loaded.rules],
         "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
         "notes": notes,
+        "warnings": warnings,
     }
     if json_out:
         typer.echo(json.dumps({"ok": True, **summary}, indent=2))
@@ -161,6 +163,21 @@ def validate(
     out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
     for note in notes:
         out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
+    for warning in warnings:
+        out.print(f"  [yellow]warning[/yellow] {warning}")
+
+
+def _self_calls(policy: Policy) -> list[str]:
+    """A warning per backend whose URL is the proxy's own address (``server.host:port``)."""
+    from tiered_router.server._hops import calls_itself
+
+    server = policy.server
+    return [
+        f"backend {name}: its base_url is the proxy's own address ({server.host}:{server.port}); "
+        "tiered-router serve would call itself (refused as a loop, 508): point it at the "
+        "model server or set server.port"
+        for name in calls_itself(policy, host=server.host, port=server.port)
+    ]
 
 
 def register(app: typer.Typer) -> None:

@@ -244,12 +244,18 @@ def load_policy_offline(source: str | os.PathLike[str]) -> Policy:
     try:
         return load_policy(source)
     except PolicyError as exc:
-        found = [_UNSET_VAR.search(msg) for _, _, msg in exc.problems]
-        if not found or not all(found):
+        found = [(_UNSET_VAR.search(msg), field) for _, field, msg in exc.problems]
+        if not found or not all(m for m, _ in found):
             raise
-        missing = {m.group(1) for m in found if m is not None}
+        missing = {m.group(1): field for m, field in found if m is not None}
     env = dict(os.environ)
-    env.update({name: "unset-offline" for name in missing})
+    # a placeholder of the field's shape: a Redis URL must look like one to load
+    env.update(
+        {
+            name: "redis://unset-offline:6379/0" if field == "state.url" else "unset-offline"
+            for name, field in missing.items()
+        }
+    )
     return load_policy(source, env=env)
 
 

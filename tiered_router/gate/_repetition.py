@@ -19,6 +19,7 @@ from tiered_router.turn import Completion, Turn
 __all__ = ["RepetitionCheck"]
 
 _SEPARATORS = frozenset("-=_*#~.\u2500\u2501\u2550")
+_PARTNER = {"]": "[", "}": "{", ")": "(", "[": "]", "{": "}", "(": ")"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,7 +36,8 @@ class RepetitionCheck:
     - no line (with letters or digits) may repeat more than ``max_line_repeats`` times in
       a row;
     - no single character may repeat ``max_char_run`` times in a row (separators such as
-      ``-``, ``=``, ``*`` and whitespace excepted);
+      ``-``, ``=``, ``*`` and whitespace excepted, and brackets the draft balances: the
+      start and end of deeply nested JSON are not a loop);
     - the text may not end in ``loop_chars`` characters that are one fragment of at most
       ``loop_fragment`` characters over and over (``<tool_call><tool_call>...``,
       ``{"a":1},{"a":1},...``): a loop with no space in it, which the word and line tests
@@ -83,17 +85,26 @@ class RepetitionCheck:
         words = text.split()
         if cut and words:
             words = words[1:]  # the first word may be cut in half
-        return self._char_run(text) or self._lines(text) or self._ngrams(words) or self._loop(text)
+        return (
+            self._char_run(text, completion.text)
+            or self._lines(text)
+            or self._ngrams(words)
+            or self._loop(text)
+        )
 
-    def _char_run(self, text: str) -> str | None:
+    def _char_run(self, text: str, whole: str) -> str | None:
         # a run of >= 2h equal characters covers two neighbouring samples taken every h
         # characters, so only characters equal at neighbouring samples need a real search
         limit = self.max_char_run
         samples = text[:: limit // 2]
         pairs = compress(samples, map(operator.eq, samples, islice(samples, 1, None)))
         for char in set(pairs) - _SEPARATORS:
-            if not char.isspace() and char * limit in text:
-                return f"character {char!r} repeated {limit}+ times in a row"
+            if char.isspace() or char * limit not in text:
+                continue
+            partner = _PARTNER.get(char)
+            if partner is not None and whole.count(partner) >= whole.count(char):
+                continue  # each bracket is matched by one of its partner: nesting, not a loop
+            return f"character {char!r} repeated {limit}+ times in a row"
         return None
 
     def _loop(self, text: str) -> str | None:

@@ -38,6 +38,7 @@ from tiered_router.exceptions import (
     BackendStatusError,
     BackendTimeout,
     GateFailed,
+    InvalidRequest,
     PolicyError,
     TieredRouterError,
 )
@@ -133,10 +134,13 @@ def translate_error(exc: BaseException) -> BaseException:
     err.args = exc.args
     message = str(exc)
     code = "model_not_found" if isinstance(exc, UnknownModel) else type(exc).__name__
-    body = {"message": message, "type": "tiered_router_error", "param": None, "code": code}
+    param = None
+    if isinstance(exc, InvalidRequest):  # the caller's own mistake: say which parameter
+        code, param = exc.code or code, exc.param
+    body = {"message": message, "type": "tiered_router_error", "param": param, "code": code}
     request = _http.Request("POST", _URL)
     err.message, err.request, err.body = message, request, body
-    err.code, err.param, err.type = code, None, body["type"]
+    err.code, err.param, err.type = code, param, body["type"]
     if status is not None:
         err.response = _http.Response(status, json={"error": body}, request=request)
         err.status_code = status

@@ -19,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tiered_router import _limits
 from tiered_router._types import UNSET, Tier, Unset
-from tiered_router.exceptions import UnknownModel
+from tiered_router.exceptions import InvalidRequest, UnknownModel
 from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 
 if TYPE_CHECKING:
@@ -135,23 +136,24 @@ def parse_request(
             headers); merged over the ones in ``extra_body``.
 
     Raises:
-        ValueError: Missing messages, ``n`` other than 1, malformed signals or tools.
+        InvalidRequest: Missing messages, ``n`` other than 1, malformed signals, tools,
+            messages or schemas (a ``ValueError``).
 
     """
     args = {k: v for k, v in kwargs.items() if _given(v)}
     model = args.pop("model", AUTO)
     if not isinstance(model, str) or not model:
-        raise ValueError("model: must be a non-empty string ('auto' lets the router decide)")
+        raise InvalidRequest(
+            "model: must be a non-empty string ('auto' lets the router decide)", param="model"
+        )
     stream = args.pop("stream", False)
     if not isinstance(stream, bool):
-        raise ValueError("stream: must be true or false")
+        raise InvalidRequest("stream: must be true or false", param="stream")
     stream_options = args.pop("stream_options", None) or {}
     if not isinstance(stream_options, Mapping):
-        raise ValueError("stream_options: must be an object")
-    n = args.get("n")
-    if n is not None and n != 1:
-        raise ValueError("n: the router returns one choice; only n=1 is supported")
-    args.pop("n", None)
+        raise InvalidRequest("stream_options: must be an object", param="stream_options")
+    if "n" in args:
+        _limits.check_n(args.pop("n"), one=True)
     timeout = args.pop("timeout", None)
     deadline: float | None | Unset = UNSET
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
@@ -163,7 +165,7 @@ def parse_request(
         extra["tiered_router"] = merged
         args["extra_body"] = extra
     if "messages" not in args:
-        raise ValueError("messages: required")
+        raise InvalidRequest("messages: required", param="messages")
     turn = Turn.from_openai(**args)
     return turn, RequestOptions(
         model=model,

@@ -21,7 +21,9 @@ __all__ = [
     "ServerConfig",
     "ShadowConfig",
     "StateConfig",
+    "DEFAULT_PORT",
     "TaskConfig",
+    "redis_url_problem",
 ]
 
 
@@ -142,6 +144,23 @@ class TaskConfig(Model):
     (``false`` forbids hedging; hedge spend always counts in ``max_cost``)."""
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""The URL schemes redis-py opens: TCP, TCP with TLS, a Unix socket."""
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a Redis URL, or ``None`` (never repeating it: it may hold a password)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in REDIS_SCHEMES:
+        plain = sep and 0 < len(scheme) <= 20 and scheme.replace("+", "").isalnum()
+        shown = repr(scheme.lower()) if plain else "none"
+        return (
+            f"must be a redis://, rediss:// or unix:// URL (scheme: {shown}), "
+            "e.g. redis://127.0.0.1:6379/0"
+        )
+    return None
+
+
 class StateConfig(Model):
     """Where circuit breakers and task totals live; see ``docs/deploy.md``.
 
@@ -168,7 +187,9 @@ class StateConfig(Model):
     prefix: str = Field(default="tiered_router", min_length=1, max_length=200)
     """Start of every key, so several deployments can share one Redis."""
     timeout_s: float = Field(default=0.05, gt=0, le=10)
-    """Longest wait for Redis per command (connect and answer)."""
+    """Longest wait for Redis's answer to a command, once it is written on a connection."""
+    connect_timeout_s: float = Field(default=1.0, gt=0, le=60)
+    """Longest wait for a connection: a free one from the pool, or a new one opened."""
     retry_s: float = Field(default=1.0, ge=0, le=300)
     """After a Redis failure, seconds of in-process state before trying Redis again."""
     ttl_s: float = Field(default=86_400.0, gt=0)
@@ -187,6 +208,10 @@ class StateConfig(Model):
     def _url_for_redis(self) -> StateConfig:
         if self.type == "redis" and (self.url is None or not self.url.get_secret_value()):
             raise FieldErrors([(("url",), "required when type is redis")])
+        if self.type == "redis" and self.url is not None:
+            problem = redis_url_problem(self.url.get_secret_value())
+            if problem:
+                raise FieldErrors([(("url",), problem)])
         return self
 
 
@@ -209,6 +234,11 @@ class ClientLimits(Model):
     """US dollars a key's turns may cost per UTC day (``null``: no limit)."""
 
 
+DEFAULT_PORT = 8100
+"""The proxy's default port: apart from the local servers' (vLLM and dlmserve 8000, SGLang
+30000), so a policy with a local-server preset never points the proxy at itself."""
+
+
 class ServerConfig(Model):
     """The OpenAI-compatible proxy (``tiered-router serve``); see ``docs/proxy.md``.
 
@@ -217,7 +247,7 @@ class ServerConfig(Model):
         server:
           api_keys: ["${TIERED_ROUTER_KEY}"]   # clients send Authorization: Bearer <key>
           host: 0.0.0.0                        # only allowed with api_keys
-          port: 8000
+          port: 8100
           max_body_bytes: 4194304
         ```
 
@@ -225,8 +255,8 @@ class ServerConfig(Model):
 
     host: str = "127.0.0.1"
     """Address to bind; a non-loopback address needs ``api_keys``."""
-    port: int = Field(default=8000, ge=0, le=65535)
-    """Port to bind (``0`` picks a free one)."""
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    """Port to bind (``0`` picks a free one). Not 8000: vLLM and dlmserve serve there."""
     api_keys: list[SecretStr] = Field(default_factory=list, repr=False)
     """Keys clients must present (``TIERED_ROUTER_API_KEYS`` adds more, comma-separated)."""
     max_body_bytes: int = Field(default=4 * 1024 * 1024, gt=0)

@@ -1,11 +1,11 @@
 """The OpenAI-compatible proxy: point any OpenAI client's ``base_url`` at the router.
 
 ```
-tiered-router serve policy.yaml --port 8000
+tiered-router serve policy.yaml --port 8100
 ```
 
 ```python
-client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="<a server.api_keys key>")
+client = OpenAI(base_url="http://127.0.0.1:8100/v1", api_key="<a server.api_keys key>")
 client.chat.completions.create(model="auto", messages=[...])
 ```
 
@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.policy import load_policy
+from tiered_router.server._hops import calls_itself, check_port_free
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def create_app(
     Example:
         ```python
         app = create_app("policy.yaml")
-        uvicorn.run(app, host="127.0.0.1", port=8000)
+        uvicorn.run(app, host="127.0.0.1", port=8100)
         ```
 
     Args:
@@ -137,6 +138,8 @@ def _app_from_environment() -> Any:
     settings = ServerSettings.from_policy(
         loaded, policy_file=spec["policy"], max_body_bytes=spec["max_body_bytes"]
     )
+    if spec.get("hop_id"):
+        settings = settings.with_overrides(hop_id=spec["hop_id"])
     _configure_logging(spec.get("log_level", "info"))
     otel = bool(spec.get("otel"))
     if otel:
@@ -218,7 +221,7 @@ def serve(
     Args:
         policy: The policy (a path when ``workers`` > 1).
         host: Overrides ``server.host`` (``127.0.0.1`` by default).
-        port: Overrides ``server.port`` (8000 by default).
+        port: Overrides ``server.port`` (8100 by default: not the 8000 of vLLM and dlmserve).
         workers: Worker processes (each has its own connection pools; ``/metrics`` adds up
             the numbers of all of them).
         max_body_bytes: Overrides ``server.max_body_bytes``.
@@ -232,6 +235,7 @@ def serve(
     Raises:
         ImportError: When the ``server`` extra is not installed.
         PolicyError: An invalid policy, or a non-loopback ``host`` without client keys.
+        PortInUse: The port is taken (an ``OSError``; the CLI prints one line, exit 1).
         ValueError: ``workers`` > 1 with a policy that is not a file path.
 
     """
@@ -250,6 +254,16 @@ def serve(
         max_body_bytes=max_body_bytes,
     )
     settings.check_bind()
+    for name in calls_itself(loaded, host=settings.host, port=settings.port):
+        logger.warning(
+            "backend %r has this proxy's own address (%s:%d) as its base_url: its requests "
+            "would come back here and be refused as a loop (508); point it at the model "
+            "server, or serve the proxy on another port (--port)",
+            name,
+            settings.host,
+            settings.port,
+        )
+    check_port_free(settings.host, settings.port)
     if not settings.api_keys:
         logger.warning(
             "no client API keys configured (server.api_keys / %s): serving %s without "
@@ -280,6 +294,7 @@ def serve(
             "record": record,
             "log_level": log_level,
             "otel": otel,
+            "hop_id": settings.hop_id,  # one id for every worker: a loop through any is seen
         }
         os.environ[_POLICY_ENV] = json.dumps(spec)
         # worker processes get the protocol by import path and its limit from the environment

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from tiered_router.router import Router
+from tiered_router.server._hops import with_hop
 from tiered_router.server._limits import ClientLimiter
 from tiered_router.server._metrics import Metrics, worker_metrics
 from tiered_router.server._proxy import CHAT, COUNTED, Proxy
@@ -129,6 +130,7 @@ def build_app(
     record: bool = False,
 ) -> Starlette:
     """Build the Starlette app (see :func:`tiered_router.server.create_app`)."""
+    policy = with_hop(policy, settings.hop_id)  # every upstream request names this proxy
     metrics = worker_metrics()
     built = _backends(policy, env)
     built.update(backends or {})

@@ -18,6 +18,7 @@ from tiered_router._types import Unset
 from tiered_router.exceptions import (
     AllTiersFailed,
     GateFailed,
+    InvalidRequest,
     TieredRouterError,
 )
 from tiered_router.openai._wire import (
@@ -32,9 +33,11 @@ from tiered_router.openai._wire import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
+from tiered_router.server._hops import HOP_HEADER, is_own_hop
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
 from tiered_router.server._responses import (
+    SHUTTING_DOWN,
     EventStream,
     access_log,
     error,
@@ -42,6 +45,7 @@ from tiered_router.server._responses import (
     limited,
     route_headers,
     server_error,
+    shutting_down,
 )
 from tiered_router.server._settings import ServerSettings
 from tiered_router.server._validate import (
@@ -149,6 +153,11 @@ class Proxy:
         request.scope[COUNTED] = True  # the app does not count this response again
         try:
             response = await self._chat(request, started)
+        except asyncio.CancelledError:
+            # uvicorn cancels what still runs when its graceful shutdown ends: the client
+            # gets OpenAI's shape and a status to retry on, not a bare 500
+            _uncancel()
+            response = shutting_down()
         except Exception as exc:  # counted and answered here, so /metrics sees every 500
             response = await server_error(request, exc)
         finally:
@@ -167,6 +176,14 @@ class Proxy:
         return limit if asked is None else min(asked, limit)
 
     async def _chat(self, request: Request, started: float) -> Response:
+        if is_own_hop(request.headers.get(HOP_HEADER), self.settings.hop_id):
+            return error(
+                508,
+                "this request came from this proxy itself: a backend's base_url is the "
+                "proxy's own address (change that backend's base_url or the proxy's port)",
+                error_type="invalid_request_error",
+                code="loop_detected",
+            )
         denied = self._denied(request)
         if denied is not None:
             return denied
@@ -230,7 +247,7 @@ class Proxy:
                 if signals.get(name) is not None:
                     check_header_value(f"tiered_router.{name}", signals[name])
             turn, options = parse_request(data, signals=signals)
-        except BadRequest as exc:
+        except InvalidRequest as exc:
             return error(400, str(exc), param=exc.param, code=exc.code)
         except ValueError as exc:
             return error(400, str(exc))
@@ -299,6 +316,9 @@ class Proxy:
         self.metrics.overhead.observe(overhead)
         try:
             await stream.start()
+        except asyncio.CancelledError:
+            await stream.aclose()  # its upstream connection goes now, not at exit
+            raise
         except (AllTiersFailed, GateFailed) as exc:
             response = failure(exc)
             access_log(path, response.status_code, started, _trace_of(exc))
@@ -335,6 +355,18 @@ class Proxy:
             self.limiter.spent(client, stream.result.trace.cost)
             tail = [b"data: " + _json.dumps(o) + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            # shut down mid-stream: the headers are gone, so the end is an in-band error
+            _uncancel()
+            self.metrics.interrupted.inc()
+            logger.warning("stream of turn %s cut short: the proxy is shutting down", turn.id)
+            detail = {
+                "message": SHUTTING_DOWN,
+                "type": "server_error",
+                "param": None,
+                "code": "server_shutting_down",
+            }
+            yield b"data: " + _json.dumps({"error": detail}) + b"\n\n"
         except Exception as exc:
             # bytes already reached the client: end the stream with an in-band error, never
             # a silent cut
@@ -392,6 +424,14 @@ class Proxy:
 def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
     """The failed turn's trace (the engine's errors carry a :class:`Trace`)."""
     return exc.trace if isinstance(exc.trace, Trace) else None
+
+
+def _uncancel() -> None:
+    """Take back the cancellation just handled, so later timeouts in this task still work."""
+    task = asyncio.current_task()
+    uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+    if uncancel is not None:
+        uncancel()
 
 
 def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:

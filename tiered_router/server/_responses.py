@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tiered_router.trace import Trace
 
 __all__ = [
+    "SHUTTING_DOWN",
     "EventStream",
     "access_log",
     "error",
@@ -34,6 +35,7 @@ __all__ = [
     "not_found",
     "route_headers",
     "server_error",
+    "shutting_down",
 ]
 
 logger = logging.getLogger("tiered_router.server")
@@ -92,6 +94,14 @@ class EventStream(Response):
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 await aclose()  # closes the routed stream and the upstream connection
+
+
+SHUTTING_DOWN = "the proxy is shutting down: send the request again (to another replica)"
+
+
+def shutting_down() -> Response:
+    """The 503 of a request still running when the server's graceful shutdown ran out."""
+    return error(503, SHUTTING_DOWN, error_type="server_error", code="server_shutting_down")
 
 
 def failure(exc: TieredRouterError) -> Response:

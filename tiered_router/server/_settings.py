@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tiered_router.exceptions import PolicyError
+from tiered_router.policy._ops import DEFAULT_PORT
 from tiered_router.policy._schema import Policy
+from tiered_router.server._hops import new_hop_id
 
 __all__ = ["API_KEYS_ENV", "ServerSettings", "is_loopback"]
 
@@ -46,17 +48,20 @@ class ServerSettings:
         max_tools: Most tools a request may carry.
         max_schema_bytes: Largest ``response_format`` or tool ``parameters`` schema.
         policy_file: The policy's file name, for error messages.
+        hop_id: This proxy's id, sent upstream as ``x-tiered-router-hop``; a request that
+            arrives with it is a loop (see :mod:`tiered_router.server._hops`).
 
     """
 
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = DEFAULT_PORT
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = 4 * 1024 * 1024
     read_timeout_s: float = 10.0
     max_tools: int = 128
     max_schema_bytes: int = 256 * 1024
     policy_file: str = "<policy>"
+    hop_id: str = field(default_factory=new_hop_id)
 
     @classmethod
     def from_policy(

@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tiered_router.exceptions import InvalidRequest
+
 __all__ = ["BadRequest", "check_body", "check_header_value", "has_lone_surrogate"]
 
 _ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -20,19 +22,14 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-class BadRequest(ValueError):
-    """A client mistake, answered with 400.
+class BadRequest(InvalidRequest):
+    """A client mistake found by the proxy's checks on the body, answered with 400.
 
     Attributes:
         param: The offending parameter (``messages``, ``tools[2].function.parameters``...).
         code: OpenAI-style error code.
 
     """
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
-        super().__init__(message)
-        self.param = param
-        self.code = code
 
 
 def has_lone_surrogate(raw: bytes, value: Any) -> bool:

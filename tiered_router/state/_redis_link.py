@@ -2,9 +2,23 @@
 
 :class:`RedisLink` owns a sync and an asyncio redis-py client (each with a blocking pool of
 at most ``_MAX_CONNECTIONS``), the scripts registered on them (:mod:`._lua`), and the rule
-that a slow or dead Redis never holds a turn up for long: every command is bounded by
-``timeout_s``, redis-py's own retries are off, and after a failure every call raises
-:class:`StateStoreUnavailable` at once, without touching the network, for ``retry_s``.
+that a slow or dead Redis never holds a turn up for long. Two bounds, because they fail for
+different reasons:
+
+- getting a connection (a free one from the pool, or a new one opened: a TCP handshake and
+  redis-py's hello) is bounded by ``connect_timeout_s`` (1 s by default). A burst of turns
+  on a cold process opens many connections at once; on a busy machine one of them can take
+  longer than a command ever should, and that is not Redis failing;
+- the command itself, once written on a connection, is bounded by ``timeout_s`` (50 ms by
+  default). The bound is measured on the event loop, so an answer that arrived while the
+  loop was busy elsewhere is read before the bound is taken to have run out
+  (:class:`_Bound`): a loaded proxy's own lag does not count as a slow Redis.
+
+redis-py's own retries are off. A failed command raises :class:`StateStoreUnavailable` (its
+turn uses in-process state), but Redis is taken to be down only after ``_DOWN_AFTER``
+failures in a row: then every call raises at once, without touching the network, for
+``retry_s``. The first async use on a loop opens ``_WARM`` connections in the background, so
+the first burst does not open them all at once.
 
 :meth:`RedisLink.send` puts a script call on a connection and returns once its bytes are
 written; Redis's answer is read in the background. :mod:`.redis_store` uses it for a task
@@ -17,7 +31,6 @@ pool checkout and a burst of records does not open a connection each.
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 from collections import deque
@@ -39,11 +52,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
     raise ImportError(missing_extra("redis", "the Redis state store needs redis-py")) from exc
 
-if sys.version_info >= (3, 11):
-    from asyncio import timeout as _bounded
-else:  # pragma: no cover - Python 3.10 (redis-py depends on async-timeout there)
-    from async_timeout import timeout as _bounded  # type: ignore[import-not-found,unused-ignore]
-
 __all__ = ["ERRORS", "RedisLink", "StateStoreUnavailable"]
 
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # the same class from Python 3.11
@@ -51,7 +59,11 @@ ERRORS = (redis.RedisError, OSError, *_TIMEOUTS)
 """What a failed exchange with Redis raises."""
 
 _MAX_CONNECTIONS = 64
-"""Connections per client; more concurrent commands wait for one (within ``timeout_s``)."""
+"""Connections per client; more concurrent commands wait for one (``connect_timeout_s``)."""
+_WARM = 8
+"""Connections the async pool opens ahead of use, on the first call on a loop."""
+_DOWN_AFTER = 3
+"""Failures in a row after which Redis is taken to be down for ``retry_s``."""
 _MAX_WAITING = 256
 """Sent calls whose answers are still to come, at most; past it a call is awaited."""
 
@@ -71,21 +83,81 @@ class StateStoreUnavailable(TieredRouterError):
         self.store = store
 
 
+class _Bound:
+    """``asyncio.timeout(seconds)`` that lets the loop handle what already arrived first.
+
+    When the loop is busy, an answer that came in on time and the timer can fall due in the
+    same turn of the loop; a plain timeout then cancels a read whose bytes are already in
+    the buffer. Here the timer, when due, waits one more turn of the loop before cancelling,
+    so a wake-up scheduled by data that arrived with it runs first.
+    """
+
+    __slots__ = ("_cancelling", "_expired", "_handle", "_seconds", "_task")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._expired = False
+        self._cancelling = 0
+        self._handle: asyncio.Handle | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def __aenter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        cancelling = getattr(self._task, "cancelling", None)  # Python 3.11+
+        self._cancelling = cancelling() if cancelling is not None else 0
+        self._handle = loop.call_later(self._seconds, self._due)
+
+    def _due(self) -> None:
+        self._handle = asyncio.get_running_loop().call_soon(self._cancel)
+
+    def _cancel(self) -> None:
+        self._handle = None
+        self._expired = True
+        assert self._task is not None
+        self._task.cancel()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: Any, tb: Any) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._expired and kind is asyncio.CancelledError:
+            # as asyncio.timeout: only this bound's own cancellation becomes a TimeoutError
+            uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+
+            if uncancel is None or uncancel() <= self._cancelling:
+                raise TimeoutError(f"no answer within {self._seconds:g} s") from exc
+
+
 class RedisLink:
     """The store's connections to one Redis (see the module's docs).
 
     Args:
         url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS, ``unix://``).
-        timeout_s: Longest wait for a connection or an answer, per command.
-        retry_s: After a failure, how long to refuse at once before trying Redis again.
+        timeout_s: Longest wait for Redis's answer to a command written on a connection.
+        retry_s: After ``_DOWN_AFTER`` failures in a row, how long to refuse at once before
+            trying Redis again.
+        connect_timeout_s: Longest wait for a connection (from the pool, or opened).
+
+    Raises:
+        ValueError: ``url`` is not a ``redis://``, ``rediss://`` or ``unix://`` URL.
     """
 
-    def __init__(self, url: str, *, timeout_s: float, retry_s: float) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float, retry_s: float, connect_timeout_s: float = 1.0
+    ) -> None:
+        from tiered_router.policy._ops import redis_url_problem
+
+        problem = redis_url_problem(url)
+        if problem:
+            raise ValueError(f"Redis state store URL {problem}")
         self._url = url
         self.where = where_of(url)
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self.retry_s = retry_s
         self._down_until = 0.0
+        self._failures = 0  # in a row
+        self._warm: asyncio.Future[None] | None = None
         self._lock = threading.Lock()
         self._sync: redis.Redis | None = None
         self._async: aioredis.Redis | None = None
@@ -104,7 +176,7 @@ class RedisLink:
     def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
         return {
             "socket_timeout": self.timeout_s if socket_timeout else None,
-            "socket_connect_timeout": self.timeout_s,
+            "socket_connect_timeout": self.connect_timeout_s,
             "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 0,
             "max_connections": _MAX_CONNECTIONS,
@@ -115,7 +187,7 @@ class RedisLink:
             with self._lock:
                 if self._sync is None:
                     pool = redis.BlockingConnectionPool.from_url(
-                        self._url, timeout=self.timeout_s, **self._options()
+                        self._url, timeout=self.connect_timeout_s, **self._options()
                     )
                     client = redis.Redis.from_pool(pool)
                     self._scripts = _lua.register(client)
@@ -130,7 +202,7 @@ class RedisLink:
             # asyncio.wait_for (a task per command); each call is bounded here instead,
             # with one timeout around the whole exchange
             apool = aioredis.BlockingConnectionPool.from_url(
-                self._url, timeout=self.timeout_s, **self._options(socket_timeout=False)
+                self._url, timeout=self.connect_timeout_s, **self._options(socket_timeout=False)
             )
             client = aioredis.Redis.from_pool(apool)
             self._ascripts = _lua.register(client)
@@ -138,10 +210,24 @@ class RedisLink:
             if self._sender is not None:  # it belonged to the last loop
                 self._lose_sent(self._sender, close=False)
             self._connecting = asyncio.Lock()
+            self._warm = asyncio.ensure_future(self._warm_pool(apool))
+            self.track(self._warm)
         return self._ascripts
 
+    async def _warm_pool(self, pool: Any) -> None:
+        """Open ``_WARM`` connections of a new pool ahead of use (failures are left to use)."""
+
+        async def one() -> Any:
+            async with _Bound(self.connect_timeout_s):
+                return await pool.get_connection()
+
+        got = await asyncio.gather(*(one() for _ in range(_WARM)), return_exceptions=True)
+        for connection in got:
+            if not isinstance(connection, BaseException):
+                await pool.release(connection)
+
     def check_up(self) -> None:
-        """Raise :class:`StateStoreUnavailable` while a recent failure's ``retry_s`` runs."""
+        """Raise :class:`StateStoreUnavailable` while Redis is taken to be down."""
         if self._down_until and time.monotonic() < self._down_until:
             raise StateStoreUnavailable(
                 f"Redis state store at {self.where} is unavailable; retrying after "
@@ -149,31 +235,83 @@ class RedisLink:
                 store=self.where,
             )
 
-    def failed(self, exc: Exception) -> StateStoreUnavailable:
-        """Note a failure (refuse for ``retry_s``) and return the error to raise."""
-        self._down_until = time.monotonic() + self.retry_s
+    def failed(self, exc: BaseException) -> StateStoreUnavailable:
+        """Note a failure and return the error to raise.
+
+        After ``_DOWN_AFTER`` failures in a row, Redis is refused at once for ``retry_s``.
+        """
+        self._failures += 1
+        if self._failures >= _DOWN_AFTER:
+            self._down_until = time.monotonic() + self.retry_s
         return StateStoreUnavailable(
             f"Redis state store at {self.where} failed: {type(exc).__name__}", store=self.where
         )
+
+    def succeeded(self) -> None:
+        """Note an answer: the count of failures in a row starts again."""
+        self._failures = 0
+        self._down_until = 0.0
 
     def call(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
         """Run ``script`` (a name in :func:`._lua.register`) and return Redis's answer."""
         self.check_up()
         try:
-            return self._sync_scripts()[script](keys=keys, args=args)
+            reply = self._sync_scripts()[script](keys=keys, args=args)
         except (redis.RedisError, OSError) as exc:
             raise self.failed(exc) from exc
+        self.succeeded()
+        return reply
 
     async def acall(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Async twin of :meth:`call`."""
+        """Async twin of :meth:`call`.
+
+        The connection is taken from the pool within ``connect_timeout_s``; the command on
+        it is bounded by ``timeout_s`` (see the module's docs).
+        """
         self.check_up()
+        scripts = self._async_scripts()
+        assert self._async is not None
+        pool = self._async.connection_pool
         try:
-            async with _bounded(self.timeout_s):
-                reply = await self._async_scripts()[script](keys=keys, args=args)
+            async with _Bound(self.connect_timeout_s):
+                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
         except ERRORS as exc:
             raise self.failed(exc) from exc
+        try:
+            async with _Bound(self.timeout_s):
+                reply = await self._run(connection, scripts[script], keys, args)
+        except BaseException as exc:
+            # an answer may still be on its way: this connection cannot carry another
+            await connection.disconnect(nowait=True)
+            await pool.release(connection)
+            if isinstance(exc, ERRORS):
+                raise self.failed(exc) from exc
+            raise
+        await pool.release(connection)
         self._loaded.add(script)
+        self.succeeded()
         return reply
+
+    @staticmethod
+    async def _run(
+        connection: Any, script: Any, keys: Sequence[str], args: Sequence[object]
+    ) -> Any:
+        """``EVALSHA`` of ``script`` on ``connection``; loads the script if Redis lacks it.
+
+        The one operation that is no script (``task_read``) is a plain ``HGETALL`` of
+        ``keys[0]``; its reply stays the flat list of fields and values.
+        """
+        if not hasattr(script, "sha"):
+            await connection.send_command("HGETALL", keys[0])
+            return await connection.read_response()
+        try:
+            await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await connection.read_response()
+        except NoScriptError:
+            await connection.send_command("SCRIPT", "LOAD", script.script)
+            await connection.read_response()
+            await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await connection.read_response()
 
     def pubsub(self) -> Any:
         """A new redis.asyncio ``PubSub`` on this loop's client (its own connection)."""
@@ -215,7 +353,7 @@ class RedisLink:
         connection = self._sender
         if connection is None or not connection.is_connected:
             try:
-                async with _bounded(self.timeout_s):
+                async with _Bound(self.connect_timeout_s):
                     connection = await self._sending_connection()
             except ERRORS as exc:
                 raise self.failed(exc) from exc
@@ -225,7 +363,7 @@ class RedisLink:
         self._waiting.append(sent)
         command = connection.pack_command("EVALSHA", scripts[script].sha, len(keys), *keys, *args)
         try:
-            async with _bounded(self.timeout_s):
+            async with _Bound(self.timeout_s):
                 await connection.send_packed_command(command, check_health=False)
         except BaseException as exc:
             if sent in self._waiting:
@@ -256,7 +394,7 @@ class RedisLink:
         while self._waiting and self._sender is connection:
             script, keys, args, lost = self._waiting[0]
             try:
-                async with _bounded(self.timeout_s):
+                async with _Bound(self.timeout_s):
                     await connection.read_response()
             except NoScriptError:  # the call ran nothing: load the script, run it now
                 self._waiting.popleft()
@@ -273,6 +411,7 @@ class RedisLink:
                 return
             else:
                 self._waiting.popleft()
+                self.succeeded()
 
     async def _run_again(
         self, script: str, keys: Sequence[str], args: Sequence[object], lost: Callable[[], None]
@@ -321,5 +460,5 @@ class RedisLink:
             self._sync_scripts()
             assert self._sync is not None
             return bool(self._sync.ping())
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, OSError, ValueError):
             return False

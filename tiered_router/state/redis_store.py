@@ -23,8 +23,9 @@ Redis's answer instead: one more round trip per task turn, and the totals as Red
 them, other replicas' concurrent turns included.
 
 A slow or dead Redis never holds a turn up for long (:mod:`._redis_link`): every command is
-bounded by ``timeout_s`` (connect and read), redis-py's own retries are off, and after a
-failure the store refuses at once, without touching the network, for ``retry_s`` seconds.
+bounded by ``timeout_s`` once written, getting a connection (a pool wait, or a new one
+opened) by ``connect_timeout_s``, redis-py's own retries are off, and after a few failures
+in a row the store refuses at once, without touching the network, for ``retry_s`` seconds.
 Its errors are :class:`StateStoreUnavailable`; the router's
 :class:`~tiered_router.state.SafeStateStore` answers those from in-process state with a
 warning, so turns go on.
@@ -100,10 +101,10 @@ class RedisStateStore:
     Args:
         url: ``redis://[:password@]host:port/db`` (``rediss://`` for TLS, ``unix://``).
         prefix: Start of every key (``<prefix>:breaker:<backend>``, ``<prefix>:task:<id>``).
-        timeout_s: Longest wait for a connection or an answer, per command.
+        timeout_s: Longest wait for Redis's answer to a command written on a connection.
         ttl_s: Lifetime of a task's keys after its last update.
-        retry_s: After a failure, how long to answer :class:`StateStoreUnavailable` at once
-            before trying Redis again.
+        retry_s: After a few failures in a row, how long to answer
+            :class:`StateStoreUnavailable` at once before trying Redis again.
         clock: ``server`` (Redis ``TIME``, shared by every process) or ``caller`` (the
             ``now`` each call passes; for tests with a fake clock).
         cache_s: How long a breaker last seen closed is admitted without asking Redis, and
@@ -118,6 +119,11 @@ class RedisStateStore:
             (this process hears of it on a pub/sub channel; :mod:`._task_cache`), and for
             at most this many seconds after Redis last confirmed them. ``0`` (the
             default) reads Redis on every turn.
+        connect_timeout_s: Longest wait for a connection: a free one from the pool, or a
+            new one opened.
+
+    Raises:
+        ValueError: ``url`` is not a ``redis://``, ``rediss://`` or ``unix://`` URL.
 
     """
 
@@ -133,8 +139,11 @@ class RedisStateStore:
         cache_s: float = 0.1,
         confirm_writes: bool = False,
         task_cache_s: float = 0.0,
+        connect_timeout_s: float = 1.0,
     ) -> None:
-        self._link = RedisLink(url, timeout_s=timeout_s, retry_s=retry_s)
+        self._link = RedisLink(
+            url, timeout_s=timeout_s, retry_s=retry_s, connect_timeout_s=connect_timeout_s
+        )
         self.where = self._link.where
         self.prefix = prefix
         self.timeout_s = timeout_s
@@ -184,6 +193,7 @@ class RedisStateStore:
             cache_s=config.cache_s,
             confirm_writes=config.confirm_writes,
             task_cache_s=config.task_cache_s,
+            connect_timeout_s=config.connect_timeout_s,
         )
 
     def __repr__(self) -> str:

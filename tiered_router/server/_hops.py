@@ -1,0 +1,144 @@
+"""The proxy never calls itself, and never fights another server for a port.
+
+A policy whose backend points at the proxy's own address (a local-server preset on the
+proxy's port, a typo in ``base_url``) would make each request call the proxy again, which
+calls itself again, until the deadline: one client request fanning out into a hundred. So:
+
+- every upstream request the proxy sends carries ``x-tiered-router-hop: <id>``, the id of
+  this proxy (one per ``serve``, shared by its workers; :func:`with_hop`);
+- a request that arrives carrying the proxy's own id is refused at once with 508
+  ``loop_detected`` in OpenAI's error shape (:func:`is_own_hop`); the calling side sees a
+  backend error (retried, counted by that backend's breaker, escalated) and the other tier
+  answers;
+- ``serve`` and ``validate`` warn when a backend's URL is the proxy's own address
+  (:func:`calls_itself`).
+
+The proxy's default port (8100) is not a local model server's (vLLM and dlmserve: 8000,
+SGLang: 30000), and ``serve`` on a port that is taken stops with one line
+(:func:`check_port_free`, :class:`PortInUse`) instead of uvicorn's traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from tiered_router.policy import Policy
+
+__all__ = [
+    "HOP_HEADER",
+    "PortInUse",
+    "calls_itself",
+    "check_port_free",
+    "is_own_hop",
+    "new_hop_id",
+    "with_hop",
+]
+
+HOP_HEADER = "x-tiered-router-hop"
+"""The header naming the proxy a request came through."""
+
+_ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def new_hop_id() -> str:
+    """A fresh proxy id (random; it names no host and holds no secret)."""
+    return os.urandom(8).hex()
+
+
+def with_hop(policy: Policy, hop_id: str) -> Policy:
+    """``policy`` with the hop header added to every HTTP backend's headers."""
+    backends = {
+        name: config.model_copy(update={"headers": {**config.headers, HOP_HEADER: hop_id}})
+        if config.type == "openai"
+        else config
+        for name, config in policy.backends.items()
+    }
+    return policy.model_copy(update={"backends": backends})
+
+
+def is_own_hop(value: str | None, hop_id: str) -> bool:
+    """Whether a request's hop header (one id, or several comma-separated) names this proxy."""
+    if not value:
+        return False
+    return hop_id in (part.strip() for part in value.split(","))
+
+
+def _same_host(bound: str, target: str) -> bool:
+    bound, target = bound.strip("[]").lower(), target.strip("[]").lower()
+    if bound == target:
+        return True
+    if bound in _ANY_ADDRESS:  # bound on every address: any local name reaches it
+        return target in _LOOPBACK or target in _ANY_ADDRESS
+    return bound in _LOOPBACK and target in _LOOPBACK
+
+
+def calls_itself(policy: Policy, *, host: str, port: int) -> list[str]:
+    """The tiers' backends whose URL (presets applied) is the proxy's own ``host:port``.
+
+    Names only ``host:port`` pairs that surely meet: the same address, or loopback names
+    for a proxy bound to loopback or to every address.
+    """
+    from tiered_router.backends.presets import resolve_config
+
+    found: list[str] = []
+    for name, config in policy.backends.items():
+        if config.type != "openai":
+            continue
+        try:
+            url = resolve_config(config, backend=name, prices=policy.prices).base_url
+        except (ValueError, LookupError):
+            continue  # the loader reports a broken backend itself
+        if not url:
+            continue
+        parts = urlsplit(url)
+        default = 443 if parts.scheme == "https" else 80
+        try:
+            target_port = parts.port or default
+        except ValueError:
+            continue
+        if target_port == port and _same_host(host, parts.hostname or ""):
+            found.append(name)
+    return found
+
+
+class PortInUse(OSError):
+    """The proxy's port is taken by another process.
+
+    Attributes:
+        host: The address asked for.
+        port: The port asked for.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"cannot serve on {host}:{port}: the port is in use (another server, or a model "
+            "server such as vLLM or dlmserve); stop it or pass --port"
+        )
+        self.errno = errno.EADDRINUSE
+        self.host = host
+        self.port = port
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`PortInUse` when ``host:port`` cannot be bound because it is taken.
+
+    Binds and closes a socket as uvicorn will (``SO_REUSEADDR``), so a port left in
+    ``TIME_WAIT`` by a server that just stopped counts as free. Port 0 is always free.
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(host, port) from None
+            raise
