@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from agent_shapes import SHAPES, TIME, WEATHER
 
-from tiered_router.backends._dialect import DIALECTS
 from tiered_router.backends._dialect_shape import shape
+from tiered_router.backends._profiles import DIALECTS
 from tiered_router.calls._prompted import split_tool_calls
 from tiered_router.gate._lifting import argument_problem
 from tiered_router.turn import ToolSpec

@@ -324,11 +324,13 @@ def shape(
         notes.append("max_completion_tokens -> max_tokens")
     if out.get("n") == 1 and not profile.multiple_choices:
         out.pop("n")
+    _shape_fields(profile, out, notes, tool_turn=bool(tools))
     dropped = sorted(k for k in out if not profile.accepts(k))
     for key in dropped:
         out.pop(key)
     if dropped:
         notes.append(f"dropped (not accepted): {', '.join(dropped)}")
+    _nest(profile, out, notes)
     return out, Plan(
         conversions=tuple(notes),
         stop=stop,
@@ -336,3 +338,81 @@ def shape(
         tool_choice=choice if parse_against else None,
         parallel_tool_calls=parallel if parse_against and isinstance(parallel, bool) else None,
     )
+
+
+_SAMPLING = ("temperature", "top_p", "top_k")
+_LOW_EFFORT = frozenset({"instant", "none", "minimal"})
+
+
+def _shape_fields(
+    profile: DialectProfile, out: dict[str, Any], notes: list[str], *, tool_turn: bool
+) -> None:
+    """Field values as the server's code takes them: greedy, ranges, efforts, forced fields."""
+    if profile.greedy:
+        ignored = [k for k in _SAMPLING if k in out]
+        for key in ignored:
+            out.pop(key)
+        if ignored:
+            notes.append(f"{', '.join(ignored)} not sent: the server decodes greedily")
+    for key, (low, high) in profile.ranges.items():
+        value = out.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not low <= value <= high:
+                clamped = min(max(value, low), high)
+                if isinstance(low, int) and isinstance(high, int):
+                    clamped = int(clamped)
+                out[key] = clamped
+                notes.append(f"{key}: {value!r} -> {clamped!r} (the server accepts {low}..{high})")
+    if (
+        tool_turn
+        and profile.tool_turn_effort is not None
+        and out.get("reasoning_effort") in _LOW_EFFORT
+    ):
+        old = out["reasoning_effort"]
+        out["reasoning_effort"] = profile.tool_turn_effort
+        notes.append(
+            f"reasoning_effort {old} -> {profile.tool_turn_effort} on a tool turn "
+            f"({old} has no tool calls)"
+        )
+    if profile.default_max_tokens is not None and out.get("max_tokens") is None:
+        out["max_tokens"] = profile.default_max_tokens
+        notes.append(f"max_tokens: not given -> {profile.default_max_tokens}")
+    for key, value in profile.forced.items():
+        if key in out and out[key] != value:
+            notes.append(f"{key}: {out[key]!r} -> {value!r} (forced by the {profile.name} dialect)")
+        out[key] = value
+    if not profile.streams and "stream" in out:
+        # the backend reads the JSON answer and hands it out as chunks
+        out.pop("stream")
+
+
+def _nest(profile: DialectProfile, out: dict[str, Any], notes: list[str]) -> None:
+    """Move fields into the object the server reads them from (``vllm_xargs``, ``options``)."""
+    container = profile.diffusion_container
+    if container is not None:
+        given = out.pop(container, None)
+        nested = dict(given) if isinstance(given, Mapping) else {}
+        unknown = sorted(k for k in nested if k not in profile.diffusion_params)
+        for key in unknown:
+            nested.pop(key)
+        if unknown:
+            notes.append(f"{container}: dropped {', '.join(unknown)} (the server ignores them)")
+        moved = [k for k in profile.diffusion_params if k in out]
+        for key in sorted(moved):
+            nested[key] = out.pop(key)
+        if nested:
+            out[container] = nested
+    if profile.options_field is not None:
+        given = out.pop(profile.options_field, None)
+        options = dict(given) if isinstance(given, Mapping) else {}
+        moved = sorted(k for k in out if k in profile.params or k in profile.diffusion_params)
+        for key in moved:
+            options[profile.options_names.get(key, key)] = out.pop(key)
+        if moved:
+            renamed = [
+                f"{k} -> {profile.options_names[k]}" if k in profile.options_names else k
+                for k in moved
+            ]
+            notes.append(f"{profile.options_field}{{}}: {', '.join(renamed)}")
+        if options:
+            out[profile.options_field] = options

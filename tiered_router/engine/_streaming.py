@@ -17,6 +17,9 @@ why, and the trace is emitted once all the same (the upstream was paid).
 
 The streams drive the engine (:mod:`tiered_router.engine._machine`) through a
 :class:`~tiered_router.engine._dispatch.Dispatcher`, like the router's non-streaming path.
+A turn with a draft panel or a hedge (:mod:`tiered_router.engine._flight`) runs its fast
+side whole first and streams the accepted draft once the panel is decided; an escalation
+after it streams as usual.
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assem
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._drive import Driver
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
-    from tiered_router.trace import Trace
+    from tiered_router.trace import Attempt, Trace
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
 
@@ -158,9 +162,10 @@ def _close(it: object) -> None:
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
         self._dispatch = dispatch
         self._run = run
+        self._driver = driver
         self.tier: Tier | None = None
         self._result: RoutedResult | None = None
         self._pending: list[CompletionChunk] = []
@@ -176,6 +181,11 @@ class _StreamState:
     def turn_id(self) -> str:
         """The id of the routed turn (as in its trace)."""
         return self._run.turn.id
+
+    @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """The turn's attempts so far (a panel's drafts are all in once ``start`` returned)."""
+        return tuple(self._run.attempts)
 
     @property
     def escalated(self) -> bool:
@@ -247,8 +257,8 @@ class _StreamState:
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
-        super().__init__(dispatch, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: AsyncIterator[CompletionChunk] | None = None
 
     async def start(self) -> None:
@@ -297,6 +307,10 @@ class AsyncRoutedStream(_StreamState):
         try:
             run, dispatch = self._run, self._dispatch
             tier: Tier | None = run.first_tier()
+            flight = self._driver.plan(run) if self._driver is not None else None
+            if flight is not None and self._driver is not None:
+                # a panel or a hedge: the accepted draft streams once decided
+                tier = await self._driver.flight.arun(run, flight)
             while tier is not None:
                 serving = tier
                 if not self._live(serving):
@@ -358,8 +372,8 @@ class AsyncRoutedStream(_StreamState):
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
-        super().__init__(dispatch, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: Iterator[CompletionChunk] | None = None
 
     def start(self) -> None:
@@ -399,6 +413,9 @@ class RoutedStream(_StreamState):
         try:
             run, dispatch = self._run, self._dispatch
             tier: Tier | None = run.first_tier()
+            flight = self._driver.plan(run) if self._driver is not None else None
+            if flight is not None and self._driver is not None:
+                tier = self._driver.sync_flight.run(run, flight)
             while tier is not None:
                 serving = tier
                 if not self._live(serving):

@@ -19,7 +19,7 @@ from tiered_router.evaluation.dataset import (
     Outcome,
 )
 from tiered_router.gate import lift_text_tool_calls
-from tiered_router.policy import Price
+from tiered_router.policy._schema import Price
 from tiered_router.turn import Usage
 
 __all__ = ["BFCL_PAIR", "load_bfcl"]

@@ -14,7 +14,7 @@ from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import GateConfig
+    from tiered_router.policy._schema import GateConfig
 
 __all__ = ["CheckSpec", "QualityGate"]
 
