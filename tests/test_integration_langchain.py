@@ -135,10 +135,11 @@ def test_bind_tools_passes_specs_and_tool_choice(server: ScriptedServer) -> None
     assert server.requests[-1].body["tool_choice"] == "required"
 
 
-def test_invalid_arguments_from_the_last_tier_never_reach_the_agent(
+def test_invalid_arguments_from_the_last_tier_never_reach_the_agent_as_calls(
     server: ScriptedServer,
 ) -> None:
-    # the lifting rules: no tier's call with arguments that are not JSON is returned
+    # the lifting rules: a call whose arguments are not JSON is dropped from every tier's
+    # answer (docs/gate.md), so LangChain gets neither a tool call nor an invalid one to run
     server.default = Reply.tool_calls([("get_weather", "{not json")])
     model = TieredChatModel(router=make_router(server)).bind_tools([get_weather])
     reply = model.invoke("weather?")
