@@ -7,8 +7,9 @@ names an offered tool, honours ``tool_choice`` and has arguments that validate; 
 else stays text and fails the gate, so a fast draft escalates. The caller never receives a
 ``tool_calls`` entry for a tool it did not offer, or with arguments that are not JSON, from
 either tier, streamed or not, under ``when_frontier_fails_gate: return`` (the text comes
-back) or ``raise`` (``GateFailed``). Each test here failed on the tree before the rules
-(887a355).
+back) or ``raise`` (``GateFailed``). 68 of these 92 cases failed on the tree before the
+rules (887a355); the other 24 guard what held already (a right call lifted, the native
+history, ``raise``, a named ``tool_choice``, the native dialects' prose and reasoning).
 """
 
 from __future__ import annotations
