@@ -114,3 +114,25 @@ def test_latency_percentile() -> None:
 def test_the_sections_build_in_python() -> None:
     assert DraftsConfig(k=3).when == ["tools", "json", "answer"]
     assert HedgeConfig(band=0.1).after_s is None
+
+
+def test_a_task_budget_counts_every_draft_of_a_panel() -> None:
+    from tiered_router import Router
+
+    loaded = load_policy(
+        policy(drafts={"k": 3, "when": ["all"]})
+        | {
+            "backends": {
+                "fast": {"model": "f", "base_url": NOWHERE, "price": {"input_per_mtok": 1.0}},
+                "fast2": {"model": "g", "base_url": NOWHERE},
+                "big": {"model": "F", "base_url": NOWHERE},
+            }
+        }
+    )
+    single = load_policy({**loaded.model_dump(exclude_unset=True, mode="json"), "drafts": None})
+    turn = Turn([{"role": "user", "content": "hello " * 100}])
+    with Router(loaded) as router, router.task() as task:
+        panel_cost = task.expected_cost("fast", turn)
+    with Router(single) as router, router.task() as task:
+        one_cost = task.expected_cost("fast", turn)
+    assert one_cost > 0 and panel_cost == pytest.approx(3 * one_cost)
