@@ -570,3 +570,32 @@ async def test_fewer_choices_than_n_count_as_failed_drafts(server: ScriptedServe
     assert result.tier == "frontier" and trace.escalations == ("drafts_disagree",)
     errors = [a.error for a in drafts_of(trace) if a.error is not None]
     assert len(errors) == 2 and "choices for n=3" in errors[0]["message"]
+
+
+@pytest.mark.anyio
+async def test_the_frontier_breaker_recovers_under_hedges(server: ScriptedServer) -> None:
+    sink = MemorySink()
+    breaker = {"enabled": True, "consecutive_failures": 2, "cooldown_s": 1.0}
+    server.script([Reply.status(500)] * 2, model="frontier-model")
+    server.default = Reply.slow(0.1, then=call("Paris"))
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge={"band": 1.0},
+        resilience={"breaker": breaker},
+    )
+    async with Router(policy, sinks=[sink]) as router:
+        for _ in range(2):
+            assert (await router.acomplete(tool_turn())).tier == "fast"
+        assert (await router.breaker("frontier").asnapshot()).state == "open"
+        refused = await router.acomplete(tool_turn())  # the hedge is refused, not sent
+        await asyncio.sleep(1.1)
+        server.default = Reply.slow(0.5, then=call("Paris"))
+        server.script([call("Paris")], model="frontier-model")
+        recovered = await router.acomplete(tool_turn())
+        state = (await router.breaker("frontier").asnapshot()).state
+    assert refused.tier == "fast"
+    hedge = [a for a in sink.traces[2].attempts if a.role == "hedge"]
+    assert hedge and hedge[0].error is not None and hedge[0].model == ""
+    assert recovered.tier == "frontier" and state == "closed"
