@@ -39,7 +39,6 @@ pytest.importorskip("uvicorn")
 import uvicorn  # noqa: E402
 
 from tiered_router import Router, TieredRouterError, Turn, _http  # noqa: E402
-from tiered_router._http._aiohttp import ENV_VAR  # noqa: E402
 from tiered_router.server import create_app  # noqa: E402
 from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
@@ -295,31 +294,22 @@ def _cases() -> Iterator[Any]:
                         yield pytest.param(
                             fault, tier, surface, mode, id=f"{fault}-{tier}-{surface}-{mode}"
                         )
-                if surface in ("acomplete", "astream"):
-                    # the in-process surfaces once more over httpx2's own transport (the
-                    # default is aiohttp's when installed, as it is here)
-                    yield pytest.param(
-                        fault, tier, surface, "httpcore", id=f"{fault}-{tier}-{surface}-httpcore"
-                    )
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("fault", "tier", "surface", "transport"), list(_cases()))
+@pytest.mark.parametrize(("fault", "tier", "surface", "column"), list(_cases()))
 async def test_fault_matrix(
     fault: str,
     tier: str,
     surface: str,
-    transport: str | None,
+    column: str | None,
     upstream: ScriptedServer,
     proxies: dict[tuple[str, ...], _Proxy],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    mode = MODES.get(transport or "")
-    if transport is not None and mode is None:
-        monkeypatch.setenv(ENV_VAR, transport)
+    mode = MODES.get(column or "")
     faulty = TIERS[tier]
     refused = faulty if fault == "refused" else ()
     stream = surface in ("astream", "proxy_sse")
@@ -353,9 +343,9 @@ async def test_fault_matrix(
         # the frontier is healthy and the fast fault left it time: the turn is answered
         assert outcome.startswith(("ok:", "200:")), outcome[:300]
     last = traces[-1]
-    if transport == "panel" and last.decision.tier == "fast":
+    if column == "panel" and last.decision.tier == "fast":
         assert any(a.role == "draft" for a in last.attempts), last.attempts
-    if transport == "hedge" and tier == "fast" and fault in ("hang", "slow_drip"):
+    if column == "hedge" and tier == "fast" and fault in ("hang", "slow_drip"):
         # the hedge answers while the fast side hangs: the turn is not lost to the deadline
         assert any(a.role == "hedge" and a.ok for a in last.attempts), last.attempts
         assert outcome.startswith("ok:"), outcome[:300]

@@ -30,7 +30,8 @@ TIME = {
         "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
     },
 }
-TOOLS_TURN = Turn([{"role": "user", "content": "weather in Paris"}], tools=[WEATHER, TIME])
+REQUEST = "Weather in Paris for 3 days (or 4, or 5), in fahrenheit, length in inches or cm?"
+TOOLS_TURN = Turn([{"role": "user", "content": REQUEST}], tools=[WEATHER, TIME])
 PLAIN_TURN = Turn([{"role": "user", "content": "What is 6 * 7?"}])
 
 
@@ -108,6 +109,20 @@ def test_units_and_operators_are_normalised() -> None:
     x = native(("get_weather", '{"city": "x ** 3 + 1"}'))
     y = native(("get_weather", '{"city": "x^3+1"}'))
     assert key(x) == key(y)
+
+
+def test_optional_extras_the_request_does_not_write_are_left_out() -> None:
+    reference = key(native(("get_weather", '{"city": "Paris", "days": 3}')))
+    extra = native(("get_weather", '{"city": "Paris", "days": 3, "length": "1 furlong"}'))
+    assert key(extra) == reference  # an optional value nowhere in the request: an extra
+    said = native(("get_weather", '{"city": "Paris", "days": 3, "length": "cm"}'))
+    assert key(said) != reference  # the request wrote "cm": it determines the argument
+    qualified = native(("get_weather", '{"city": "Paris, France", "days": 3}'))
+    assert key(qualified) == reference  # "France" is not in the request: a qualifier
+    required = Turn([{"role": "user", "content": "weather"}], tools=[WEATHER])
+    assert key(native(("get_weather", '{"city": "Paris"}')), required) != key(
+        native(("get_weather", '{"city": "Lyon"}')), required
+    )  # required arguments always count, written in the request or not
 
 
 def test_arguments_that_do_not_parse_are_not_comparable() -> None:
@@ -326,3 +341,67 @@ def test_bad_drafts_section_names_the_field(section: str, field: str, message: s
         load_policy(POLICY + section + "\n")
     problems = info.value.problems
     assert any(f == field and message in m for _, f, m in problems), problems
+
+
+# -- over the real BFCL answers ------------------------------------------------------------------
+
+
+def _bfcl_dir() -> str | None:
+    from pathlib import Path
+
+    from tiered_router.evaluation import find_data_dir
+
+    found = find_data_dir()
+    return str(found) if found and (Path(found) / "bfcl_v1_results").is_dir() else None
+
+
+@pytest.mark.skipif(_bfcl_dir() is None, reason="../shared/data/bfcl_v1_results not found")
+def test_on_real_bfcl_calls_agreement_is_mostly_right_and_beats_exact_json() -> None:
+    import json
+
+    from tiered_router.evaluation.sources import load_bfcl
+
+    a, b = "gpt-3.5-turbo-0125-FC", "gpt-4o-mini-2024-07-18"  # native calls, calls as text
+    data = load_bfcl(_bfcl_dir() or "", models=[a, b])
+
+    def exact(calls: tuple[ToolCall, ...] | None) -> str | None:
+        if not calls:
+            return None
+        return json.dumps(sorted(json.dumps([c.name, json.loads(c.arguments)]) for c in calls))
+
+    agree = agree_wrong = exact_agree = both_right = both_right_agree = 0
+    for row in data.rows:
+        oa, ob = row.outcomes[a], row.outcomes[b]
+        ka = answer_key(oa.completion(model=a, backend=a), row.turn)
+        kb = answer_key(ob.completion(model=b, backend=b), row.turn)
+        same = ka == kb and ka.comparable
+        agree += same
+        agree_wrong += same and not oa.correct
+        ea = exact(oa.tool_calls)
+        exact_agree += ea is not None and ea == exact(ob.tool_calls)
+        if oa.correct and ob.correct:
+            both_right += 1
+            both_right_agree += same
+    assert agree > exact_agree * 1.05  # the normalisation finds more of the same answers
+    assert agree_wrong / agree < 0.06  # and what two models agree on is mostly right
+    assert both_right_agree / both_right > 0.9  # two right answers are mostly "the same"
+
+
+def test_the_policy_blocks_of_docs_panels_load() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from tiered_router import load_policy
+
+    page = (Path(__file__).parents[1] / "docs" / "panels.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
+    assert len(blocks) == 2
+    for block in blocks:
+        data = yaml.safe_load(block)
+        if "version" not in data:  # a section: merge it into a two-tier policy
+            data = {**yaml.safe_load(POLICY), **data}
+            data["drafts"]["backends"] = ["fast"]
+        policy = load_policy(data)
+        assert policy.drafts is not None and policy.drafts.k == 3

@@ -98,6 +98,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.backends.registry": frozenset(
         {
+            "backend_problems",
             "backend_types",
             "BackendCheck",
             "BackendFactory",
@@ -120,14 +121,13 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.engine._machine": frozenset(
         {
-            "decide_turn",
             "EnginePorts",
             "LIFTED_TEXT_CALLS",
-            "plan_turn",
             "RoutedResult",
             "TurnRun",
         }
     ),
+    "tiered_router.engine._plan": frozenset({"decide_turn", "plan_turn"}),
     "tiered_router.engine": frozenset(
         {
             "decide_turn",
@@ -366,6 +366,7 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "scoring_problems",
             "TransferModel",
             "TransferScorer",
         }

@@ -440,7 +440,7 @@ def test_integrations_package_is_lazy_and_names_the_extra() -> None:
         integrations.Nope  # noqa: B018 - the attribute access is the test
     assert "TieredChatModel" in dir(integrations)
     error = missing("langchain", "langchain-core", ImportError("x"))
-    assert 'pip install "tiered-router[langchain]"' in str(error)
+    assert 'pip install ".[langchain]"' in str(error)
     assert isinstance(error.__cause__, ImportError)
     with pytest.raises(ValueError, match="must be a mapping"):
         signals_of(["final"])

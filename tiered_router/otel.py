@@ -53,14 +53,14 @@ try:
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'OpenTelemetry support needs the otel extra: install "tiered-router[otel]"'
-    ) from exc
+    from tiered_router.exceptions import missing_extra
+
+    raise ImportError(missing_extra("otel", "OpenTelemetry support needs its SDK")) from exc
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Attempt, Trace
 
 __all__ = ["OTelSink", "TraceContextMiddleware", "configure_otlp", "gen_ai_system"]
@@ -388,9 +388,9 @@ def configure_otlp(
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            'exporting OTLP needs the otel extra: install "tiered-router[otel]"'
-        ) from exc
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("otel", "exporting OTLP needs its exporter")) from exc
     if isinstance(otel_trace.get_tracer_provider(), TracerProvider):
         return False
     attrs = dict(resource or {})

@@ -4,8 +4,9 @@ The async path is the core; :meth:`Router.complete` is its sync twin. Both drive
 escalation engine (:mod:`tiered_router.engine._machine`: a turn's state machine, no I/O) with a
 :class:`~tiered_router.engine._dispatch.Dispatcher` (backend calls under breakers and retries), so
 the escalation logic exists once; only the waiting and the backend call differ. The router
-is the engine's :class:`~tiered_router.engine._machine.EnginePorts`: policy, gate, scorer, clock,
-capability lookups and trace sinks.
+is the engine's :class:`~tiered_router.engine._machine.EnginePorts` (policy, gate, scorer, clock,
+capability lookups, trace sinks); a fast turn its queue would make late goes to the frontier
+before any call (:mod:`tiered_router.engine._capacity`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine._call_args import checked_deadline, checked_tier, checked_turn
+from tiered_router.engine._capacity import route_by_capacity
 from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.engine._dispatch import Dispatcher
 from tiered_router.engine._drive import Driver
 from tiered_router.engine._latency import LatencyTracker
-from tiered_router.engine._machine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.engine._machine import RoutedResult, TurnRun
+from tiered_router.engine._plan import decide_turn, plan_turn
 from tiered_router.engine._recording import RecordOption
 from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
@@ -37,7 +40,7 @@ from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -90,7 +93,7 @@ class Router:
         state: StateStore | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
@@ -126,6 +129,7 @@ class Router:
             sleep=sleep,
             asleep=self._asleep,
             emit=self.emit,
+            in_flight=self.latency.in_flight,
         )
         self._driver = Driver(
             self._dispatch, percentile=self._percentile, acomplete=_acomplete, complete=_complete
@@ -137,7 +141,7 @@ class Router:
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         return cls(load_policy(path), **options)
 
@@ -457,17 +461,14 @@ class Router:
         )
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
-        if isinstance(deadline_s, Unset):
-            limit = self.policy.resilience.deadline_s
-        else:
-            limit = checked_deadline(deadline_s)
-        return plan_turn(
+        run = plan_turn(
             self,
             checked_turn(turn),
-            deadline_s=limit,
+            deadline_s=checked_deadline(deadline_s, unset=self.policy.resilience.deadline_s),
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
+        return route_by_capacity(run, latency=self.latency)
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:
@@ -479,8 +480,7 @@ def _complete(backend: Backend, request: CompletionRequest) -> Completion:
 
 
 async def _asyncio_sleep(seconds: float) -> None:
-    # asyncio is imported on the first async call: `from tiered_router import Router` stays
-    # without it (and ssl, which it brings) for code that only routes synchronously
+    # imported on first use: code that only routes synchronously never loads asyncio (or ssl)
     import asyncio
 
     await asyncio.sleep(seconds)

@@ -62,7 +62,7 @@ from tiered_router.trace import Trace
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router.policy import TaskConfig
+    from tiered_router.policy._schema import TaskConfig
 
 __all__ = ["Task", "TaskHost", "TaskSummary"]
 
@@ -275,7 +275,9 @@ class Task:
         them) once there are any; else the router's moving average of its measured
         latencies (across tasks); before any call its latency model (the policy's, else
         its preset's): ``ttft_s + output tokens / tokens_per_s`` with
-        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller).
+        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller), whole
+        canvases on a canvas server; plus the wait for a slot when the backend's
+        ``max_concurrency`` is known (the router's own count of calls in flight).
         """
         name = self.router.policy.backend_for(tier)
         recent = self._snap.recent.get(name)
@@ -285,7 +287,11 @@ class Task:
         config = self.router.backend_config(name)
         model = (config.latency if config is not None else None) or default_latency()
         return self.router.latency.expected(
-            name, model, output_tokens=self._output_tokens(name, turn)
+            name,
+            model,
+            output_tokens=self._output_tokens(name, turn),
+            canvas_tokens=config.canvas_tokens if config is not None else None,
+            max_concurrency=config.max_concurrency if config is not None else None,
         )
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:

@@ -478,11 +478,7 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
 
 
 def _response_format(value: Any) -> Any:
-    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema`` response format.
-
-    openai-python's ``parse`` sends a class that way; a class given to ``create`` is taken
-    the same way instead of failing deep inside scoring.
-    """
+    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema``, as ``parse`` sends it."""
     if not isinstance(value, type):
         return value
     try:
@@ -490,10 +486,12 @@ def _response_format(value: Any) -> Any:
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "openai":
             raise
-        raise ImportError(
+        from tiered_router.exceptions import install_command
+
+        raise ImportError(  # a class given to create: not a failure deep inside scoring
             f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
-            "schema by the openai SDK, from the openai extra: pip install "
-            '"tiered-router[openai]"; or pass {"type": "json_schema", ...} as a dict'
+            f"schema by the openai SDK, from the openai extra: {install_command('openai')}; "
+            'or pass {"type": "json_schema", ...} as a dict'
         ) from None
 
     try:

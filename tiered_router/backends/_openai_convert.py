@@ -229,6 +229,27 @@ def _choice(raw: Any, choice: Any, index: int, backend: str, usage: Usage) -> Co
     )
 
 
+DENOISE_EVENT = "diffulex.chat.completion.denoise"
+"""The ``object`` of Diffulex's ``stream_mode: denoise`` events (not chat.completion.chunk)."""
+
+
+def _denoise(raw: Any) -> CompletionChunk:
+    """A Diffulex denoise event: snapshots are display-only; the final event is the answer.
+
+    Diffulex (``diffulex/server/api_server.py``, ``denoise_chat_event``) streams canvas
+    snapshots (``buffer_snapshot``), appended text (``append``) and a ``final`` event with
+    the whole generated text; only the final one is read, as one chunk.
+    """
+    if _get(raw, "event") != "final":
+        return CompletionChunk(text="", model=_str(_get(raw, "model")) or "")
+    # "text" is the generated text; "full_text" may carry the prompt too
+    return CompletionChunk(
+        text=_text(_get(raw, "text")),
+        finish_reason=_str(_get(raw, "finish_reason")) or "stop",
+        model=_str(_get(raw, "model")) or "",
+    )
+
+
 def chunk(raw: Any, *, backend: str) -> CompletionChunk:
     """Convert a ``ChatCompletionChunk`` to a :class:`CompletionChunk`.
 
@@ -239,6 +260,8 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
         BackendResponseError: When the chunk is not an object with a ``choices`` list.
 
     """
+    if _get(raw, "object") == DENOISE_EVENT:
+        return _denoise(raw)
     choices = _get(raw, "choices")
     if isinstance(raw, str) or raw is None or not isinstance(choices or [], list):
         raise BackendResponseError(

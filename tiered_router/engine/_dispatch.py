@@ -12,14 +12,21 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
+from tiered_router.engine._capacity import InFlight
+from tiered_router.exceptions import (
+    BackendError,
+    BackendResponseError,
+    BackendUnavailable,
+    CapabilityError,
+    PolicyError,
+)
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
 
 __all__ = ["Abandoned", "Call", "Dispatcher", "unexpected_error"]
@@ -62,6 +69,7 @@ class Dispatcher:
         sleep: Sync sleep between retries.
         asleep: Async sleep between retries.
         emit: Where finished traces go (must not raise).
+        in_flight: The count of calls in flight per backend (the capacity estimates').
     """
 
     def __init__(
@@ -75,7 +83,9 @@ class Dispatcher:
         sleep: Callable[[float], None],
         asleep: Callable[[float], Awaitable[None]],
         emit: Callable[[Trace], None],
+        in_flight: InFlight | None = None,
     ) -> None:
+        self.in_flight = in_flight or InFlight()
         self.policy = policy
         self.backend = backend
         self.breaker = breaker
@@ -200,6 +210,24 @@ class Dispatcher:
                 raise Abandoned
             return value
 
+    def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
+        """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
+
+        The turn's first tier without its key raises the ``PolicyError`` (it names the
+        variable). A tier the turn moves on to, after the first failed, records the missing
+        key as its attempt's error instead (a ``CapabilityError``: no call was made), so the
+        turn ends in ``AllTiersFailed`` carrying each tier's own error: a local server's
+        "connection refused" is not hidden behind the frontier's missing key.
+        """
+        try:
+            return self.backend(name)
+        except PolicyError as exc:
+            if not run.attempts or not (exc.field or "").endswith(".api_key"):
+                raise
+            error = CapabilityError(f"not called: {exc.problems[0][2]}", backend=name)
+            run.record_error(tier, name, "", error, 0.0)
+            raise error from exc
+
     async def acall(
         self,
         run: TurnRun,
@@ -214,7 +242,7 @@ class Dispatcher:
         ``BackendResponseError``, so the turn can still move on to the other tier.
         """
         name = self.policy.backend_for(tier)
-        backend = self.backend(name)
+        backend = self._escalation_target(run, tier, name)
         breaker = self.breaker(name)
         loop = self._retries.aretrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
@@ -224,6 +252,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     async with breaker.aguard() as guard:
                         if not guard.allowed and await self._may_route_around(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)
@@ -246,7 +275,7 @@ class Dispatcher:
     ) -> Call[_T]:
         """Sync twin of :meth:`acall`."""
         name = self.policy.backend_for(tier)
-        backend = self.backend(name)
+        backend = self._escalation_target(run, tier, name)
         breaker = self.breaker(name)
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
@@ -256,6 +285,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     with breaker.guard() as guard:
                         if not guard.allowed and self._may_route_around_sync(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)

@@ -22,11 +22,18 @@ trace once, so every turn's trace is emitted exactly once, whichever way it ends
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
+from tiered_router.engine._offered import (
+    DROPPED_CALLS,
+    call_problems,
+    checked_verdict,
+    without_calls,
+)
 from tiered_router.engine._recording import RecordOption, build_record
 from tiered_router.engine._result import RoutedResult
 from tiered_router.engine.resilience import Deadline
@@ -39,13 +46,13 @@ from tiered_router.exceptions import (
     _describe,
 )
 from tiered_router.pricing import cost_of
-from tiered_router.routing import Decision, decide
+from tiered_router.routing import Decision
 from tiered_router.trace import Attempt, AttemptRole, Trace
 
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
     from tiered_router.gate import QualityGate, Verdict
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
     from tiered_router.scoring import Score
     from tiered_router.turn import Completion, Turn
 
@@ -54,8 +61,6 @@ __all__ = [
     "EnginePorts",
     "RoutedResult",
     "TurnRun",
-    "decide_turn",
-    "plan_turn",
 ]
 
 logger = logging.getLogger("tiered_router.router")
@@ -102,69 +107,6 @@ class EnginePorts(Protocol):
         ...
 
 
-def decide_turn(
-    ports: EnginePorts, turn: Turn, *, tier: Tier | None = None, task: TaskHooks | None = None
-) -> tuple[Turn, Decision]:
-    """Decide a turn's first tier (pure): task signals, scorer and rules, capability, pin.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        tier: Pin the first tier (rule ``pinned``); task rules then do not apply.
-        task: The task the turn belongs to, if any.
-
-    Returns:
-        The turn (with the task's signals filled in) and its decision.
-    """
-    policy = ports.policy
-    if task is not None:
-        turn = task.prepare(turn)
-    decision = decide(turn, ports.score(turn), policy)
-    if tier is not None:
-        decision = replace(
-            decision,
-            tier=tier,
-            backend=policy.backend_for(tier),
-            rule="pinned",
-            reasons=(f"pinned to the {tier} tier by the caller", *decision.reasons),
-        )
-    gap = ports.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
-    if gap is not None:
-        decision = replace(
-            decision,
-            tier="frontier",
-            backend=policy.backend_for("frontier"),
-            rule=f"capability.{gap[0]}",
-            reasons=(f"fast {gap[1]}", *decision.reasons),
-        )
-    if task is not None and tier is None:
-        decision = task.adjust(turn, decision)
-    return turn, decision
-
-
-def plan_turn(
-    ports: EnginePorts,
-    turn: Turn,
-    *,
-    deadline_s: float | None,
-    tier: Tier | None = None,
-    task: TaskHooks | None = None,
-) -> TurnRun:
-    """Start a turn: decide it and set its deadline.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        deadline_s: Seconds for the whole turn, ``None`` for no deadline.
-        tier: Pin the first tier (see :func:`decide_turn`).
-        task: The task the turn belongs to; it observes the trace when the turn ends.
-    """
-    now = ports.now()
-    turn, decision = decide_turn(ports, turn, tier=tier, task=task)
-    deadline = Deadline(None if deadline_s is None else now + deadline_s)
-    return TurnRun(ports, turn, decision, deadline, started=now, task=task)
-
-
 class TurnRun:
     """The state of one routed turn; see the module docstring for the steps."""
 
@@ -200,6 +142,21 @@ class TurnRun:
         self.roles: dict[Tier, AttemptRole] = {}  # a tier's calls' role while not "call"
         self.cancelling: set[Tier] = set()  # tiers whose calls the driver is cancelling
         self._trace: Trace | None = None
+        # backend -> release of its in-flight count, while a call on it is under way
+        self._holds: dict[str, Callable[[], None]] = {}
+
+    # the in-flight count ----------------------------------------------------------------
+
+    def hold(self, backend: str, acquire: Callable[[str], Callable[[], None]]) -> None:
+        """Count a call on ``backend`` as in flight until its attempt is recorded."""
+        if backend not in self._holds:
+            self._holds[backend] = acquire(backend)
+
+    def _release(self, backend: str | None = None) -> None:
+        for name in [backend] if backend is not None else list(self._holds):
+            release = self._holds.pop(name, None)
+            if release is not None:
+                release()
 
     # which tier next ------------------------------------------------------------------------
 
@@ -275,6 +232,7 @@ class TurnRun:
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
     ) -> Attempt:
+        self._release(backend)
         index = self.tries.get(backend, 0)
         self.tries[backend] = index + 1
         role = fields.setdefault("role", self.roles.get(tier, "call"))
@@ -327,6 +285,9 @@ class TurnRun:
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.ports.gate.evaluate(completion, self.turn)
+        # calls to tools not offered, or arguments not JSON, fail whatever the gate checks
+        problems = call_problems(completion, self.turn)
+        verdict = checked_verdict(verdict, problems)
         config = self.ports.backend_config(backend)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
         self.drafts[len(self.attempts)] = completion
@@ -339,7 +300,9 @@ class TurnRun:
                 usage=completion.usage,
                 cost=cost,
                 verdict=verdict,
-                conversions=completion.conversions,
+                conversions=(*completion.conversions, DROPPED_CALLS)
+                if problems
+                else completion.conversions,
             )
         )
         return verdict
@@ -362,9 +325,13 @@ class TurnRun:
             return None
         nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self.returned is None:
-            # keep the failing draft until a better one comes: nothing is lost
-            self.returned = (tier, completion, verdict)
+            # keep the failing draft until a better one comes: nothing is lost (but calls
+            # the caller did not offer, or cannot parse, never reach it)
+            self.returned = (tier, self._offered_only(completion), verdict)
         return nxt
+
+    def _offered_only(self, completion: Completion) -> Completion:
+        return without_calls(completion) if call_problems(completion, self.turn) else completion
 
     def streamed(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
@@ -374,7 +341,7 @@ class TurnRun:
         The verdict goes in the trace.
         """
         verdict = self.record_draft(tier, backend, model, completion, latency)
-        self.returned = (tier, completion, verdict)
+        self.returned = (tier, self._offered_only(completion), verdict)
 
     # the end --------------------------------------------------------------------------------
 
@@ -424,6 +391,7 @@ class TurnRun:
             exc: What ended the turn when it did not run to its end (cancelled, abandoned,
                 an unexpected error); it sets the trace's ``interrupted``.
         """
+        self._release()
         if self._trace is not None:
             return None
         if exc is not None:
@@ -448,9 +416,13 @@ class TurnRun:
             raise RuntimeError("conclude() the turn before asking for its outcome")
         if returned is None:
             tried = ", ".join(self.tried_backends()) or "none"
+            # each backend's own last error: the first tier's failure is not hidden behind
+            # the next one's
+            last = {getattr(e, "backend", "?"): e for e in self.errors}
+            errors = "; ".join(str(e) for e in last.values()) or "none"
             raise AllTiersFailed(
                 f"no tier produced a completion for turn {self.turn.id} (tried: {tried}); "
-                f"last error: {self.errors[-1] if self.errors else 'none'}",
+                f"{'error' if len(last) < 2 else 'errors'}: {errors}",
                 attempts=self.attempts,
                 errors=self.errors,
                 trace=trace,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from tiered_router._types import Tier
 from tiered_router.engine._dispatch import unexpected_error
 from tiered_router.engine._machine import LIFTED_TEXT_CALLS
+from tiered_router.engine._offered import DROPPED_CALLS, CallHold, call_problems
 from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
@@ -223,8 +224,8 @@ class _StreamState:
         """The turn ended with the draft the run kept; return its chunks to replay."""
         self._result = result
         self.tier = result.tier
-        lifted = LIFTED_TEXT_CALLS in result.completion.conversions
-        return _as_chunks(result.completion) if lifted or not self._pending else self._pending
+        rebuilt = {LIFTED_TEXT_CALLS, DROPPED_CALLS} & set(result.completion.conversions)
+        return _as_chunks(result.completion) if rebuilt or not self._pending else self._pending
 
     def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
         """A failure after chunks reached the caller: record it (the caller ends the turn)."""
@@ -246,9 +247,11 @@ class _StreamState:
 
     def _ended(
         self, tier: Tier, backend: Backend, chunks: list[CompletionChunk], started: float
-    ) -> None:
+    ) -> tuple[str, ...]:
+        """Record a draft streamed through; return what is wrong with its (held) calls."""
         completion = assemble(chunks, backend=backend.name)
         self._run.streamed(tier, backend.name, backend.model, completion, self._latency(started))
+        return call_problems(completion, self._run.turn)
 
 
 class AsyncRoutedStream(_StreamState):
@@ -331,12 +334,15 @@ class AsyncRoutedStream(_StreamState):
                     continue
                 self.tier = serving
                 chunks = list(held)
+                hold = CallHold()  # tool calls wait for the whole draft
                 try:
                     for chunk in held:
-                        yield chunk
+                        for out in hold.feed(chunk):
+                            yield out
                     async for chunk in rest:
                         chunks.append(chunk)
-                        yield chunk
+                        for out in hold.feed(chunk):
+                            yield out
                         self._check_deadline(serving)
                 except Exception as raised:  # the upstream broke: a typed error, traced
                     err = _typed(raised, backend)
@@ -351,8 +357,10 @@ class AsyncRoutedStream(_StreamState):
                     raise
                 finally:
                     await _aclose(rest)  # a caller that stops early closes the upstream stream
-                self._ended(serving, backend, chunks, started)
+                problems = self._ended(serving, backend, chunks, started)
                 self._result = await dispatch.afinish(run)
+                for out in hold.release(problems):
+                    yield out
                 return
             for chunk in self._settled(await dispatch.afinish(run)):
                 yield chunk
@@ -431,11 +439,13 @@ class RoutedStream(_StreamState):
                     continue
                 self.tier = serving
                 chunks = list(held)
+                hold = CallHold()
                 try:
-                    yield from held
+                    for chunk in held:
+                        yield from hold.feed(chunk)
                     for chunk in rest:
                         chunks.append(chunk)
-                        yield chunk
+                        yield from hold.feed(chunk)
                         self._check_deadline(serving)
                 except Exception as raised:
                     err = _typed(raised, backend)
@@ -450,8 +460,9 @@ class RoutedStream(_StreamState):
                     raise
                 finally:
                     _close(rest)  # a caller that stops early closes the upstream stream
-                self._ended(serving, backend, chunks, started)
+                problems = self._ended(serving, backend, chunks, started)
                 self._result = dispatch.finish(run)
+                yield from hold.release(problems)
                 return
             yield from self._settled(dispatch.finish(run))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once

@@ -26,7 +26,7 @@ from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 if TYPE_CHECKING:
     from tiered_router.engine._machine import RoutedResult
     from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.routing import Decision
     from tiered_router.trace import Attempt
 

@@ -26,16 +26,15 @@ from typing import Any, Literal
 
 from tiered_router import _limits
 from tiered_router.calls._text import (
-    _after_thinking,
     _declared_name,
-    _spellings,
     _unfenced,
     parse_text_tool_calls,
+    split_thinking,
     tool_specs,
 )
 from tiered_router.panels._final import final_answer
-from tiered_router.panels._values import canonical
-from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn
+from tiered_router.panels._values import Request, canonical
+from tiered_router.turn import Completion, ToolCall, ToolSpec, Turn, message_text
 
 __all__ = ["AnswerKey", "AnswerKind", "answer_key"]
 
@@ -101,8 +100,8 @@ def answer_key(completion: Completion, turn: Turn) -> AnswerKey:
     if not calls and turn.tools and completion.text:
         calls = parse_text_tool_calls(completion.text, turn.tools) or ()
     if calls:
-        return _calls_key(calls, turn.tools or ())
-    text = _after_thinking(completion.text)[1].strip()
+        return _calls_key(calls, turn.tools or (), _request(turn))
+    text = split_thinking(completion.text)[1].strip()
     if not text:
         why = "refusal" if completion.refusal else "empty answer"
         return _not_comparable(why)
@@ -115,13 +114,25 @@ def answer_key(completion: Completion, turn: Turn) -> AnswerKey:
     return AnswerKey(kind="final", value=answer, detail=_short(answer))
 
 
-def _calls_key(calls: tuple[ToolCall, ...], tools: Any) -> AnswerKey:
+def _request(turn: Turn) -> Request:
+    """What the user asked: the text of the user messages since the last assistant turn."""
+    texts: list[str] = []
+    for message in reversed(turn.messages):
+        if message.get("role") == "assistant":
+            break
+        if message.get("role") == "user":
+            texts.append(message_text(message))
+    if not texts:  # a turn after tool results: the whole conversation's user messages
+        texts = [message_text(m) for m in turn.messages if m.get("role") == "user"]
+    return Request("\n".join(reversed(texts)))
+
+
+def _calls_key(calls: tuple[ToolCall, ...], tools: Any, request: Request) -> AnswerKey:
     specs = tool_specs(tools)
-    spellings = _spellings(specs)
     written: list[str] = []
     shown: list[str] = []
     for call in calls:
-        name = _declared_name(call.name, spellings) or call.name
+        name = _declared_name(call.name, specs) or call.name
         spec = specs.get(name)
         try:
             args = call.parsed_arguments()
@@ -129,7 +140,7 @@ def _calls_key(calls: tuple[ToolCall, ...], tools: Any) -> AnswerKey:
             return _not_comparable(f"{name}: arguments are not JSON")
         if not isinstance(args, dict):
             return _not_comparable(f"{name}: arguments are not a JSON object")
-        canon = canonical(args, _parameters(spec))
+        canon = canonical(args, _parameters(spec), request=request)
         written.append(_dump([name, canon]))
         shown.append(f"{name}({_dump(canon)})")
     # the calls of a parallel set in any order say the same: compare them sorted

@@ -31,7 +31,7 @@ from tiered_router.testing._reply import Reply, ReplyLike
 
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["RecordedRequest", "ScriptedServer"]
 
@@ -116,12 +116,7 @@ class ScriptedServer:
 
     @property
     def port(self) -> int:
-        """The bound port.
-
-        Raises:
-            RuntimeError: When the server is not running.
-
-        """
+        """The bound port (``RuntimeError`` when the server is not running)."""
         if self._port is None:
             raise RuntimeError("ScriptedServer is not running: call start() or use `with`")
         return self._port
@@ -430,11 +425,8 @@ class ScriptedServer:
         return reply
 
     async def _more_choices(self, body: dict[str, Any], ctx: Rendered, n: int) -> list[Any]:
-        """Choices 1..n-1 of a request with ``n > 1``: one further scripted reply each.
-
-        A slow reply delays the answer; a reply that is not a completion ends the choices
-        there (the answer then has fewer than ``n``).
-        """
+        # choices 1..n-1: one further scripted reply each (slow ones delay the answer; one
+        # that is not a completion ends the choices, so the answer has fewer than n)
         choices: list[Any] = []
         for index in range(1, n):
             reply = self._resolve(self._next_entry(body.get("model")), body)
