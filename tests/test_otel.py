@@ -256,3 +256,21 @@ def test_interrupted_turn_and_dialect_conversions(otel: Otel) -> None:
     assert (turn.attributes or {})["tiered_router.interrupted"] == "abandoned"
     assert (turn.attributes or {})["tiered_router.task_id"] == "ticket-9"
     assert list((call.attributes or {})["tiered_router.conversions"]) == list(attempt.conversions)
+
+
+def test_panel_drafts_are_concurrent_spans_with_their_role(
+    server: ScriptedServer, otel: Otel
+) -> None:
+    server.script(
+        [Reply.text("The answer is 4.")] * 2 + [Reply.text("The answer is 5.")], model="fast-model"
+    )
+    policy = make_policy(server, drafts={"k": 3, "when": ["all"], "n": False, "early": False})
+    router = router_for(server, sinks=[otel.sink(load_policy(policy))], drafts=policy["drafts"])
+    result = router.complete(easy_turn())
+    assert result.tier == "fast"
+    drafts = [s for s in otel.spans() if s.name == "chat fast-model"]
+    assert len(drafts) == 3
+    assert len({s.start_time for s in drafts}) == 1  # sent at once
+    attrs = [dict(s.attributes or {}) for s in drafts]
+    assert all(a["tiered_router.attempt.role"] == "draft" for a in attrs)
+    assert {a["tiered_router.answer_key.kind"] for a in attrs} == {"final"}

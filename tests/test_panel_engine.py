@@ -429,3 +429,173 @@ async def test_a_same_prompt_panel_uses_n_where_the_dialect_takes_it(
     assert len(drafts_) == 3 and all(a.ok for a in drafts_)
     assert drafts_[0].cost > 0 and drafts_[1].cost == drafts_[2].cost == 0.0  # one usage
     assert sink.traces[-1].panel["agreed"] and len(sink.traces[-1].panel["members"]) == 2
+
+
+def hedge_router(server: ScriptedServer, sink: MemorySink, **hedge: Any) -> Router:
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge=hedge,
+    )
+    return Router(policy, sinks=[sink])
+
+
+def test_sync_fast_answer_cancels_the_hedge(server: ScriptedServer) -> None:
+    server.script([Reply.slow(0.4, then=call("Paris"))], model="fast-model")
+    server.script([Reply.slow(3.0, then=call("Paris"))], model="frontier-model")
+    sink = MemorySink()
+    with hedge_router(server, sink, after_s=0.1) as router:
+        result = router.complete(tool_turn())
+    assert result.tier == "fast"
+    hedge = [a for a in sink.traces[-1].attempts if a.role == "hedge"]
+    assert len(hedge) == 1 and hedge[0].cancelled and sink.traces[-1].latency_s < 2.5
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_failing_fast_side_takes_the_hedges_answer(server: ScriptedServer, sync: bool) -> None:
+    server.script([Reply.slow(0.4, then=Reply.status(500))], model="fast-model")
+    server.script([Reply.slow(0.6, then=call("Paris"))], model="frontier-model")
+    sink = MemorySink()
+    router = hedge_router(server, sink, after_s=0.1)
+    if sync:
+        with router:
+            result = router.complete(tool_turn())
+    else:
+
+        async def once() -> Any:
+            async with router:
+                return await router.acomplete(tool_turn())
+
+        result = asyncio.run(once())
+    trace = sink.traces[-1]
+    assert result.tier == "frontier" and result.escalated
+    assert trace.escalations == ("backend_error",)
+    assert len(server.requests_for("frontier-model")) == 1  # the hedge was the escalation
+    assert [a.role for a in trace.attempts if a.tier == "frontier"] == ["hedge"]
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_failed_hedge_leaves_the_fast_answer(server: ScriptedServer, sync: bool) -> None:
+    server.script([Reply.slow(0.5, then=call("Paris"))], model="fast-model")
+    server.script([Reply.status(500)], model="frontier-model")
+    sink = MemorySink()
+    router = hedge_router(server, sink, band=1.0)
+    if sync:
+        with router:
+            result = router.complete(tool_turn())
+    else:
+
+        async def once() -> Any:
+            async with router:
+                return await router.acomplete(tool_turn())
+
+        result = asyncio.run(once())
+    assert result.tier == "fast" and not result.escalated
+    hedge = [a for a in sink.traces[-1].attempts if a.role == "hedge"]
+    assert len(hedge) == 1 and hedge[0].error is not None
+
+
+@pytest.mark.anyio
+async def test_a_hedge_not_yet_started_is_never_sent(server: ScriptedServer) -> None:
+    server.script([Reply.status(500)], model="fast-model")
+    server.script([call("Paris")], model="frontier-model")
+    sink = MemorySink()
+    async with hedge_router(server, sink, after_s=5.0) as router:
+        result = await router.acomplete(tool_turn())
+    trace = sink.traces[-1]
+    assert result.tier == "frontier" and trace.escalations == ("backend_error",)
+    assert [a.role for a in trace.attempts] == ["call", "call"]
+
+
+@pytest.mark.anyio
+async def test_a_hedge_failing_the_gate_waits_for_the_fast_side(server: ScriptedServer) -> None:
+    server.script([Reply.slow(0.5, then=call("Paris"))], model="fast-model")
+    server.script([Reply.text("")], model="frontier-model")  # empty: fails non_empty
+    sink = MemorySink()
+    async with hedge_router(server, sink, band=1.0) as router:
+        result = await router.acomplete(tool_turn())
+    trace = sink.traces[-1]
+    assert result.tier == "fast"
+    hedge = [a for a in trace.attempts if a.role == "hedge"]
+    assert len(hedge) == 1 and hedge[0].verdict is not None and not hedge[0].verdict.passed
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_hedge_answering_first_abandons_the_panel(server: ScriptedServer, sync: bool) -> None:
+    server.script([Reply.slow(3.0, then=call("Paris"))] * 3, model="fast-model")
+    server.script([call("Paris")], model="frontier-model")
+    sink = MemorySink()
+    router = panel_router(server, sink=sink, hedge={"after_s": 0.1})
+    if sync:
+        with router:
+            result = router.complete(tool_turn())
+    else:
+
+        async def once() -> Any:
+            async with router:
+                return await router.acomplete(tool_turn())
+
+        result = asyncio.run(once())
+    trace = sink.traces[-1]
+    assert result.tier == "frontier" and trace.escalations == ("hedged",)
+    assert [a.cancelled for a in drafts_of(trace)] == [True, True, True]
+    assert (
+        trace.panel is not None and "hedged frontier call answered first" in trace.panel["reason"]
+    )
+    assert trace.latency_s < 2.5
+
+
+@pytest.mark.anyio
+async def test_hedge_after_a_latency_percentile(server: ScriptedServer) -> None:
+    server.default = call("Paris")
+    sink = MemorySink()
+    async with hedge_router(server, sink, after_percentile=50, min_samples=3) as router:
+        for _ in range(3):
+            await router.acomplete(tool_turn())
+        assert not any(a.role == "hedge" for t in sink.traces for a in t.attempts)
+        server.script([Reply.slow(2.0, then=call("Rome"))], model="fast-model")
+        result = await router.acomplete(tool_turn())
+    assert result.tier == "frontier" and sink.traces[-1].escalations == ("hedged",)
+
+
+@pytest.mark.anyio
+async def test_fewer_choices_than_n_count_as_failed_drafts(server: ScriptedServer) -> None:
+    server.script([call("Paris"), Reply.status(500)], model="fast-model")
+    server.script([call("Paris")], model="frontier-model")
+    sink = MemorySink()
+    async with panel_router(server, sink=sink, drafts={"n": True}) as router:
+        result = await router.acomplete(tool_turn())
+    trace = sink.traces[-1]
+    assert result.tier == "frontier" and trace.escalations == ("drafts_disagree",)
+    errors = [a.error for a in drafts_of(trace) if a.error is not None]
+    assert len(errors) == 2 and "choices for n=3" in errors[0]["message"]
+
+
+@pytest.mark.anyio
+async def test_the_frontier_breaker_recovers_under_hedges(server: ScriptedServer) -> None:
+    sink = MemorySink()
+    breaker = {"enabled": True, "consecutive_failures": 2, "cooldown_s": 1.0}
+    server.script([Reply.status(500)] * 2, model="frontier-model")
+    server.default = Reply.slow(0.1, then=call("Paris"))
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge={"band": 1.0},
+        resilience={"breaker": breaker},
+    )
+    async with Router(policy, sinks=[sink]) as router:
+        for _ in range(2):
+            assert (await router.acomplete(tool_turn())).tier == "fast"
+        assert (await router.breaker("frontier").asnapshot()).state == "open"
+        refused = await router.acomplete(tool_turn())  # the hedge is refused, not sent
+        await asyncio.sleep(1.1)
+        server.default = Reply.slow(0.5, then=call("Paris"))
+        server.script([call("Paris")], model="frontier-model")
+        recovered = await router.acomplete(tool_turn())
+        state = (await router.breaker("frontier").asnapshot()).state
+    assert refused.tier == "fast"
+    hedge = [a for a in sink.traces[2].attempts if a.role == "hedge"]
+    assert hedge and hedge[0].error is not None and hedge[0].model == ""
+    assert recovered.tier == "frontier" and state == "closed"

@@ -180,7 +180,17 @@ class OTelSink:
             turn_span.set_status(Status(StatusCode.ERROR, f"interrupted: {trace.interrupted}"))
         parent = otel_trace.set_span_in_context(turn_span)
         at = start
+        panel_end: float | None = None  # a panel's drafts ran at once: they share a start
         for attempt in trace.attempts:
+            if attempt.role == "hedge":  # ran alongside the fast side, ending near the turn's end
+                self._attempt_span(attempt, parent, max(start, end - attempt.latency_s))
+                continue
+            if attempt.role == "draft":
+                self._attempt_span(attempt, parent, at)
+                panel_end = max(panel_end or at, at + attempt.latency_s)
+                continue
+            if panel_end is not None:
+                at, panel_end = panel_end, None
             self._attempt_span(attempt, parent, at)
             at += attempt.latency_s
         turn_span.end(end_time=_ns(end))

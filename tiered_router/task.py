@@ -295,7 +295,10 @@ class Task:
         )
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:
-        """Return the expected US dollars of one call on ``tier``'s backend (policy prices)."""
+        """Return the expected US dollars of ``tier``'s call (policy prices).
+
+        A fast turn that gets a draft panel counts its ``k`` drafts.
+        """
         name = self.router.policy.backend_for(tier)
         config = self.router.backend_config(name)  # preset prices included
         if config is None:
@@ -303,6 +306,12 @@ class Task:
         usage = Usage(
             input_tokens=approx_tokens(turn), output_tokens=self._output_tokens(name, turn)
         )
+        drafts = self.router.policy.drafts
+        if tier == "fast" and drafts is not None and drafts.k > 1:
+            from tiered_router.engine._panel import panel_kinds
+
+            if panel_kinds(turn).intersection(drafts.when):
+                return cost_of(usage, config.price) * drafts.k
         return cost_of(usage, config.price)
 
     def _output_tokens(self, name: str, turn: Turn | None) -> int:

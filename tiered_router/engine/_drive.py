@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from tiered_router.engine._flight import Flight, FlightPlan, plan_flight
-from tiered_router.engine._flight_sync import SyncFlight
-from tiered_router.engine._hedge import Percentile
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._flight import Flight, FlightPlan
+    from tiered_router.engine._flight_sync import SyncFlight
+    from tiered_router.engine._hedge import Percentile
     from tiered_router.engine._machine import TurnRun
     from tiered_router.turn import Completion
 
@@ -51,19 +51,43 @@ class Driver:
         self._percentile = percentile
         self._acomplete = acomplete
         self._complete = complete
-        self.flight = Flight(dispatch, complete=acomplete)
-        self.sync_flight = SyncFlight(dispatch, complete=complete)
+        self._flight: Flight | None = None
+        self._sync_flight: SyncFlight | None = None
 
     def plan(self, run: TurnRun) -> FlightPlan | None:
         """The turn's fast side in flight (a panel, a hedge), ``None`` for the usual loop."""
+        policy = run.policy
+        if policy.drafts is None and policy.hedge is None:
+            return None
+        # imported on first use: `from tiered_router import Router` stays without asyncio
+        from tiered_router.engine._flight import plan_flight
+
         return plan_flight(run, percentile=self._percentile)
+
+    @property
+    def flight(self) -> Flight:
+        """The async driver of a turn's attempts in flight."""
+        if self._flight is None:
+            from tiered_router.engine._flight import Flight
+
+            self._flight = Flight(self._dispatch, complete=self._acomplete)
+        return self._flight
+
+    @property
+    def sync_flight(self) -> SyncFlight:
+        """Its sync twin (threads)."""
+        if self._sync_flight is None:
+            from tiered_router.engine._flight_sync import SyncFlight
+
+            self._sync_flight = SyncFlight(self._dispatch, complete=self._complete)
+        return self._sync_flight
 
     async def adrive(self, run: TurnRun) -> None:
         """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
         dispatch = self._dispatch
         try:
             nxt: Tier | None = run.first_tier()
-            flight = plan_flight(run, percentile=self._percentile)
+            flight = self.plan(run)
             if flight is not None:  # a panel or a hedge: the fast side's attempts at once
                 nxt = await self.flight.arun(run, flight)
             while nxt is not None:
@@ -87,7 +111,7 @@ class Driver:
         dispatch = self._dispatch
         try:
             nxt: Tier | None = run.first_tier()
-            flight = plan_flight(run, percentile=self._percentile)
+            flight = self.plan(run)
             if flight is not None:
                 nxt = self.sync_flight.run(run, flight)
             while nxt is not None:

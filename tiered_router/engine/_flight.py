@@ -47,6 +47,8 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
     policy = run.policy
     if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
         return None
+    if not run.escalate:  # a shadow run: one call, as documented
+        return None
     panel = plan_panel(
         policy,
         run.turn,

@@ -270,8 +270,9 @@ class TurnRun:
         """Record one failed try (the driver may retry the same backend next)."""
         self.errors.append(exc)
         if isinstance(exc, BackendUnavailable):  # refused by its breaker: no call was made
+            role = self.roles.get(tier, "call")
             self.attempts.append(
-                Attempt(tier=tier, backend=backend, model="", error=_describe(exc))
+                Attempt(tier=tier, backend=backend, model="", error=_describe(exc), role=role)
             )
             return
         self.attempts.append(self._attempt(tier, backend, model, latency, error=_describe(exc)))

@@ -147,6 +147,12 @@ class Metrics:
             "Draft panels by result (agreed, disagreed, not_comparable).",
             ("result",),
         )
+        # known label values start at 0, so a scrape shows the series before the first panel
+        for result in ("agreed", "disagreed", "not_comparable"):
+            self.panels.labels(result)
+        for role in ("draft", "hedge"):
+            for outcome in ("answered", "failed", "cancelled"):
+                self.concurrent_calls.labels(role, outcome)
         self.latency = Histogram(
             p + "turn_latency_seconds",
             "Wall time of routed turns.",
