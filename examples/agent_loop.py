@@ -5,15 +5,18 @@ With no argument it runs against the scripted local OpenAI-compatible server tha
 wrong argument type, the gate catches it and escalates, then the loop runs the tool and the
 final answer goes to the frontier tier.
 
-With a policy file it runs the same loop against real providers:
+With a policy file it runs the same loop against real providers, or with ``--stand-in`` (or
+``TIERED_ROUTER_STAND_IN=1``) against the scripted server standing in for them:
 
-    python examples/agent_loop.py                         # local scripted server
-    python examples/agent_loop.py examples/policy.yaml    # needs the policy's API keys
+    python examples/agent_loop.py                                    # local scripted server
+    python examples/agent_loop.py examples/policy.yaml --stand-in    # the policy, no keys
+    python examples/agent_loop.py examples/policy.yaml               # needs its API keys
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -103,6 +106,22 @@ def local_policy(base_url: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     question = "What's the weather in Lyon for the next 2 days?"
+    stand_in = "--stand-in" in argv or os.environ.get("TIERED_ROUTER_STAND_IN") == "1"
+    argv = [a for a in argv if a != "--stand-in"]
+    if len(argv) > 1 and stand_in:
+        with ScriptedServer() as server:
+            # the same three answers, whatever the policy's model names: a bad draft, the
+            # escalated call, the final answer
+            server.script(
+                [
+                    Reply.tool_calls([("get_weather", {"city": "Lyon", "days": "two"})]),
+                    Reply.tool_calls([("get_weather", {"city": "Lyon", "days": 2})]),
+                    Reply.text("Lyon: sunny, highs around 24 °C for the next 2 days."),
+                ]
+            )
+            with Router(server.stand_in(argv[1])) as router:
+                print(run_agent(router, question))
+        return 0
     if len(argv) > 1:
         with Router.from_yaml(argv[1]) as router:
             print(run_agent(router, question))

@@ -1,9 +1,13 @@
 """A LangGraph ReAct agent whose every model call goes through tiered_router.
 
-    pip install "tiered-router[langchain]"
+    pip install ".[langchain]"      # from a checkout
+    python examples/langgraph_agent.py --stand-in   # no keys: a local scripted upstream
     export INCEPTION_API_KEY=... OPENAI_API_KEY=...
     python examples/langgraph_agent.py              # the built-in Mercury 2 + GPT policy
     python examples/langgraph_agent.py policy.yaml  # or your own policy
+
+``--stand-in`` (or ``TIERED_ROUTER_STAND_IN=1``) points the policy's backends at
+``tiered_router.testing.ScriptedServer`` on 127.0.0.1, which answers as ``stand_in_reply`` says.
 
 The agent has two tools and needs three model calls (tool, tool, answer). The router sends
 each call to a tier; the gate checks every fast draft's tool arguments against the tool
@@ -14,6 +18,7 @@ cost. See docs/langchain.md.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -23,8 +28,9 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from tiered_router import Router
+from tiered_router import PolicyError, Router
 from tiered_router.integrations.langchain import TieredChatModel
+from tiered_router.testing import Reply, ScriptedServer
 
 POLICY = """
 version: 1
@@ -69,9 +75,33 @@ def build_agent(router: Router) -> Any:
     return graph.compile()
 
 
+def stand_in_reply(body: dict[str, Any]) -> Reply:
+    """What the scripted upstream answers with --stand-in: two tools in turn, then the answer."""
+    done = sum(1 for m in body["messages"] if m["role"] == "tool")
+    if done == 0:
+        return Reply.tool_calls([("get_weather", {"city": "Oslo"})])
+    if done == 1:
+        return Reply.tool_calls([("to_fahrenheit", {"celsius": 21.0})])
+    return Reply.text("It is 21 °C (69.8 °F) in Oslo.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    with Router.from_yaml(args[0]) if args else Router(POLICY) as router:  # closes clients
+    stand_in = "--stand-in" in args or os.environ.get("TIERED_ROUTER_STAND_IN") == "1"
+    args = [a for a in args if a != "--stand-in"]
+    policy = args[0] if args else POLICY
+    if stand_in:
+        with ScriptedServer(default=stand_in_reply) as upstream:
+            return run(upstream.stand_in(policy))
+    try:
+        return run(policy)
+    except PolicyError as exc:  # a key not set: say which, and how to run without keys
+        print(f"{exc}\n(no keys? run it with --stand-in)", file=sys.stderr)
+        return 1
+
+
+def run(policy: Any) -> int:
+    with Router(policy) as router:  # closes clients
         agent = build_agent(router)
         with router.task("weather-demo") as task:
             question = "How warm is it in Oslo, in Fahrenheit?"

@@ -1,9 +1,13 @@
 """A pydantic-ai agent with a tool and a typed output, routed by tiered_router.
 
-    pip install "tiered-router[pydantic-ai]"
+    pip install ".[pydantic-ai]"      # from a checkout
+    python examples/pydantic_ai_example.py --stand-in   # no keys: a local scripted upstream
     export INCEPTION_API_KEY=... OPENAI_API_KEY=...
     python examples/pydantic_ai_example.py              # built-in Mercury 2 + GPT policy
     python examples/pydantic_ai_example.py policy.yaml  # or your own policy
+
+``--stand-in`` (or ``TIERED_ROUTER_STAND_IN=1``) points the policy's backends at
+``tiered_router.testing.ScriptedServer`` on 127.0.0.1, which answers as ``stand_in_reply`` says.
 
 pydantic-ai's output tool and function tools reach the router as tool specs, so a fast
 draft with bad arguments is escalated before pydantic-ai spends a retry on it. See
@@ -14,14 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_ai import Agent
 
-from tiered_router import Router
+from tiered_router import PolicyError, Router
 from tiered_router.integrations.pydantic_ai import TieredPydanticAIModel
+from tiered_router.testing import Reply, ScriptedServer
 
 POLICY = """
 version: 1
@@ -64,10 +71,26 @@ async def run(router: Router) -> int:
     return 0
 
 
+def stand_in_reply(body: dict[str, Any]) -> Reply:
+    """What the scripted upstream answers with --stand-in: the tool, then the typed output."""
+    if not any(m["role"] == "tool" for m in body["messages"]):
+        return Reply.tool_calls([("get_temperature", {"city": "Oslo"})])
+    return Reply.tool_calls([("final_result", {"city": "Oslo", "celsius": 21.5})])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    router = Router.from_yaml(args[0]) if args else Router(POLICY)
-    return asyncio.run(run(router))
+    stand_in = "--stand-in" in args or os.environ.get("TIERED_ROUTER_STAND_IN") == "1"
+    args = [a for a in args if a != "--stand-in"]
+    policy = args[0] if args else POLICY
+    if stand_in:
+        with ScriptedServer(default=stand_in_reply) as upstream:
+            return asyncio.run(run(Router(upstream.stand_in(policy))))
+    try:
+        return asyncio.run(run(Router(policy)))
+    except PolicyError as exc:  # a key not set: say which, and how to run without keys
+        print(f"{exc}\n(no keys? run it with --stand-in)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -55,10 +55,23 @@ def test_traces_to_dataset_to_calibrate_and_write(recorded: Path) -> None:
     assert not (recorded / "scorer.json").exists()
 
     args = ["calibrate", "policy.yaml", "--data", "my_traffic.jsonl"]
-    result = runner.invoke(app, [*args, "--target-quality-retained", "0.95", "--write", "--json"])
+    # twenty labelled turns: too few to write a threshold without --force, as the page shows
+    refused = runner.invoke(app, [*args, "--target-quality-retained", "0.95", "--write"])
+    assert refused.exit_code == 1
+    page = " ".join(PAGE.read_text("utf-8").split())
+    shown = refused.output.strip().splitlines()[-1]
+    assert shown.startswith("error: not writing the threshold 0.6: it comes from 20 turn(s)")
+    assert "bootstrap interval" in shown and " ".join(shown.split()) in page
+    assert load_policy(recorded / "policy.yaml").scoring.threshold == 0.05
+    result = runner.invoke(
+        app, [*args, "--target-quality-retained", "0.95", "--write", "--force", "--json"]
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["written"] is True and out["pair_differs_from_policy"] == []
+    assert out["small_sample"].startswith("only 20 turn(s)")
+    interval = out["threshold_interval"]
+    assert interval["low"] <= out["expected"]["threshold"] <= interval["high"]
     assert out["previous_threshold"] == 0.05
     expected = out["expected"]
     assert expected["quality_retained"] >= 0.95 and expected["fast_share"] > 0
@@ -101,7 +114,8 @@ def test_eval_names_the_pair_and_prices(recorded: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "replaying traces: fast = mercury-2, frontier = gpt-5.2" in result.output
     assert "($1.75 in / $14 out per 1M tokens)" in result.output
-    assert "warning" not in result.output
+    assert "warning: the data replays" not in result.output  # the policy's own pair
+    assert "warning: only 20 turn(s) with outcomes of both tiers" in result.output
 
 
 def _record_one(tmp_path: Path, record: Any, **labels: float) -> tuple[Path, MemorySink]:

@@ -103,6 +103,58 @@ def test_validate_missing_file_and_missing_key(tmp_path: Path) -> None:
     assert err.startswith(f"{keyless}: backends.fast.api_key: ")
 
 
+def test_validate_shows_what_every_backend_resolves_to(tmp_path: Path) -> None:
+    path = tmp_path / "presets.yaml"
+    path.write_text(
+        "version: 1\n"
+        "backends:\n"
+        "  mercury: {preset: mercury-2, api_key: k}\n"  # everything from the preset
+        "  local: {preset: dlmserve}\n"
+        "  listed: {model: gpt-4o-mini, api_key: k}\n"  # the built-in price table
+        "  mine: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key: k, tools: false}\n"
+        "  priced: {model: gpt-4o, api_key: k}\n"
+        "  replayed: {type: replay, options: {data: sample},\n"
+        "             model: Mixtral-8x7B-Instruct|gpt-4o-mini-FC}\n"
+        "prices: {gpt-4o: {input_per_mtok: 1, output_per_mtok: 2}}\n"
+        "tiers: {fast: mercury, frontier: listed}\n",
+        encoding="utf-8",
+    )
+    code, out, _ = invoke("validate", path, "--json")
+    assert code == 0, out
+    backends = json.loads(out)["backends"]
+    assert backends["mercury"] == {
+        "type": "openai",
+        "preset": "mercury-2",
+        "kind": "diffusion",
+        "model": "mercury-2",
+        "base_url": "https://api.inceptionlabs.ai/v1",
+        "dialect": "mercury-2",
+        "tools": "native",
+        "price": {"input_per_mtok": 0.25, "output_per_mtok": 0.75, "cached_input_per_mtok": 0.025},
+        "price_source": "preset mercury-2",
+    }
+    assert backends["local"]["tools"] == "prompted" and backends["local"]["dialect"] == "dlmserve"
+    assert backends["local"]["base_url"] == "http://127.0.0.1:8000/v1"
+    assert backends["listed"]["price_source"] == "built-in price table (openai, gpt-4o-mini)"
+    assert backends["listed"]["base_url"] == "https://api.openai.com/v1"
+    assert backends["mine"]["preset"] is None and backends["mine"]["tools"] == "none"
+    assert backends["mine"]["price"] is None and backends["mine"]["kind"] == "autoregressive"
+    assert backends["priced"]["price_source"] == "prices.gpt-4o"
+    assert backends["replayed"]["dialect"] is None and "Mixtral" in backends["replayed"]["model"]
+    assert all(info["kind"] is not None for info in backends.values())
+    code, out, _ = invoke("validate", path)
+    assert code == 0
+    assert (
+        "backend mercury: openai mercury-2 (diffusion) at https://api.inceptionlabs.ai/v1, "
+        "preset mercury-2, dialect mercury-2, tools native, $0.25 in / $0.75 out per 1M tokens "
+        "(from preset mercury-2)"
+    ) in out
+    assert (
+        "backend mine: openai m (autoregressive) at http://127.0.0.1:9/v1, dialect openai, " in out
+    )
+    assert "(default)" not in out
+
+
 def test_explain_table_and_json(policy: Path) -> None:
     code, out, _ = invoke("explain", policy, "--prompt", "Say hi.")
     assert code == 0
@@ -161,15 +213,49 @@ def test_run_pinned_model(policy: Path, server: ScriptedServer) -> None:
     assert code == 1 and "unknown model 'gpt-4o'" in err
 
 
-def test_run_failure_is_one_line(tmp_path: Path) -> None:
+def test_run_failure_names_each_tiers_own_error(tmp_path: Path) -> None:
     closed = ScriptedServer().start()
     url = closed.base_url
     closed.stop()  # nothing listens there any more: connection refused
     policy = write_policy(tmp_path, url)
     code, out, err = invoke("run", policy, "--prompt", "Say hi.")
     assert code == 1
-    assert err.startswith("error: AllTiersFailed:") and len(err.strip().splitlines()) == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: AllTiersFailed: no tier produced a completion")
+    assert lines[1].startswith("  fast (fast): connection failed") and "refused" in lines[1]
+    assert lines[2].startswith("  frontier (frontier): connection failed")
     assert "Traceback" not in out + err and SECRET not in err
+
+
+def test_run_needs_only_the_keys_of_the_tiers_it_calls(
+    tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BIG_KEY", raising=False)
+    closed = ScriptedServer().start()
+    down = closed.base_url
+    closed.stop()
+    path = tmp_path / "local.yaml"
+    text = (
+        "version: 1\n"
+        "backends:\n"
+        "  local: {{base_url: '{url}', model: fast-model, kind: diffusion, max_retries: 0}}\n"
+        "  big: {{model: gpt-5.2, api_key: '${{BIG_KEY}}'}}\n"
+        "tiers: {{fast: local, frontier: big}}\n"
+    )
+    # the local server answers: no frontier key needed
+    path.write_text(text.format(url=server.base_url), encoding="utf-8")
+    server.script([Reply.text("hi")], model="fast-model")
+    code, out, err = invoke("run", path, "--prompt", "Say hi.", "--json")
+    assert code == 0, err
+    assert json.loads(out)["tier"] == "fast"
+    # the local server is down: its own error shows, then the frontier's missing key
+    path.write_text(text.format(url=down), encoding="utf-8")
+    code, _, err = invoke("run", path, "--prompt", "Say hi.")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert "refused" in lines[1] and lines[1].startswith("  fast (local): ")
+    assert lines[2].startswith("  frontier (big): not called: backend 'big' needs an API key")
+    assert "BIG_KEY" in lines[2]
 
 
 def test_serve_refuses_public_bind_without_keys(policy: Path) -> None:

@@ -88,7 +88,8 @@ def test_explain_and_validate_need_no_keys() -> None:
     validated = runner.invoke(build_app(), ["validate", policy])
     assert validated.exit_code == 0, validated.output
     assert "INCEPTION_API_KEY" in validated.output
-    assert "gpt-5.2 (autoregressive), $1.75 in / $14 out per 1M tokens" in validated.output
+    assert "gpt-5.2 (autoregressive) at https://api.openai.com/v1" in validated.output
+    assert "$1.75 in / $14 out per 1M tokens (from backends.frontier.price)" in validated.output
 
 
 def test_validate_names_a_backend_without_a_price(tmp_path: Path) -> None:

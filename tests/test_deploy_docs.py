@@ -67,7 +67,7 @@ def test_the_compose_file_wires_router_redis_collector_and_balancer() -> None:
     router = services["router"]
     command = " ".join(router["command"].split())
     assert "--otel" in command and "/etc/tiered-router/policy.yaml" in command
-    assert "tiered-router[cli,server,redis,otel]" in command
+    assert "/src[cli,server,redis,otel]" in command  # the checkout, not a guessed index name
     assert router["environment"]["REDIS_URL"].startswith("redis://redis:")
     assert router["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
     assert "/readyz" in " ".join(router["healthcheck"]["test"])

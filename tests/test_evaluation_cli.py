@@ -280,5 +280,10 @@ def test_eval_verdict_when_the_threshold_sends_every_turn_to_one_tier(tmp_path: 
     code, out = _invoke("eval", str(path))
     assert code == 0, out
     flat = " ".join(out.split())
-    assert "sends every turn to the fast tier on this data" in flat
+    # the verdict names the shares as the table does: decided fast, then answered fast
+    answered = re.search(r"fast share \(answered fast\)\s*│\s*([\d.]+%)", out)
+    assert answered is not None
+    assert "the scores decide every turn for the fast tier on this data" in flat
+    assert f"(answered fast: {answered.group(1)};" in flat
+    assert "sends every turn" not in flat
     assert "tiered-router calibrate" in flat

@@ -154,3 +154,50 @@ def test_raw_parse_and_a_non_openai_frontier_cannot_pass_through(server: Scripte
     }
     with TieredOpenAI(replay) as client, pytest.raises(openai.OpenAIError, match="replay"):
         client.embeddings.create(model="e", input="x")
+
+
+def test_parse_failing_on_both_tiers_is_an_api_error_with_the_trace(
+    server: ScriptedServer,
+) -> None:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        answer: int
+
+    server.script([Reply.json({"answer": "four"})], model="fast-model")
+    server.script([Reply.json({"answer": "four"})], model="frontier-model")
+    with _client(server) as client, pytest.raises(openai.APIError) as info:
+        client.chat.completions.parse(model="auto", messages=MESSAGES, response_format=Answer)
+    error = info.value
+    assert isinstance(error, GateFailed) and not isinstance(error, openai.APIStatusError)
+    assert error.trace is not None and [a.tier for a in error.attempts] == ["fast", "frontier"]
+    assert error.verdict.failed_checks == ("json_schema",)
+    assert "answer" in str(error) and "every draft failed the gate" in str(error)
+    assert error.body is not None and error.body["code"] == "GateFailed"
+
+
+def test_async_parse_of_a_truncated_answer_is_openais_length_error_with_the_trace(
+    server: ScriptedServer,
+) -> None:
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        answer: int
+
+    server.script([Reply.truncated('{"answer": ')], model="fast-model")
+    server.script([Reply.truncated('{"answer": ')], model="frontier-model")
+
+    async def main() -> BaseException:
+        async with AsyncTieredOpenAI(shared_policy(server, retries=(0, 0))) as client:
+            try:
+                await client.chat.completions.parse(
+                    model="auto", messages=MESSAGES, response_format=Answer
+                )
+            except openai.LengthFinishReasonError as exc:
+                return exc
+        raise AssertionError("parse returned")
+
+    error = asyncio.run(main())
+    assert isinstance(error, GateFailed) and error.trace is not None
+    assert len(error.attempts) == 2 and "not_truncated" in error.verdict.failed_checks
+    assert error.completion.choices[0].finish_reason == "length"  # type: ignore[attr-defined]

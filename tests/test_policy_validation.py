@@ -576,7 +576,7 @@ def test_the_cli_without_its_extra_names_the_extra() -> None:
     assert done.returncode == 1
     assert done.stderr.strip() == (
         "tiered-router: the tiered-router command line needs 'typer', from the cli extra: "
-        'pip install "tiered-router[cli]"'
+        'pip install ".[cli]"'
     )
 
 
@@ -590,7 +590,7 @@ def test_writing_a_threshold_without_ruamel_names_the_extra(
     path = tmp_path / "policy.yaml"
     path.write_text(BASE, encoding="utf-8")
     monkeypatch.setitem(sys.modules, "ruamel.yaml", None)
-    with pytest.raises(ImportError, match=r'pip install "tiered-router\[cli\]"'):
+    with pytest.raises(ImportError, match=r'pip install "\.\[cli\]"'):
         write_threshold(path, 0.4)
     assert path.read_text(encoding="utf-8") == BASE
 
@@ -606,4 +606,4 @@ def test_main_without_the_cli_extra_exits_1_naming_it(
     with pytest.raises(SystemExit) as info:
         main(["validate", "policy.yaml"])
     assert info.value.code == 1
-    assert 'pip install "tiered-router[cli]"' in capsys.readouterr().err
+    assert 'pip install ".[cli]"' in capsys.readouterr().err

@@ -93,10 +93,11 @@ def test_shadow_labelled_traffic_fits_a_scorer_that_the_policy_then_uses(traffic
         "scoring: {type: learned, threshold: 0.5, options: {path: scorer.json}}",
     )
     (traffic / "policy.yaml").write_text(policy_text, encoding="utf-8")
+    # 160 labelled turns, under calibrate's floor of 200 for --write: forced, knowingly
     calibrated = runner.invoke(
         app,
         ["calibrate", "policy.yaml", "--data", "mine.jsonl", "--target-quality-retained", "1.0"]
-        + ["--write", "--json"],
+        + ["--write", "--force", "--json"],
     )
     assert calibrated.exit_code == 0, calibrated.output
     expected = json.loads(calibrated.output)["expected"]

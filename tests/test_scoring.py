@@ -536,3 +536,27 @@ def test_extract_is_shared_by_both_scorers() -> None:
     t = turn("Compare the two plans and explain why one is better.")
     vector = extract(t)
     assert LearnedScorer(_train()).score(t).features == vector.raw == SCORER.score(t).features
+
+
+def test_code_and_math_reasons_name_what_was_counted() -> None:
+    from tiered_router import Router, Turn
+
+    router = Router(
+        {
+            "backends": {"f": {"model": "m", "price": {"input_per_mtok": 0, "output_per_mtok": 0}}},
+            "tiers": {"fast": "f", "frontier": "f"},
+            "scoring": {"type": "heuristic"},
+        }
+    )
+
+    def reasons(text: str) -> str:
+        return " | ".join(router.decide(Turn([{"role": "user", "content": text}])).reasons)
+
+    prose = reasons("Extract the city as JSON: I moved to Lyon in May.")
+    assert "code signs: programming words json (code 0.6)" in prose
+    assert "density" not in prose
+    aside = reasons("I moved (last year) to Lyon, a city I love.")
+    assert "code signs: 2 code-like symbols" in aside
+    code = reasons("Fix this:\n```python\ndef f(x): return x[0]\n```")
+    assert "1 fenced block; programming words def, python" in code
+    assert "math signs: 1 arithmetic operation; 2 numbers (math 0.9)" in reasons("What is 2 + 2?")

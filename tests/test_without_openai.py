@@ -93,8 +93,8 @@ def test_the_drop_in_client_names_the_openai_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "tiered_router.openai returns the openai SDK's own types and needs the SDK, "
-        'from the openai extra: pip install "tiered-router[openai]"'
+        "tiered_router.openai returns the openai SDK's own types, "
+        'from the openai extra: pip install ".[openai]"'
     )
 
 
@@ -119,5 +119,5 @@ def test_a_pydantic_response_format_names_the_openai_extra_and_a_dict_still_work
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.strip().splitlines()
     assert first.startswith("response_format: a class (Answer) is turned into OpenAI's strict")
-    assert 'pip install "tiered-router[openai]"' in first
+    assert 'pip install ".[openai]"' in first
     assert second == "True"

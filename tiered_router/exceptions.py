@@ -29,12 +29,9 @@ Messages never contain secrets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tiered_router.gate import Verdict
-    from tiered_router.trace import Attempt, Trace
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 __all__ = [
     "AllTiersFailed",
@@ -52,6 +49,76 @@ __all__ = [
     "TieredRouterError",
     "UnknownModel",
 ]
+
+
+# What the errors carry, seen from here: the shapes of tiered_router.gate.Verdict and
+# tiered_router.trace.Attempt / Trace (which satisfy them). The error tree sits below the
+# gate and the trace, so it names their shapes, never their modules.
+if TYPE_CHECKING:
+
+    class _Verdict(Protocol):
+        @property
+        def passed(self) -> bool: ...
+
+        @property
+        def failed_checks(self) -> tuple[str, ...]: ...
+
+        @property
+        def reasons(self) -> tuple[str, ...]: ...
+
+    class _Attempt(Protocol):
+        @property
+        def tier(self) -> str: ...
+
+        @property
+        def backend(self) -> str: ...
+
+        @property
+        def model(self) -> str: ...
+
+        @property
+        def latency_s(self) -> float: ...
+
+        @property
+        def cost(self) -> float: ...
+
+        @property
+        def verdict(self) -> _Verdict | None: ...
+
+        @property
+        def error(self) -> Mapping[str, Any] | None: ...
+
+        def to_dict(self) -> dict[str, Any]: ...
+
+    class _Trace(Protocol):
+        @property
+        def turn_id(self) -> str: ...
+
+        @property
+        def attempts(self) -> Sequence[_Attempt]: ...
+
+        @property
+        def tier(self) -> str | None: ...
+
+        @property
+        def backend(self) -> str | None: ...
+
+        @property
+        def escalated(self) -> bool: ...
+
+        @property
+        def escalations(self) -> tuple[str, ...]: ...
+
+        @property
+        def verdict(self) -> _Verdict | None: ...
+
+        @property
+        def latency_s(self) -> float: ...
+
+        @property
+        def cost(self) -> float: ...
+
+        def to_dict(self) -> dict[str, Any]: ...
 
 
 class TieredRouterError(Exception):
@@ -215,8 +282,8 @@ class StreamInterrupted(TieredRouterError):
         message: str,
         *,
         backend: str = "?",
-        attempts: Sequence[Attempt] = (),
-        trace: Trace | None = None,
+        attempts: Sequence[_Attempt] = (),
+        trace: _Trace | None = None,
     ) -> None:
         self.backend = backend
         self.attempts = tuple(attempts)
@@ -226,6 +293,9 @@ class StreamInterrupted(TieredRouterError):
 
 class GateFailed(TieredRouterError):
     """The final draft failed the quality gate and the policy says to raise.
+
+    The drop-in's ``parse`` raises it too (as openai's class) when the answer it was given
+    does not parse into the requested class.
 
     Attributes:
         verdict: The failing verdict of the last draft.
@@ -237,9 +307,9 @@ class GateFailed(TieredRouterError):
         self,
         message: str,
         *,
-        verdict: Verdict,
-        attempts: Sequence[Attempt] = (),
-        trace: Trace | None = None,
+        verdict: _Verdict,
+        attempts: Sequence[_Attempt] = (),
+        trace: _Trace | None = None,
     ) -> None:
         self.verdict = verdict
         self.attempts = tuple(attempts)
@@ -260,9 +330,9 @@ class AllTiersFailed(TieredRouterError):
         self,
         message: str,
         *,
-        attempts: Sequence[Attempt] = (),
+        attempts: Sequence[_Attempt] = (),
         errors: Sequence[BaseException] = (),
-        trace: Trace | None = None,
+        trace: _Trace | None = None,
     ) -> None:
         self.attempts = tuple(attempts)
         self.errors = tuple(errors)
@@ -278,3 +348,72 @@ def _describe(exc: BaseException) -> dict[str, Any]:
         if value is not None:
             out[attr] = value
     return out
+
+
+@functools.cache
+def install_command(extra: str | None = None) -> str:
+    """Return the ``pip install`` command that adds ``extra`` to this installation.
+
+    Every "install ..." message of the package comes from here, so that a pasted hint
+    installs this code: from a source checkout (run in place, or installed from its
+    directory, editable or not) ``pip install ".[cli]"``; installed from a package index,
+    the name it was published under. Never a guessed name that the index may not have, or
+    that a stranger may own.
+
+    Args:
+        extra: The extra to name (``cli``, ``server``, ...), or ``None`` for the core.
+
+    """
+    from importlib import metadata
+    from pathlib import Path
+
+    source_tree = (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file()
+    name: str | None = None
+    direct_url: str | None = None
+    if not source_tree:
+        try:
+            dist = metadata.distribution("tiered-router")
+        except metadata.PackageNotFoundError:
+            pass
+        else:
+            name, direct_url = dist.metadata["Name"], dist.read_text("direct_url.json")
+    return pip_command(extra, source_tree=source_tree, name=name, direct_url=direct_url)
+
+
+def pip_command(
+    extra: str | None, *, source_tree: bool, name: str | None, direct_url: str | None
+) -> str:
+    """Return the install command for an installation described by its metadata.
+
+    Args:
+        extra: The extra to name, or ``None``.
+        source_tree: Whether the package is imported from a source checkout.
+        name: The installed distribution's name (``None``: not installed).
+        direct_url: Its ``direct_url.json`` (PEP 610; only for installs not from an index).
+
+    """
+    import json
+
+    suffix = f"[{extra}]" if extra else ""
+    checkout = f'pip install ".{suffix}"'
+    if source_tree or name is None:
+        return checkout
+    if direct_url is not None:
+        try:
+            origin = json.loads(direct_url)
+        except ValueError:
+            origin = None
+        if isinstance(origin, dict) and "dir_info" in origin:
+            return checkout  # installed from a local directory: a checkout
+    return f'pip install "{name}{suffix}"'
+
+
+def missing_extra(extra: str, needs: str) -> str:
+    """Return the message for a missing optional dependency: what needs it, how to install it.
+
+    Args:
+        extra: The extra that installs it.
+        needs: What needs it, as the start of a sentence ("the proxy needs Starlette").
+
+    """
+    return f"{needs}, from the {extra} extra: {install_command(extra)}"

@@ -53,14 +53,14 @@ try:
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'OpenTelemetry support needs the otel extra: install "tiered-router[otel]"'
-    ) from exc
+    from tiered_router.exceptions import missing_extra
+
+    raise ImportError(missing_extra("otel", "OpenTelemetry support needs its SDK")) from exc
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Attempt, Trace
 
 __all__ = ["OTelSink", "TraceContextMiddleware", "configure_otlp", "gen_ai_system"]
@@ -247,6 +247,12 @@ class OTelSink:
             attrs["gen_ai.usage.output_tokens"] = attempt.usage.output_tokens
         if attempt.conversions:
             attrs["tiered_router.conversions"] = list(attempt.conversions)
+        if attempt.role != "call":  # a panel's draft or a hedge
+            attrs["tiered_router.attempt.role"] = attempt.role
+        if attempt.cancelled:
+            attrs["tiered_router.attempt.cancelled"] = True
+        if attempt.answer_key is not None:
+            attrs["tiered_router.answer_key.kind"] = attempt.answer_key.get("kind", "")
         error = attempt.error
         if error is not None:
             attrs["error.type"] = str(error.get("type", "error"))
@@ -279,6 +285,10 @@ class OTelSink:
                 "tiered_router.tier": attempt.tier,
             }
             timing = dict(base)
+            if attempt.role != "call":
+                timing["tiered_router.attempt.role"] = attempt.role
+            if attempt.cancelled:
+                timing["tiered_router.attempt.cancelled"] = True
             if attempt.error is not None:
                 timing["error.type"] = str(attempt.error.get("type", "error"))
             self._duration.record(attempt.latency_s, timing)
@@ -368,9 +378,9 @@ def configure_otlp(
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            'exporting OTLP needs the otel extra: install "tiered-router[otel]"'
-        ) from exc
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("otel", "exporting OTLP needs its exporter")) from exc
     if isinstance(otel_trace.get_tracer_provider(), TracerProvider):
         return False
     attrs = dict(resource or {})

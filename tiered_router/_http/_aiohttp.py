@@ -31,7 +31,19 @@ import base64
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from tiered_router import _http
+from httpx2 import (
+    URL,
+    ConnectError,
+    ConnectTimeout,
+    Limits,
+    ProxyError,
+    ReadError,
+    ReadTimeout,
+    RemoteProtocolError,
+    create_ssl_context,
+)
+
+from tiered_router._http._settings import DEFAULT_LIMITS, call_timeout, env_proxies
 
 if TYPE_CHECKING:
     import aiohttp
@@ -93,21 +105,21 @@ def _translate(exc: BaseException, *, reading: bool) -> BaseException:
     if isinstance(exc, asyncio.CancelledError):
         return exc
     if isinstance(exc, aiohttp.ConnectionTimeoutError):  # waiting for the pool, or connecting
-        return _http.ConnectTimeout(f"timed out connecting: {exc}")
+        return ConnectTimeout(f"timed out connecting: {exc}")
     if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
-        return _http.ReadTimeout(f"timed out reading: {type(exc).__name__}")
+        return ReadTimeout(f"timed out reading: {type(exc).__name__}")
     if isinstance(exc, aiohttp.ClientProxyConnectionError):
-        return _http.ProxyError(f"cannot connect to the proxy: {exc.os_error}")
+        return ProxyError(f"cannot connect to the proxy: {exc.os_error}")
     if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the tunnel
-        return _http.ProxyError(f"the proxy answered {exc.status}: {exc.message}")
+        return ProxyError(f"the proxy answered {exc.status}: {exc.message}")
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return _http.ConnectError(f"cannot connect: {exc}")
+        return ConnectError(f"cannot connect: {exc}")
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return _http.RemoteProtocolError(f"{type(exc).__name__}: {exc}")
+        return RemoteProtocolError(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, aiohttp.ClientResponseError):
-        return _http.RemoteProtocolError(f"bad HTTP response: {exc.message}")
+        return RemoteProtocolError(f"bad HTTP response: {exc.message}")
     if isinstance(exc, (aiohttp.ClientError, OSError)):
-        kind = _http.ReadError if reading else _http.ConnectError
+        kind = ReadError if reading else ConnectError
         return kind(f"{type(exc).__name__}: {exc}")
     return exc
 
@@ -175,7 +187,7 @@ def _route(url: str, proxies: Mapping[str, str]) -> _Route:
     parsed = yarl.URL(proxy)
     if parsed.scheme not in ("http", "https"):
         name = f"{scheme.upper()}_PROXY" if proxies.get(scheme) else "ALL_PROXY"
-        raise _http.ProxyError(
+        raise ProxyError(
             f"{name}: a {parsed.scheme}:// proxy is not supported for async calls; "
             "use an http:// or https:// proxy"
         )
@@ -206,11 +218,11 @@ class AiohttpTransport:
     def __init__(
         self,
         *,
-        limits: _http.Limits = _http.DEFAULT_LIMITS,
+        limits: Limits = DEFAULT_LIMITS,
         proxies: Mapping[str, str] | None = None,
     ) -> None:
         self._limits = limits
-        self._proxies = dict(_http.env_proxies() if proxies is None else proxies)
+        self._proxies = dict(env_proxies() if proxies is None else proxies)
         self._routes: dict[str, _Route] = {}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -230,7 +242,7 @@ class AiohttpTransport:
                 limit=self._limits.max_connections or 0,
                 limit_per_host=0,
                 keepalive_timeout=self._limits.keepalive_expiry or 15.0,
-                ssl=_http.create_ssl_context(),
+                ssl=create_ssl_context(),
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -248,7 +260,7 @@ class AiohttpTransport:
 
     async def exchange(
         self,
-        url: str | _http.URL,
+        url: str | URL,
         headers: Iterable[tuple[str, str]],
         body: bytes,
         timeout_s: float | None,
@@ -271,7 +283,7 @@ class AiohttpTransport:
 
         session = self._session_for_loop()
         route = self._route_of(str(url))
-        timeout = _http.call_timeout(timeout_s)
+        timeout = call_timeout(timeout_s)
         try:
             response = await session.request(
                 "POST",

@@ -217,6 +217,20 @@ class _Events:
         return events
 
 
+def _is_json(response: _Answer | _http.Response) -> bool:
+    kind = str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+    return kind == "application/json"
+
+
+def _whole(data: bytes, call: Call) -> Any:
+    """A JSON answer to a stream request, as the one event of the stream."""
+    event = _json(data, call)
+    error = _event_error(event, call)
+    if error is not None:
+        raise error
+    return event
+
+
 # -- async --------------------------------------------------------------------------------
 
 if sys.version_info >= (3, 11):
@@ -328,6 +342,12 @@ async def aevents(client: Sender, call: Call) -> AsyncGenerator[Any, None]:
             async with _until(deadline):
                 data = await _aread(response, call)
             raise _status_fail(response, data, call)
+        if _is_json(response):
+            # a server that answers JSON to a stream request (ollada): one whole event
+            async with _until(deadline):
+                data = await _aread(response, call)
+            yield _whole(data, call)
+            return
         parts = response.aiter_bytes().__aiter__()
         while True:
             async with _until(deadline):
@@ -411,6 +431,9 @@ def events(client: _http.Client, call: Call) -> Generator[Any, None, None]:
             if response.status_code >= 400:
                 data = _read(response, call, deadline)
                 raise _status_fail(response, data, call)
+            if _is_json(response):
+                yield _whole(_read(response, call, deadline), call)
+                return
             for part in response.iter_bytes():
                 _check(deadline, call)
                 yield from state.feed(part)

@@ -186,13 +186,45 @@ def run_demo(
     return results
 
 
+def serve_demo(*, host: str | None, port: int | None, trace_file: Path | None) -> None:
+    """Serve the proxy with the demo's policy, every backend on a local scripted upstream."""
+    from tiered_router.cli._policy_cmds import _errors, serve
+    from tiered_router.cli._stand_in import stand_in_policy
+
+    with _errors(), stand_in_policy(DEMO_POLICY) as (path, upstream):
+        url = f"http://{host or '127.0.0.1'}:{port or 8000}/v1"
+        typer.echo(
+            f"scripted upstream on {upstream.base_url} (no keys, no network); the proxy "
+            f"serves the demo policy (fast = {FAST_MODEL}, frontier = {FRONTIER_MODEL}) on "
+            f"{url}\ntry: curl {url}/chat/completions -H 'content-type: application/json' "
+            """-d '{"model": "auto", "messages": [{"role": "user", "content": "Hi!"}]}'""",
+            err=True,
+        )
+        serve(path, host=host, port=port, trace_file=trace_file)
+
+
 def demo(
     trace_file: Annotated[
         Path | None,
         typer.Option("--trace-file", help="Also append every trace to this JSONL file."),
     ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Instead, serve the proxy with the demo policy on a scripted upstream "
+            "(needs the server extra).",
+        ),
+    ] = False,
+    host: Annotated[
+        str | None, typer.Option(help="With --serve: the address (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="With --serve: the port (default 8000).")] = None,
 ) -> None:
     """Try it with no keys: a short agent loop against a local scripted upstream."""
+    if serve:
+        serve_demo(host=host, port=port, trace_file=trace_file)
+        return
     run_demo(typer.echo, trace_file=trace_file)
 
 

@@ -24,7 +24,7 @@ from tiered_router.cli._eval_report import (
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.results import EvalResult
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["register"]
 
@@ -270,12 +270,25 @@ def eval_command(
         frontier_model=frontier_model,
     )
     mismatch = _pair_notes(loaded, result, dataset, prices, quiet=as_json)
+    from tiered_router.evaluation.verdict import judge, small_sample
+
+    warning = small_sample(result.summary.n)
+    if warning is not None and not as_json:
+        typer.echo(f"warning: {warning}", err=True)
     if report is not None:
         from tiered_router.evaluation.report import render_html
 
-        report.write_text(render_html(result), encoding="utf-8")
+        name = str(policy) if policy is not None else "the bundled default policy"
+        report.write_text(
+            render_html(result, policy=name, scorer=loaded.scoring.type), encoding="utf-8"
+        )
     if as_json:
         out = result.to_dict()
+        verdict = judge(result)
+        out["verdict"] = (
+            None if verdict is None else {"outcome": verdict.outcome, "text": verdict.text}
+        )
+        out["small_sample"] = warning
         out["policy"] = str(policy) if policy is not None else "bundled default"
         out["pair_differs_from_policy"] = mismatch
         out["in_sample"] = _in_sample(loaded, dataset)
@@ -317,11 +330,19 @@ def calibrate_command(
     ] = False,
     force: Annotated[
         bool,
-        typer.Option("--force", help="Write even when the data's model pair is not the policy's."),
+        typer.Option(
+            "--force",
+            help="Write even when the data's model pair is not the policy's, or when it has "
+            "fewer than 200 turns with outcomes of both tiers.",
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Pick the threshold that meets a target on recorded outcomes (and write it back)."""
+    """Pick the threshold that meets a target on recorded outcomes (and write it back).
+
+    With a ``drafts:`` panel in the policy, the panel's ``k`` and ``min_agreement`` are swept
+    with the threshold, and ``--write`` sets all three.
+    """
     from tiered_router.evaluation.calibration import Target, calibrate_policy, write_threshold
     from tiered_router.evaluation.sweep import CalibrationError
     from tiered_router.exceptions import PolicyError
@@ -355,11 +376,35 @@ def calibrate_command(
             "not writing the threshold: it was calibrated on another model pair than the "
             "policy's (see the warnings above); pass --force to write it anyway"
         )
+    panel = None
     try:
-        point = calibrate_policy(result, target)
+        if loaded.drafts is not None and result.panel is not None:
+            from tiered_router.evaluation.calibration import calibrate_panel
+
+            panel = calibrate_panel(result, target, policy=loaded, dataset=dataset)
+            point = panel.point
+        else:
+            point = calibrate_policy(result, target)
     except CalibrationError as exc:
         raise _fail(str(exc)) from exc
+    from tiered_router.cli._eval_report import interval_text
+    from tiered_router.evaluation.verdict import (
+        MIN_CALIBRATION_ROWS,
+        small_sample,
+        threshold_interval,
+    )
+
     s = result.summary
+    interval = threshold_interval(result, target)
+    if write and s.n < MIN_CALIBRATION_ROWS and not force:
+        raise _fail(
+            f"not writing the threshold {point.threshold:g}: it comes from {s.n} turn(s) with "
+            f"outcomes of both tiers, fewer than {MIN_CALIBRATION_ROWS}; "
+            f"{interval_text(interval, s.n)}. Record more traffic, or pass --force"
+        )
+    warning = small_sample(s.n)
+    if warning is not None and not as_json:
+        typer.echo(f"warning: {warning}", err=True)
     expected = {
         "threshold": point.threshold,
         "quality": point.quality,
@@ -371,9 +416,23 @@ def calibrate_command(
         "escalation_rate": point.escalation_rate,
         "latency_mean_s": point.latency_s,
     }
+    if panel is not None:  # the panel's size and agreement were swept with the threshold
+        expected["drafts_k"] = panel.k
+        expected["drafts_min_agreement"] = panel.min_agreement
+        expected["panels_tried"] = panel.tried
     if write:
         try:
-            write_threshold(policy, point.threshold)
+            if panel is not None:
+                from tiered_router.evaluation.calibration import write_panel
+
+                write_panel(
+                    policy,
+                    threshold=point.threshold,
+                    k=panel.k,
+                    min_agreement=panel.min_agreement,
+                )
+            else:
+                write_threshold(policy, point.threshold)
         except PolicyError as exc:
             raise _fail(str(exc)) from exc
     if as_json:
@@ -385,6 +444,10 @@ def calibrate_command(
                     "target": target.describe(),
                     "previous_threshold": s.threshold,
                     "expected": expected,
+                    "threshold_interval": None
+                    if interval is None
+                    else {"low": interval.low, "high": interval.high, "unmet": interval.unmet},
+                    "small_sample": warning,
                     "written": write,
                     "pair_differs_from_policy": mismatch,
                 },
@@ -392,7 +455,7 @@ def calibrate_command(
             )
         )
         return
-    print_calibration(result, target.describe(), expected, policy if write else None)
+    print_calibration(result, target.describe(), expected, policy if write else None, interval)
 
 
 def register(app: typer.Typer) -> None:

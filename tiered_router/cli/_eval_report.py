@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tiered_router.evaluation.results import EvalResult
+    from tiered_router.evaluation.verdict import ThresholdInterval
 
-__all__ = ["print_baselines", "print_calibration", "print_sweep", "print_table"]
+__all__ = ["interval_text", "print_baselines", "print_calibration", "print_sweep", "print_table"]
 
 
 def _pct(v: float | None) -> str:
@@ -63,7 +64,7 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         ("gate: P(wrong | pass)", _pct(g.p_wrong_given_pass), f"{g.drafts} drafts"),
         ("gate: P(fail | wrong) catch", _pct(g.p_fail_given_wrong), ""),
         ("gate: P(fail | right) false alarm", _pct(g.p_fail_given_right), ""),
-        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)}"),
+        ("APGR (random 0.5)", _num(s.apgr), f"oracle {_num(s.apgr_oracle)} *"),
         ("CPT(50%)", _pct(s.cpt50), ""),
         ("CPT(80%)", _pct(s.cpt80), ""),
     ]
@@ -78,10 +79,24 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         console.print(f"escalations: {reasons}; failed checks: {checks}")
     if s.rules:
         console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    if result.panel is not None:
+        p = result.panel
+        console.print(
+            f"draft panel: k={p.k}, min_agreement {p.min_agreement:g}: agreed {p.agreed}, "
+            f"disagreed {p.disagreed} (escalated), not comparable {p.not_comparable} (gate); "
+            f"drafts cost ${p.draft_cost:.4f}",
+            highlight=False,
+        )
     print_sweep(console, result)
     print_baselines(console, result)
+    from tiered_router.evaluation.verdict import ORACLE_MEANING, small_sample
+
+    console.print(f"* {ORACLE_MEANING}", highlight=False, markup=False)
     for note in result.notes:
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
+    warning = small_sample(s.n)
+    if warning is not None:
+        console.print(f"[yellow]warning: {warning}[/yellow]", highlight=False)
 
 
 def _sweep_rows(result: EvalResult, count: int = 8) -> list[tuple[bool, Any]]:
@@ -130,42 +145,46 @@ def print_baselines(console: Console, result: EvalResult) -> None:
     if not result.baselines:
         return
     parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
-    for b in result.baselines:
+    same_cost = [b for b in result.baselines if b.name.endswith("(same cost)")]
+    same_share = [b for b in result.baselines if b not in same_cost]
+    for b in same_share:
         parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
     console.print(
         f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
         highlight=False,
     )
-    best = max(result.baselines, key=lambda b: b.quality)
-    margin = s.quality - best.quality
-    if s.routed_fast_share in (0.0, 1.0):
-        tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
+    if same_cost:
         console.print(
-            f"verdict: the threshold sends every turn to the {tier} tier on this data, so "
-            "there is nothing to compare. Calibrate it on data like your traffic: "
-            "`tiered-router calibrate POLICY --data YOUR_DATA --target-quality-retained 0.95`.",
+            f"at the policy's cost (${s.cost:.4f}): "
+            + "; ".join(
+                f"{b.name} {b.quality:.4f} ({_pct(b.frontier_share)} frontier)" for b in same_cost
+            ),
             highlight=False,
         )
-    elif margin < -1e-9:
-        console.print(
-            f"verdict: the policy keeps LESS quality than {best.name} at the same frontier "
-            "share. Try `tiered-router calibrate POLICY --data YOUR_DATA ...` on data like "
-            "your traffic, a scorer fitted on it (`tiered-router fit-scorer POLICY --data "
-            "YOUR_DATA -o scorer.json`), or another scorer (scoring.type: transfer | learned | "
-            "heuristic; docs/scoring.md).",
-            highlight=False,
-        )
-    else:
-        than = "more quality than" if margin > 1e-9 else "as much quality as"
-        console.print(
-            f"verdict: the policy keeps {than} random and prompt length at the same "
-            f"frontier share (+{margin:.4f} over the better, {best.name}).",
-            highlight=False,
-        )
+    from tiered_router.evaluation.verdict import judge
+
+    verdict = judge(result)
+    if verdict is not None:
+        console.print(verdict.text, highlight=False, markup=False)
+
+
+def interval_text(interval: ThresholdInterval | None, n: int) -> str:
+    """The calibrated threshold's bootstrap interval in one line."""
+    if interval is None:
+        return f"threshold interval: no resample of the {n} turns meets the target"
+    unmet = f", {interval.unmet} of which met no threshold" if interval.unmet else ""
+    return (
+        f"threshold 95 % bootstrap interval: {interval.low:g} to {interval.high:g} over "
+        f"{interval.resamples} resamples of the {n} turns{unmet}"
+    )
 
 
 def print_calibration(
-    result: EvalResult, target: str, expected: dict[str, Any], written: Path | None
+    result: EvalResult,
+    target: str,
+    expected: dict[str, Any],
+    written: Path | None,
+    interval: ThresholdInterval | None = None,
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -185,7 +204,20 @@ def print_calibration(
         "frontier calls", _pct(expected["frontier_call_share"]), _pct(s.frontier_call_share)
     )
     table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
+    if "drafts_k" in expected and result.panel is not None:
+        table.add_row("drafts k", str(expected["drafts_k"]), str(result.panel.k))
+        table.add_row(
+            "drafts min_agreement",
+            f"{expected['drafts_min_agreement']:g}",
+            f"{result.panel.min_agreement:g}",
+        )
     console = Console()
     console.print(table)
+    console.print(interval_text(interval, s.n), highlight=False)
     if written is not None:
         console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
+        if "drafts_k" in expected:
+            console.print(
+                f"wrote drafts.k: {expected['drafts_k']}, drafts.min_agreement: "
+                f"{expected['drafts_min_agreement']:g} to {written}"
+            )

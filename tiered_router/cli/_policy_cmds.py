@@ -18,7 +18,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.router import RoutedResult
     from tiered_router.routing import Decision
     from tiered_router.turn import Turn
@@ -57,6 +57,13 @@ StepOpt = Annotated[
     typer.Option("--step", min=0, help="The agent's step index."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+StandInOpt = Annotated[
+    bool,
+    typer.Option(
+        "--stand-in",
+        help="Point every backend at a local scripted upstream (no keys, no network).",
+    ),
+]
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -67,7 +74,7 @@ def _fail(message: str, code: int = 1) -> NoReturn:
 @contextmanager
 def _errors(policy_file: Path | None = None) -> Iterator[None]:
     """Turn expected failures into one line on stderr and exit code 1."""
-    from tiered_router.exceptions import PolicyError, TieredRouterError
+    from tiered_router.exceptions import AllTiersFailed, PolicyError, TieredRouterError
 
     try:
         yield
@@ -75,6 +82,17 @@ def _errors(policy_file: Path | None = None) -> Iterator[None]:
         if exc.file == "<policy>" and policy_file is not None:
             exc = PolicyError(str(exc), file=str(policy_file), problems=exc.problems)
         _fail(str(exc))
+    except AllTiersFailed as exc:  # each tier's own error on a line of its own
+        lines = [
+            f"error: AllTiersFailed: no tier produced a completion ({len(exc.attempts)} tries)"
+        ]
+        lines += [
+            f"  {a.tier} ({a.backend}): "
+            + _one_line(str(a.error.get("message"))).removeprefix(f"{a.backend}: ")
+            for a in exc.attempts
+            if a.error is not None
+        ]
+        _fail("\n".join(dict.fromkeys(lines)))
     except TieredRouterError as exc:
         _fail(f"error: {type(exc).__name__}: {_one_line(str(exc))}")
     except ImportError as exc:
@@ -88,7 +106,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router.policy._loader import load_policy
+    from tiered_router.policy import load_policy
 
     return load_policy(path)
 
@@ -184,82 +202,6 @@ def _missing_keys(loaded: Policy) -> list[str]:
     return missing
 
 
-def _prices(router: Any) -> dict[str, dict[str, Any] | None]:
-    """Each backend's price as the router bills it (own, policy ``prices:``, preset, table)."""
-    out: dict[str, dict[str, Any] | None] = {}
-    for name, config in router.policy.backends.items():
-        if config.type != "openai":
-            priced = "price" in config.model_fields_set
-            out[name] = config.price.model_dump() if priced else None
-            continue
-        from tiered_router.backends.presets import resolve_config
-
-        resolved = resolve_config(config, backend=name, prices=router.policy.prices)
-        priced = "price" in resolved.model_fields_set
-        out[name] = resolved.price.model_dump() if priced else None
-    return out
-
-
-def validate(
-    policy: PolicyArg,
-    json_out: JsonOpt = False,
-    check_keys: KeysOpt = False,
-) -> None:
-    """Check a policy and build its router, without calling a model. Exit 1 with file:line errors.
-
-    Loading checks the schema, variables, gate checks and their options, the scorer and
-    every backend's type, preset, model and options; then the router is built as ``Router()``
-    would build it. API keys are checked at a backend's first call: a missing one is a note
-    here, or an error with ``--check-keys``.
-    """
-    with _errors(policy):
-        loaded = _load(policy)
-        from tiered_router.router import Router
-
-        router = Router(loaded)  # builds the scorer and the gate; backends at first use
-        notes = _missing_keys(loaded)
-        prices = _prices(router)
-    if notes and check_keys:
-        _fail("\n".join(f"{policy}: {note}" for note in notes))
-    summary: dict[str, Any] = {
-        "file": str(policy),
-        "backends": {
-            name: {
-                "type": c.type,
-                "model": c.model or c.preset,
-                "kind": c.kind,
-                "price": prices.get(name),
-            }
-            for name, c in loaded.backends.items()
-        },
-        "tiers": {"fast": loaded.tiers.fast, "frontier": loaded.tiers.frontier},
-        "threshold": loaded.scoring.threshold,
-        "rules": [r.name for r in loaded.rules],
-        "gate": [c if isinstance(c, str) else next(iter(c)) for c in loaded.gate.checks],
-        "notes": notes,
-    }
-    if json_out:
-        typer.echo(json.dumps({"ok": True, **summary}, indent=2))
-        return
-    out = _console()
-    out.print(f"[green]ok[/green] {policy}")
-    for name, info in summary["backends"].items():
-        price = info["price"]
-        cost = (
-            f"${price['input_per_mtok']:g} in / ${price['output_per_mtok']:g} out per 1M tokens"
-            if price is not None
-            else "[yellow]no price: its calls count as $0[/yellow]"
-        )
-        kind = info["kind"] or "default"
-        out.print(f"  backend {name}: {info['type']} {info['model']} ({kind}), {cost}")
-    out.print(f"  tiers: fast={loaded.tiers.fast} frontier={loaded.tiers.frontier}")
-    out.print(f"  scoring: {loaded.scoring.type}, threshold {loaded.scoring.threshold}")
-    out.print(f"  rules: {', '.join(summary['rules']) or 'none'}")
-    out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
-    for note in notes:
-        out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
-
-
 def explain(
     policy: PolicyArg,
     prompt: PromptOpt = None,
@@ -333,8 +275,13 @@ def run(
         str, typer.Option("--model", help="auto, a tier (fast, frontier) or a backend name.")
     ] = "auto",
     json_out: JsonOpt = False,
+    stand_in: StandInOpt = False,
 ) -> None:
-    """Route one turn for real and print the answer and its trace."""
+    """Route one turn for real and print the answer and its trace.
+
+    Only the keys of the tiers the turn calls are needed; when every tier fails, each
+    tier's own error is printed. ``--stand-in`` routes it to a local scripted upstream.
+    """
     from tiered_router.openai._wire import resolve_model
 
     with _errors(policy):
@@ -343,8 +290,14 @@ def run(
         from tiered_router.router import Router
 
         tier = resolve_model(loaded, model)
-        with Router(loaded) as router:
-            result = router.complete(turn, tier=tier)
+        if stand_in:
+            from tiered_router.cli._stand_in import stand_in_policy
+
+            with stand_in_policy(loaded) as (path, _), Router(_load(path)) as router:
+                result = router.complete(turn, tier=tier)
+        else:
+            with Router(loaded) as router:
+                result = router.complete(turn, tier=tier)
     if json_out:
         typer.echo(json.dumps(_result_dict(result), indent=2, default=str))
         return
@@ -429,13 +382,36 @@ def serve(
             "(needs the otel extra)."
         ),
     ] = False,
+    stand_in: StandInOpt = False,
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra).
 
     One line per chat request is logged at info: status, tier, score, rule, escalated,
-    latency and cost.
+    latency and cost. ``--stand-in`` serves the policy with every backend pointed at a local
+    scripted upstream: try the proxy with no keys.
     """
     with _errors(policy):
+        if stand_in:
+            from tiered_router.cli._stand_in import stand_in_policy
+
+            with stand_in_policy(policy) as (path, upstream):
+                typer.echo(
+                    f"stand-in upstream on {upstream.base_url}: every backend of {policy} "
+                    "points at it (scripted answers; no keys, no network)",
+                    err=True,
+                )
+                serve(
+                    path,
+                    host=host,
+                    port=port,
+                    workers=workers,
+                    max_body_bytes=max_body_bytes,
+                    log_level=log_level,
+                    trace_file=trace_file,
+                    record=record,
+                    otel=otel,
+                )
+            return
         from tiered_router.server import serve as serve_proxy
 
         serve_proxy(
@@ -452,8 +428,7 @@ def serve(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``validate``, ``explain``, ``run`` and ``serve`` to the app."""
-    app.command("validate")(validate)
+    """Add ``explain``, ``run`` and ``serve`` to the app (``validate``: its own module)."""
     app.command("explain")(explain)
     app.command("run")(run)
     app.command("serve")(serve)

@@ -12,17 +12,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from tiered_router.exceptions import BackendError, BackendResponseError, BackendUnavailable
+from tiered_router.engine._capacity import InFlight
+from tiered_router.exceptions import (
+    BackendError,
+    BackendResponseError,
+    BackendUnavailable,
+    CapabilityError,
+    PolicyError,
+)
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
 
-__all__ = ["Call", "Dispatcher", "unexpected_error"]
+__all__ = ["Abandoned", "Call", "Dispatcher", "unexpected_error"]
 
 logger = logging.getLogger("tiered_router.router")
 
@@ -30,6 +37,14 @@ _T = TypeVar("_T")
 
 Call = tuple[_T, "Backend", float]
 """What a dispatched call returns: its value, the backend that answered, and its start."""
+
+
+class Abandoned(BaseException):  # noqa: N818 (a signal, like GeneratorExit, not an error)
+    """A sync call whose answer the turn no longer wants (its panel or hedge was decided).
+
+    Raised inside the call's breaker guard, it records the call as neutral, like a
+    cancelled async call.
+    """
 
 
 def unexpected_error(exc: Exception, backend: str) -> BackendError:
@@ -54,6 +69,7 @@ class Dispatcher:
         sleep: Sync sleep between retries.
         asleep: Async sleep between retries.
         emit: Where finished traces go (must not raise).
+        in_flight: The count of calls in flight per backend (the capacity estimates').
     """
 
     def __init__(
@@ -67,7 +83,9 @@ class Dispatcher:
         sleep: Callable[[float], None],
         asleep: Callable[[float], Awaitable[None]],
         emit: Callable[[Trace], None],
+        in_flight: InFlight | None = None,
     ) -> None:
+        self.in_flight = in_flight or InFlight()
         self.policy = policy
         self.backend = backend
         self.breaker = breaker
@@ -76,6 +94,10 @@ class Dispatcher:
         self._sleep = sleep
         self._asleep = asleep
         self._emit = emit
+
+    async def asleep(self, seconds: float) -> None:
+        """The router's async sleep (a hedge's delay)."""
+        await self._asleep(seconds)
 
     # -- the end of a turn ----------------------------------------------------------------
 
@@ -141,6 +163,71 @@ class Dispatcher:
             return False
         return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
+    async def aonce(
+        self,
+        run: TurnRun,
+        name: str,
+        request: CompletionRequest,
+        once: Callable[..., Awaitable[_T]],
+    ) -> _T:
+        """One try of ``once`` on backend ``name`` under its breaker; records nothing in ``run``.
+
+        A panel's draft: no retries (a failed draft is a missing vote, and the panel's
+        deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
+        """
+        backend = self.backend(name)
+        async with self.breaker(name).aguard() as guard:
+            if not guard.allowed and await self._may_route_around(run, "fast"):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                return await once(backend, request)
+            except (BackendError, AssertionError):
+                raise
+            except Exception as exc:
+                raise unexpected_error(exc, name) from exc
+
+    def once(
+        self,
+        run: TurnRun,
+        name: str,
+        request: CompletionRequest,
+        once: Callable[..., _T],
+        *,
+        abandoned: Callable[[], bool],
+    ) -> _T:
+        """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
+        backend = self.backend(name)
+        with self.breaker(name).guard() as guard:
+            if not guard.allowed and self._may_route_around_sync(run, "fast"):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                value = once(backend, request)
+            except (BackendError, AssertionError):
+                raise
+            except Exception as exc:
+                raise unexpected_error(exc, name) from exc
+            if abandoned():
+                raise Abandoned
+            return value
+
+    def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
+        """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
+
+        The turn's first tier without its key raises the ``PolicyError`` (it names the
+        variable). A tier the turn moves on to, after the first failed, records the missing
+        key as its attempt's error instead (a ``CapabilityError``: no call was made), so the
+        turn ends in ``AllTiersFailed`` carrying each tier's own error: a local server's
+        "connection refused" is not hidden behind the frontier's missing key.
+        """
+        try:
+            return self.backend(name)
+        except PolicyError as exc:
+            if not run.attempts or not (exc.field or "").endswith(".api_key"):
+                raise
+            error = CapabilityError(f"not called: {exc.problems[0][2]}", backend=name)
+            run.record_error(tier, name, "", error, 0.0)
+            raise error from exc
+
     async def acall(
         self,
         run: TurnRun,
@@ -155,7 +242,7 @@ class Dispatcher:
         ``BackendResponseError``, so the turn can still move on to the other tier.
         """
         name = self.policy.backend_for(tier)
-        backend = self.backend(name)
+        backend = self._escalation_target(run, tier, name)
         breaker = self.breaker(name)
         loop = self._retries.aretrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
@@ -165,6 +252,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     async with breaker.aguard() as guard:
                         if not guard.allowed and await self._may_route_around(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)
@@ -187,7 +275,7 @@ class Dispatcher:
     ) -> Call[_T]:
         """Sync twin of :meth:`acall`."""
         name = self.policy.backend_for(tier)
-        backend = self.backend(name)
+        backend = self._escalation_target(run, tier, name)
         breaker = self.breaker(name)
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
@@ -197,6 +285,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     with breaker.guard() as guard:
                         if not guard.allowed and self._may_route_around_sync(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)

@@ -27,7 +27,7 @@ td,th{padding:.25rem .7rem;border-bottom:1px solid #e3e7ea;text-align:right}
 td:first-child,th:first-child{text-align:left}th{background:#f4f6f8}
 .grid{display:flex;flex-wrap:wrap;gap:1.5rem}.note{color:#5b6670;font-size:.9em}
 svg text{font:12px system-ui,sans-serif;fill:#34404a}svg .axis{stroke:#8a959e}
-svg .gridline{stroke:#eceff1}
+svg .gridline{stroke:#eceff1}.warn{color:#9a6700;font-weight:600}
 """
 
 _COLORS = {
@@ -235,8 +235,49 @@ def _sweep_table(points: Sequence[SweepPoint], s: Summary) -> str:
     )
 
 
-def render_html(result: EvalResult, *, title: str | None = None) -> str:
-    """Return the report of ``result`` as one self-contained HTML page."""
+def _claims(result: EvalResult, policy: str | None, scorer: str | None) -> str:
+    """The verdict against the baselines, what was evaluated, a small-sample warning."""
+    from tiered_router.evaluation.verdict import ORACLE_MEANING, judge, small_sample
+
+    s = result.summary
+    what = [f"policy <b>{html.escape(policy)}</b>" if policy else "the policy"]
+    if scorer:
+        what.append(f"scorer <b>{html.escape(scorer)}</b>, threshold {s.threshold:g}")
+    parts = [f'<p class="sub">{"; ".join(what)}.</p>']
+    warning = small_sample(s.n)
+    if warning is not None:
+        parts.append(f'<p class="warn" id="small-sample">warning: {html.escape(warning)}</p>')
+    verdict = judge(result)
+    if verdict is not None:
+        shares = "; ".join(
+            f"{html.escape(b.name)} {b.quality:.4f} (${b.cost:.4f})" for b in result.baselines
+        )
+        parts.append(
+            f'<h2>Against random and prompt length</h2><p id="verdict">'
+            f"{html.escape(verdict.text.removeprefix('verdict: '))}</p>"
+            f'<p class="note">At the policy\'s frontier share ({_pct(s.frontier_call_share)}): '
+            f"policy {s.quality:.4f} (${s.cost:.4f}); {shares}.</p>"
+        )
+    parts.append(f'<p class="note" id="oracle">Oracle: {html.escape(ORACLE_MEANING)}.</p>')
+    return "".join(parts)
+
+
+def render_html(
+    result: EvalResult,
+    *,
+    title: str | None = None,
+    policy: str | None = None,
+    scorer: str | None = None,
+) -> str:
+    """Return the report of ``result`` as one self-contained HTML page.
+
+    Args:
+        result: The evaluation.
+        title: The page's title (default: names the data).
+        policy: The policy's name or file, shown at the top.
+        scorer: The policy's scorer type, shown at the top.
+
+    """
     s = result.summary
     base = s.cost_frontier or 1.0
     by_cost = sorted(result.points, key=lambda p: (p.cost, p.quality))
@@ -311,6 +352,7 @@ def render_html(result: EvalResult, *, title: str | None = None) -> str:
         f'<h1>{heading}</h1><p class="sub">{s.n} turns of <b>{html.escape(result.dataset)}</b>'
         f"; fast tier replays <b>{html.escape(result.fast_model)}</b>, frontier tier replays "
         f"<b>{html.escape(result.frontier_model)}</b>.</p>"
+        f"{_claims(result, policy, scorer)}"
         f"<h2>At the policy's threshold</h2><table>{_rows(_metrics(s))}</table>"
         f'<h2>Across thresholds</h2><div class="grid">{cost_chart}{pgr_chart}</div>'
         '<p class="note">Each point of the policy curve is one threshold (a score at or '

@@ -263,8 +263,10 @@ def _resolve_engine(engine: Engine) -> Literal["jsonschema", "jsonschema-rs"]:
     if importlib.util.find_spec("jsonschema_rs") is not None:
         return "jsonschema-rs"
     if engine == "jsonschema-rs":
+        from tiered_router.exceptions import missing_extra
+
         raise ImportError(
-            'the "jsonschema-rs" engine needs the jsonschema-rs package: pip install jsonschema-rs'
+            missing_extra("fast-schema", 'the "jsonschema-rs" engine needs jsonschema-rs')
         )
     return "jsonschema"
 

@@ -1,16 +1,20 @@
 """Agent-framework adapters, each an optional extra imported only when used.
 
 - LangChain / LangGraph: ``langchain.TieredChatModel``
-  (``pip install "tiered-router[langchain]"``)
+  (``pip install ".[langchain]"`` from a checkout)
 - OpenAI Agents SDK: ``openai_agents.TieredAgentsModel`` and ``TieredModelProvider``
-  (``pip install "tiered-router[openai-agents]"``)
+  (``pip install ".[openai-agents]"`` from a checkout)
 - pydantic-ai: ``pydantic_ai.TieredPydanticAIModel``
-  (``pip install "tiered-router[pydantic-ai]"``)
+  (``pip install ".[pydantic-ai]"`` from a checkout)
 
 Import from the submodule (``from tiered_router.integrations.langchain import
 TieredChatModel``) or from here (``from tiered_router.integrations import TieredChatModel``):
 either way the framework is imported on first use, never when ``tiered_router`` is, and a
 missing framework raises an ImportError that names the extra to install.
+
+Wing (docs/architecture.md): owns the framework adapters; may import the router, ``engine``,
+``openai``, ``routing``, ``trace`` and the root's shared values. Nothing in the package imports
+it; a new framework is a module here and an extra.
 """
 
 from __future__ import annotations

@@ -22,9 +22,11 @@ _AGENT_KEYS = SIGNAL_KEYS - {"turn_id"}
 
 def missing(extra: str, package: str, exc: ImportError) -> ImportError:
     """Return the ImportError to raise when a framework is not installed."""
+    from tiered_router.exceptions import install_command
+
     error = ImportError(
-        f'{package} is not installed: pip install "tiered-router[{extra}]" '
-        f"(needed by tiered_router.integrations)"
+        f"{package} is not installed: {install_command(extra)} "
+        "(needed by tiered_router.integrations)"
     )
     error.__cause__ = exc
     return error

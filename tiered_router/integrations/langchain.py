@@ -1,6 +1,6 @@
 """LangChain / LangGraph: a ``BaseChatModel`` that routes every call through a :class:`Router`.
 
-Install with ``pip install "tiered-router[langchain]"``.
+Install with ``pip install ".[langchain]"`` from a checkout.
 
 Example:
     ```python

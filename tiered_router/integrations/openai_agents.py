@@ -1,6 +1,6 @@
 """OpenAI Agents SDK: a ``Model`` and a ``ModelProvider`` that route through a :class:`Router`.
 
-Install with ``pip install "tiered-router[openai-agents]"``.
+Install with ``pip install ".[openai-agents]"`` from a checkout.
 
 Example:
     ```python

@@ -1,6 +1,6 @@
 """pydantic-ai: a ``Model`` that routes every request through a :class:`Router`.
 
-Install with ``pip install "tiered-router[pydantic-ai]"``.
+Install with ``pip install ".[pydantic-ai]"`` from a checkout.
 
 Example:
     ```python

@@ -56,14 +56,15 @@ from tiered_router.router import RoutedResult, Router
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
     from tiered_router.turn import Turn
 
 if importlib.util.find_spec("openai") is None:  # the SDK itself is imported on first use
+    from tiered_router.exceptions import missing_extra
+
     raise ImportError(
-        "tiered_router.openai returns the openai SDK's own types and needs the SDK, "
-        'from the openai extra: pip install "tiered-router[openai]"'
+        missing_extra("openai", "tiered_router.openai returns the openai SDK's own types")
     )
 
 __all__ = [

@@ -37,13 +37,14 @@ from tiered_router.exceptions import (
     BackendRateLimited,
     BackendStatusError,
     BackendTimeout,
+    GateFailed,
     PolicyError,
     TieredRouterError,
 )
 from tiered_router.openai._wire import UnknownModel
 
 if TYPE_CHECKING:
-    from tiered_router.router import Router
+    from tiered_router.router import RoutedResult, Router
 
 __all__ = [
     "ROUTE_HEADERS",
@@ -224,17 +225,82 @@ def parse_arguments(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], Any, Any
     return out, response_format, tools
 
 
-def parsed_completion(completion: ChatCompletion, response_format: Any, tools: Any) -> Any:
-    """Return ``completion`` as a ``ParsedChatCompletion`` (``message.parsed`` filled)."""
-    parsed = parse_chat_completion(
-        response_format=response_format,
-        input_tools=tools if tools is not None else openai.omit,
-        chat_completion=completion,
-    )
+def parsed_completion(
+    completion: ChatCompletion,
+    response_format: Any,
+    tools: Any,
+    *,
+    result: RoutedResult | None = None,
+) -> Any:
+    """Return ``completion`` as a ``ParsedChatCompletion`` (``message.parsed`` filled).
+
+    Args:
+        completion: The routed completion.
+        response_format: The class (or dict) given to ``parse``.
+        tools: The tools given to ``parse``.
+        result: The routed result, whose trace a parse failure carries.
+
+    Raises:
+        GateFailed: As openai's ``LengthFinishReasonError`` / ``ContentFilterFinishReasonError``
+            where the SDK raises those, else as ``openai.APIError``: the answer does not parse
+            (both tiers' drafts failed the gate, and the policy returned the last one).
+
+    """
+    try:
+        parsed = parse_chat_completion(
+            response_format=response_format,
+            input_tools=tools if tools is not None else openai.omit,
+            chat_completion=completion,
+        )
+    except (openai.LengthFinishReasonError, openai.ContentFilterFinishReasonError) as exc:
+        raise _parse_failure(exc, result, completion, sdk=type(exc)) from exc
+    except ValueError as exc:  # pydantic's ValidationError, bad JSON in tool arguments
+        raise _parse_failure(exc, result, completion, sdk=openai.APIError) from exc
     extra = getattr(completion, "tiered_router", None)
     if extra is not None:
         parsed.tiered_router = extra  # type: ignore[attr-defined]
     return parsed
+
+
+def _parse_failure(
+    exc: BaseException,
+    result: RoutedResult | None,
+    completion: ChatCompletion,
+    *,
+    sdk: type[BaseException],
+) -> BaseException:
+    """``GateFailed`` (with the turn's trace) as openai's ``sdk`` class, for ``parse``."""
+    from tiered_router.gate import CheckFailure, Verdict
+
+    trace = result.trace if result is not None else None
+    attempts = trace.attempts if trace is not None else ()
+    verdicts = [a.verdict for a in attempts if a.verdict is not None]
+    reason = " ".join(str(exc).split())
+    if isinstance(exc, ValueError) and hasattr(exc, "errors"):
+        reason = "; ".join(
+            f"{'.'.join(map(str, e.get('loc', ()))) or '$'}: {e.get('msg')}"
+            for e in exc.errors()[:3]
+        )
+    tier = result.tier if result is not None else "?"
+    message = f"parse: the {tier} tier's answer does not parse: {reason}"
+    failed = [v for v in verdicts if not v.passed]
+    if failed and len(failed) == len(verdicts):
+        message += f" (every draft failed the gate: {'; '.join(failed[-1].reasons[:2])})"
+    verdict = (
+        verdicts[-1]
+        if verdicts and not verdicts[-1].passed
+        else Verdict(
+            passed=False, failures=(CheckFailure(check="parse", reason=reason),), checks=("parse",)
+        )
+    )
+    ours = GateFailed(message, verdict=verdict, attempts=attempts, trace=trace)
+    if sdk is openai.APIError:
+        return translate_error(ours)
+    cls = _mix(sdk, GateFailed)
+    err: Any = cls.__new__(cls)
+    err.__dict__.update(vars(ours))
+    err.args, err.completion = (message,), completion
+    return err  # type: ignore[no-any-return]
 
 
 def _models(ids: list[str]) -> list[Model]:

@@ -195,6 +195,11 @@ class TextSignals(NamedTuple):
         markers: Up to four matched reasoning markers (strong first), for explanations.
         difficulty: Weight-free difficulty in [0, 1] (reasoning, code, math, constraints),
             used to carry an earlier message's difficulty into later turns.
+        code_signs: What made ``code`` (fenced blocks, programming words such as "json",
+            code-like symbols such as brackets), for explanations: a sentence that only names
+            JSON or has a parenthesis is said to, not called code.
+        math_signs: What made ``math`` (math terms, LaTeX, operations, numbers, a word
+            problem), for explanations.
     """
 
     reasoning: float
@@ -209,6 +214,8 @@ class TextSignals(NamedTuple):
     anaphoric: bool
     markers: tuple[str, ...]
     difficulty: float
+    code_signs: tuple[str, ...] = ()
+    math_signs: tuple[str, ...] = ()
 
 
 def _difficulty(reasoning: float, code: float, math_: float, constraints: float) -> float:
@@ -253,6 +260,8 @@ def text_signals(text: str) -> TextSignals:
     counts = [0, 0, 0, 0, 0, 0, 0]
     strong: list[str] = []
     weak: list[str] = []
+    code_words: list[str] = []
+    math_words: list[str] = []
     for word in hits:
         for category in _LEXICON.get(word, ()):
             counts[category] += 1
@@ -260,6 +269,10 @@ def text_signals(text: str) -> TextSignals:
                 strong.append(word.decode())
             elif category == _WEAK:
                 weak.append(word.decode())
+            elif category == _CODE_WORD:
+                code_words.append(word.decode())
+            elif category == _MATH_WORD:
+                math_words.append(word.decode())
         for needle, needed, category, name in _PHRASE_INDEX.get(word, ()):
             if needed <= hits and needle in padded:
                 counts[category] += 1
@@ -303,6 +316,24 @@ def text_signals(text: str) -> TextSignals:
         approval = vocab <= _APPROVAL
         gratitude = not approval and vocab <= _SHORT_REPLY
     markers = (sorted(strong) + sorted(weak))[:4] if strong or weak else []
+    signs: list[str] = []
+    if fences:
+        signs.append(f"{fences} fenced block{'s' if fences > 1 else ''}")
+    if code_words:
+        signs.append("programming words " + ", ".join(sorted(code_words)[:3]))
+    if symbols:
+        signs.append(f"{symbols} code-like symbol{'s' if symbols > 1 else ''} ({{}};=<>()[])")
+    maths: list[str] = []
+    if math_words:
+        maths.append("math terms " + ", ".join(sorted(math_words)[:3]))
+    if latex:
+        maths.append("LaTeX")
+    if operations:
+        maths.append(f"{operations} arithmetic operation{'s' if operations > 1 else ''}")
+    if word_problem:
+        maths.append("a word problem")
+    if numbers:
+        maths.append(f"{numbers} number{'s' if numbers > 1 else ''}")
     return TextSignals(
         reasoning=reasoning,
         code=code,
@@ -316,6 +347,8 @@ def text_signals(text: str) -> TextSignals:
         anaphoric=not hits.isdisjoint(_ANAPHORA),
         markers=tuple(markers),
         difficulty=_difficulty(reasoning, code, math_, constraints),
+        code_signs=tuple(signs),
+        math_signs=tuple(maths),
     )
 
 

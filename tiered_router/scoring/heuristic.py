@@ -159,9 +159,12 @@ def _describe(name: str, vector: FeatureVector) -> str:
     if name == "simple":
         return "simple-task markers (translate, summarize, greeting, ...)"
     if name == "code":
-        return f"code density {raw['code']:.1f}"
+        # name what was counted: "json" in a sentence or a parenthesis is not code
+        shown = "; ".join(focus.code_signs) if focus.code_signs else "code in earlier messages"
+        return f"code signs: {shown} (code {raw['code']:.1f})"
     if name == "math":
-        return f"math density {raw['math']:.1f}"
+        shown = "; ".join(focus.math_signs) if focus.math_signs else "math in earlier messages"
+        return f"math signs: {shown} (math {raw['math']:.1f})"
     if name == "final":
         return "agent marked the turn final"
     if name == "step":

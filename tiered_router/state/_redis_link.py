@@ -35,9 +35,9 @@ try:
     from redis.exceptions import NoScriptError, ResponseError
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'the Redis state store needs the redis extra: install "tiered-router[redis]"'
-    ) from exc
+    from tiered_router.exceptions import missing_extra
+
+    raise ImportError(missing_extra("redis", "the Redis state store needs redis-py")) from exc
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout as _bounded

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from tiered_router.policy import Policy
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
+from tiered_router.policy._schema import Policy
 
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["stand_in"]
 
 _KEY = "scripted-test-key"
+_KEY_REF = "${SCRIPTED_SERVER_KEY:-scripted-test-key}"  # how to_yaml() writes the test key
 
 
 def stand_in(policy: Policy | PolicySource, base_url: str) -> Policy:
@@ -22,14 +23,18 @@ def stand_in(policy: Policy | PolicySource, base_url: str) -> Policy:
 
     Each backend keeps its model, preset (named or inferred from its old URL, so prices and
     provider quirks still apply), gate and rules; its key becomes a test key. Other backend
-    types (``replay``) are left alone. No environment variable needs to be set.
+    types (``replay``) are left alone. No environment variable needs to be set. The result
+    can be written as YAML (:meth:`Policy.to_yaml`): the test key is written as
+    ``${SCRIPTED_SERVER_KEY:-scripted-test-key}``, other keys stay ``${VAR}`` references.
     """
     from tiered_router.backends.presets import preset_for
 
     loaded = load_policy(policy)
     backends = {}
+    templates = dict(loaded._templates)
     for name, config in loaded.backends.items():
         if config.type == "openai":
+            templates[("backends", name, "api_key")] = (_KEY_REF, _KEY)
             preset = preset_for(config, backend=name)
             config = config.model_copy(
                 update={
@@ -40,4 +45,6 @@ def stand_in(policy: Policy | PolicySource, base_url: str) -> Policy:
                 }
             )
         backends[name] = config
-    return loaded.model_copy(update={"backends": backends})
+    out = loaded.model_copy(update={"backends": backends})
+    out._templates = templates
+    return out
