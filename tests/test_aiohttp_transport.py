@@ -188,3 +188,35 @@ async def test_a_dead_upstream_is_a_connection_error_through_the_backend() -> No
             )
     finally:
         await backend.aclose()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "no_proxy", "bypassed"),
+    [
+        ("api.example.com", 443, "*", True),
+        ("api.example.com", 443, "example.com", True),
+        ("api.example.com", 443, ".example.com", True),
+        ("notexample.com", 443, "example.com", False),
+        ("api.example.com", 443, "other.org, api.example.com:443", True),
+        ("api.example.com", 8443, "api.example.com:443", False),
+        ("127.0.0.1", 8000, "localhost,127.0.0.1", True),
+        ("::1", 8000, "[::1]:8000", True),
+        ("::1", 8000, "::1", True),
+        ("api.example.com", 443, "", False),
+    ],
+)
+def test_no_proxy_entries(host: str, port: int, no_proxy: str, bypassed: bool) -> None:
+    assert _aiohttp._bypassed(host, port, no_proxy) is bypassed
+
+
+def test_proxy_is_picked_once_per_url_by_scheme() -> None:
+    transport = AiohttpTransport(
+        proxies={"https": "http://p1:3128", "all": "p2:8080", "no": "internal.example"}
+    )
+    assert str(transport._route_of("https://api.example.com/v1").proxy) == "http://p1:3128"
+    assert str(transport._route_of("http://api.example.com/v1").proxy) == "http://p2:8080"
+    assert transport._route_of("https://m.internal.example/v1").proxy is None
+    assert (
+        transport._route_of("https://api.example.com/v1")
+        is transport._routes["https://api.example.com/v1"]
+    )

@@ -43,12 +43,12 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
 
 
 def test_import_loads_nothing_heavy() -> None:
-    heavy = "openai httpx2 pydantic yaml typer rich jsonschema tiered_router.router"
+    heavy = "openai httpx2 aiohttp pydantic yaml typer rich jsonschema tiered_router.router"
     assert _loaded_after("import tiered_router", heavy) == []
 
 
 def test_public_import_does_not_load_the_sdk_or_the_cli() -> None:
-    heavy = "openai httpx2 typer rich starlette ruamel re2 yaml jsonschema jsonschema_rs"
+    heavy = "openai httpx2 aiohttp typer rich starlette ruamel re2 yaml jsonschema jsonschema_rs"
     assert _loaded_after("from tiered_router import Router, Turn, load_policy", heavy) == []
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import urllib.request
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -147,6 +146,26 @@ class _Route(NamedTuple):
     tunnel_auth: dict[str, str] | None = None  # ... or as headers of the CONNECT request
 
 
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    """Whether ``NO_PROXY`` names ``host`` (``*``, a name or ``.suffix``, ``name:port``)."""
+    host = host.lower().strip("[]")
+    for entry in no_proxy.replace(" ", "").lower().split(","):
+        if entry == "*":
+            return True
+        name, want = entry, ""
+        if entry.startswith("["):  # [::1]:8000
+            name, _, rest = entry[1:].partition("]")
+            want = rest.removeprefix(":")
+        elif entry.count(":") == 1:  # host:port (more colons: an IPv6 address)
+            name, _, want = entry.partition(":")
+        name = name.lstrip(".")
+        if not name or (want and want != str(port)):
+            continue
+        if host == name or host.endswith("." + name):
+            return True
+    return False
+
+
 def _route(url: str, proxies: Mapping[str, str]) -> _Route:
     """Parse ``url`` once and pick its proxy from ``proxies`` (see the module docstring).
 
@@ -161,9 +180,7 @@ def _route(url: str, proxies: Mapping[str, str]) -> _Route:
     proxy = proxies.get(scheme) or proxies.get("all")
     if not proxy or scheme not in ("http", "https"):
         return _Route(target)
-    # urllib's reading of NO_PROXY, the one httpx2 and requests follow (not in typeshed)
-    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
-    if bypass(f"{target.host}:{target.port}", proxies):
+    if _bypassed(target.host or "", target.port, proxies.get("no", "")):
         return _Route(target)
     if "://" not in proxy:  # HTTP_PROXY=host:3128, as urllib and httpx2 read it
         proxy = f"http://{proxy}"
