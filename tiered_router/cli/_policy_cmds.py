@@ -386,9 +386,10 @@ def serve(
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra).
 
-    One line per chat request is logged at info: status, tier, score, rule, escalated,
-    latency and cost. ``--stand-in`` serves the policy with every backend pointed at a local
-    scripted upstream: try the proxy with no keys.
+    Two lines per routed chat request are logged at info: the router's line for the turn,
+    then the proxy's (status, tier, score, rule, escalated, latency and cost).
+    ``--stand-in`` serves the policy with every backend pointed at a local scripted
+    upstream: try the proxy with no keys.
     """
     with _errors(policy):
         if stand_in:
