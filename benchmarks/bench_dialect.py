@@ -1,7 +1,9 @@
 """Cost of the dialect conversion and of parsing prompted tool calls, per request.
 
 Converts the conformance tests' 15 agent-turn shapes (tests/agent_shapes.py) to the dlmserve
-dialect, and parses five typical replies back into tool calls; prints p50/p99 in microseconds:
+dialect, and reads five typical replies back into tool calls under the lifting rules (with the
+schema validation the dialect uses; two of the five stay text: prose around a call, a fenced
+example); prints p50/p99 in microseconds:
 
     PYTHONPATH=.:tests python benchmarks/bench_dialect.py [--n 2000]
 """
@@ -15,9 +17,10 @@ from collections.abc import Callable
 
 from agent_shapes import SHAPES, TIME, WEATHER
 
-from tiered_router.backends._dialect import DIALECTS
 from tiered_router.backends._dialect_shape import shape
-from tiered_router.calls._text import read_tool_calls as parse_text_tool_calls
+from tiered_router.backends._profiles import DIALECTS
+from tiered_router.calls._prompted import split_tool_calls
+from tiered_router.gate._lifting import argument_problem
 from tiered_router.turn import ToolSpec
 
 REPLIES = [
@@ -65,8 +68,11 @@ def main() -> None:
     specs = [ToolSpec.from_openai(WEATHER), ToolSpec.from_openai(TIME)]
     parsed: list[float] = []
     for reply in REPLIES:
-        parsed += _times(lambda r=reply: parse_text_tool_calls(r, specs), args.n // len(REPLIES))
-    _report(f"parse_text_tool_calls, {len(REPLIES)} replies", sorted(parsed))
+        parsed += _times(
+            lambda r=reply: split_tool_calls(r, specs, validate=argument_problem),
+            args.n // len(REPLIES),
+        )
+    _report(f"split_tool_calls (validated), {len(REPLIES)} replies", sorted(parsed))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""CPU per call of the two async transports under the backends, through the one request path.
+"""CPU per call of aiohttp's transport (the backends' one async path) against httpx2's.
 
 Each row sends the same chat-completions body ``--n`` times, one at a time, through
 ``tiered_router.backends._wire.acall`` (send, read the whole answer, parse it) to
@@ -6,10 +6,12 @@ Each row sends the same chat-completions body ``--n`` times, one at a time, thro
 prints this process's CPU time and wall time per call, so the upstream's own work is not
 counted:
 
-- ``aiohttp``: :class:`tiered_router._http._aiohttp.AiohttpTransport` (the default when
-  aiohttp is installed, as the ``server`` extra does);
-- ``httpcore``: httpx2's own transport with the asyncio socket layer
-  (``TIERED_ROUTER_ASYNC_HTTP=httpcore``).
+- ``aiohttp``: :class:`tiered_router._http._aiohttp.AiohttpTransport`, what every backend's
+  async calls go over;
+- ``httpx2``: httpx2's own async client (httpcore2 + h11 on anyio), the alternative it was
+  chosen against, and what a backend given ``async_http_client=`` sends on.
+
+Both run under the default asyncio loop, then under uvloop (the proxy's loop) when installed.
 
 Figures are printed, never asserted. Run:
 
@@ -21,24 +23,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_proxy import MESSAGES, free_port, start_upstream, stop  # noqa: E402
 
 from tiered_router import _http  # noqa: E402
-from tiered_router._http._aiohttp import ENV_VAR  # noqa: E402
 from tiered_router.backends import _wire  # noqa: E402
 
 
-async def measure(url: str, n: int) -> tuple[str, float, float, float]:
-    transport = _http.build_async_transport()
-    assert transport is not None, "unset HTTP(S)_PROXY to measure the direct transports"
+async def measure(choice: str, url: str, n: int) -> tuple[str, float, float, float]:
+    transport: _wire.Sender = (
+        _http.build_async_transport() if choice == "aiohttp" else _http.build_async_client()
+    )
     body = json.dumps({"model": "fast-model", "messages": MESSAGES}).encode()
     call = _wire.Call(
         backend="bench",
@@ -73,16 +76,22 @@ def main() -> None:
     upstream = start_upstream(port)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     print(f"{args.n} sequential calls each; this process's CPU and wall time per call")
+    loops: list[tuple[str, Callable[[Any], Any]]] = [("asyncio", asyncio.run)]
     try:
-        for choice in ("aiohttp", "httpcore"):
-            os.environ[ENV_VAR] = choice
-            name, cpu_ms, p50, p99 = asyncio.run(measure(url, args.n))
-            print(
-                f"  {choice:<9} ({name:<18}) cpu {cpu_ms:6.3f} ms   wall p50 {p50:6.3f} ms"
-                f"  p99 {p99:6.3f} ms"
-            )
+        import uvloop
+
+        loops.append(("uvloop", uvloop.run))
+    except ImportError:
+        pass
+    try:
+        for loop_name, run in loops:
+            for choice in ("aiohttp", "httpx2"):
+                name, cpu_ms, p50, p99 = run(measure(choice, url, args.n))
+                print(
+                    f"  {loop_name:<8} {choice:<8} ({name:<17}) cpu {cpu_ms:6.3f} ms"
+                    f"   wall p50 {p50:6.3f} ms  p99 {p99:6.3f} ms"
+                )
     finally:
-        os.environ.pop(ENV_VAR, None)
         stop(upstream)
 
 

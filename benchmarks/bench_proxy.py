@@ -5,8 +5,8 @@ Everything runs on 127.0.0.1, each server in its own process:
 - upstream: :class:`tiered_router.testing.ScriptedServer` (answers ``ok`` at once);
 - ``tiered-router serve`` (one worker) in front of it, policy with two tiers on it;
 - LiteLLM's proxy (``litellm --config``): ``--litellm PATH``, ``$LITELLM`` or the venv
-  :data:`LITELLM_VENV`; when none has it, the script installs ``litellm[proxy]`` from PyPI
-  into that venv itself (a few minutes, once), so anyone can rerun the comparison.
+  :data:`LITELLM_VENV`; when none has it, the script installs ``litellm[proxy]==1.106.2``
+  from PyPI into that venv itself (a few minutes, once), so anyone can rerun the comparison.
 
 Measured, for JSON and for SSE (``stream: true``):
 
@@ -19,7 +19,9 @@ one spends as much CPU per request as the proxy, and would be the bottleneck). R
 counts and a time limit per phase bound the run. Figures are printed, never asserted.
 
 The summary at the end prints what the proxy adds at concurrency 1 (p50 / p99 over the
-direct call) and its requests per second at concurrency 32 against LiteLLM's.
+direct call), and its requests per second and CPU per request at concurrency 32 against
+LiteLLM's. The proxy's upstream calls go over its one async transport (aiohttp's, see
+``tiered_router._http``); ``bench_http.py`` measures that transport alone.
 
 Run:
 
@@ -270,6 +272,9 @@ general_settings:
 MESSAGES = [{"role": "user", "content": "Say hi to the team and wish them a good week."}]
 
 
+LITELLM_VERSION = "1.106.2"
+"""The LiteLLM the comparison is stated against (the issue's anchor harness)."""
+
 LITELLM_VENV = Path(tempfile.gettempdir()) / "tiered-router-litellm"
 """Where the script installs LiteLLM when it finds none."""
 
@@ -283,11 +288,11 @@ def find_litellm(explicit: str | None) -> str | None:
 
 
 def install_litellm() -> str:
-    """Install ``litellm[proxy]`` from PyPI into LITELLM_VENV; return its executable."""
-    print(f"LiteLLM: installing litellm[proxy] into {LITELLM_VENV} (once; a few minutes)")
+    """Install ``litellm[proxy]`` (LITELLM_VERSION) into LITELLM_VENV; return its executable."""
+    print(f"LiteLLM: installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} (once)")
     subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
     pip = str(LITELLM_VENV / "bin" / "pip")
-    subprocess.run([pip, "install", "--quiet", "litellm[proxy]"], check=True)
+    subprocess.run([pip, "install", "--quiet", f"litellm[proxy]=={LITELLM_VERSION}"], check=True)
     return str(LITELLM_VENV / "bin" / "litellm")
 
 
@@ -316,7 +321,10 @@ def row(name: str, run: Run, base: Run | None, sse: bool) -> str:
 
 def summary(c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run]) -> None:
     """Print the figures the proxy's targets are stated in."""
-    print("\nSUMMARY (targets: added p50 <= 1 ms, p99 <= 3 ms at C=1; >= 15x LiteLLM at C=32)")
+    print(
+        "\nSUMMARY (targets: added p50 <= 1 ms, p99 <= 3 ms at C=1; at C=32 >= 25x LiteLLM's"
+        " req/s and >= 30x less CPU per request)"
+    )
     for kind in ("json", "sse"):
         ours, direct = c1.get((kind, "tiered-router")), c1.get((kind, "direct"))
         if ours is None or direct is None:
@@ -330,6 +338,12 @@ def summary(c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run]) -> 
             line += f" | C=32 {mine.rps:.0f} req/s"
         if mine is not None and lite is not None and lite.rps:
             line += f" vs LiteLLM {lite.rps:.0f} req/s = {mine.rps / lite.rps:.1f}x"
+            if mine.cpu_s and lite.cpu_s:
+                ratio = lite.cpu_ms_per_request / mine.cpu_ms_per_request
+                line += (
+                    f" | CPU {mine.cpu_ms_per_request:.2f} vs {lite.cpu_ms_per_request:.2f}"
+                    f" ms/req = {ratio:.1f}x less"
+                )
         print(line)
 
 

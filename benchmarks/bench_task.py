@@ -15,7 +15,18 @@ Configurations compared, on the same tasks:
 - ``task-aware``: the same policy inside ``router.task()`` (lock to frontier after gate
   failures, stall detection);
 - ``task-aware + budget``: the same with a per-task latency budget (``--budget-s``, default
-  75 % of the frontier-only mean task latency).
+  75 % of the frontier-only mean task latency);
+- ``panel``: every turn drafted fast by a panel (``drafts:``) of ``--panel`` models, one
+  draft each, sent at once; the majority answer (``min_agreement`` 0.67: 2 of 3) is accepted
+  and gated, a disagreement escalates (``drafts_disagree``);
+- ``per-turn + hedge`` and ``panel + hedge``: the same with ``hedge:`` (the frontier call
+  starts at once when the score is within ``--hedge-band`` of the threshold, else after the
+  fast backend's measured 95th latency percentile).
+
+Every configuration runs on the async path on simulated time (``virtual_time.py``: calls in
+flight together take the time of the slowest, a cancelled call stops when cancelled), so
+concurrent drafts and hedges are timed as they would overlap on the wire. Panel members
+replay what each recorded model answered on the row, all with the fast tier's latency model.
 
 Run (from the repository root, with ../shared/data present)::
 
@@ -28,6 +39,7 @@ Prints a table and, with ``--json FILE``, writes the figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import math
@@ -39,9 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from virtual_time import AsyncReplay, VirtualTimeLoop
+
 from tiered_router import Router, Turn
 from tiered_router.evaluation.dataset import Dataset, EvalRow
-from tiered_router.evaluation.replay import ReplayBackend, SimulatedClock
+from tiered_router.evaluation.replay import ReplayBackend
 from tiered_router.evaluation.sources import load_bfcl
 from tiered_router.policy import LatencyModel, Price, ScoringConfig
 from tiered_router.scoring import build_scorer
@@ -56,6 +70,8 @@ class Config:
     rules: list[dict[str, Any]]
     task: bool = False
     budget_s: float | None = None
+    drafts: dict[str, Any] | None = None
+    hedge: dict[str, Any] | None = None
 
 
 @dataclass
@@ -66,12 +82,19 @@ class TaskRun:
     fast: int
     escalations: int
     gate_failures: int
+    drafts: int = 0
+    hedges: int = 0
+    cancelled_input_cost: float = 0.0
     rules: Counter[str] = field(default_factory=Counter)
 
 
-def chain(dataset: Dataset, steps: int, limit: int | None) -> list[list[EvalRow]]:
+def chain(
+    dataset: Dataset, steps: int, limit: int | None, models: Sequence[str] = ()
+) -> list[list[EvalRow]]:
     by_category: dict[str, list[EvalRow]] = defaultdict(list)
     for row in dataset.rows:
+        if any(m not in row.outcomes for m in models):
+            continue
         by_category[str(row.turn.metadata.get("category", ""))].append(row)
     tasks: list[list[EvalRow]] = []
     for category in sorted(by_category):
@@ -149,12 +172,30 @@ def policy(
     threshold: float,
     config: Config,
     latency: dict[str, LatencyModel],
+    panel: Sequence[str] = (),
 ) -> dict[str, Any]:
     def price(model: str) -> dict[str, float]:
         p = dataset.prices.get(model) or Price()
         return {"input_per_mtok": p.input_per_mtok, "output_per_mtok": p.output_per_mtok}
 
+    members = {
+        f"panel{i}": {
+            "model": model,
+            "kind": "diffusion",
+            "max_retries": 0,
+            "price": price(model),
+            "latency": _latency(latency["fast"]),
+        }
+        for i, model in enumerate(panel)
+        if config.drafts is not None
+    }
+    extra: dict[str, Any] = {}
+    if config.drafts is not None:
+        extra["drafts"] = {**config.drafts, "backends": ["fast", *members]}
+    if config.hedge is not None:
+        extra["hedge"] = config.hedge
     return {
+        **extra,
         "version": 1,
         "backends": {
             "fast": {
@@ -170,6 +211,7 @@ def policy(
                 "price": price(frontier),
                 "latency": _latency(latency["frontier"]),
             },
+            **members,
         },
         "tiers": {"fast": "fast", "frontier": "frontier"},
         "scoring": {"threshold": threshold},
@@ -190,58 +232,107 @@ def run_config(
     threshold: float,
     tool_s: float,
     fast_latency: str,
+    panel: Sequence[str] = (),
 ) -> list[TaskRun]:
-    clock = SimulatedClock()
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(
+            _arun_config(
+                loop,
+                dataset,
+                tasks,
+                config,
+                fast=fast,
+                frontier=frontier,
+                threshold=threshold,
+                tool_s=tool_s,
+                fast_latency=fast_latency,
+                panel=panel,
+            )
+        )
+    finally:
+        loop.close()
+
+
+async def _arun_config(
+    loop: asyncio.AbstractEventLoop,
+    dataset: Dataset,
+    tasks: list[list[EvalRow]],
+    config: Config,
+    *,
+    fast: str,
+    frontier: str,
+    threshold: float,
+    tool_s: float,
+    fast_latency: str,
+    panel: Sequence[str],
+) -> list[TaskRun]:
     latency = {
         "fast": DIFFUSION if fast_latency == "diffusion" else fit_latency(dataset, fast),
         "frontier": fit_latency(dataset, frontier),
     }
+    recorded = fast_latency == "recorded"
+    model_of = {"fast": fast, "frontier": frontier}
+    model_of.update({f"panel{i}": m for i, m in enumerate(panel) if config.drafts is not None})
     backends = {
-        "fast": ReplayBackend(
-            "fast",
-            dataset,
-            model=fast,
-            clock=clock,
-            latency=latency["fast"],
-            prefer_recorded=fast_latency == "recorded",
-            kind="diffusion",
-        ),
-        "frontier": ReplayBackend("frontier", dataset, model=frontier, clock=clock),
+        name: AsyncReplay(
+            ReplayBackend(
+                name,
+                dataset,
+                model=model,
+                latency=latency["frontier" if name == "frontier" else "fast"],
+                prefer_recorded=recorded or name == "frontier",
+                kind="autoregressive" if name == "frontier" else "diffusion",
+            )
+        )
+        for name, model in model_of.items()
     }
     router = Router(
-        policy(dataset, fast, frontier, threshold, config, latency),
-        backends=backends,
-        clock=clock,
-        sleep=clock.sleep,
-        asleep=clock.asleep,
+        policy(dataset, fast, frontier, threshold, config, latency, panel),
+        backends=backends,  # type: ignore[arg-type]
+        clock=loop.time,
     )
-    model_of = {"fast": fast, "frontier": frontier}
     runs: list[TaskRun] = []
     for rows in tasks:
-        start = clock()
+        start = loop.time()
         run = TaskRun(latency_s=0.0, cost=0.0, correct=[], fast=0, escalations=0, gate_failures=0)
         scope = router.task(rows[0].id) if config.task else contextlib.nullcontext()
         with scope:
             history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
             for row in rows:
-                result = router.complete(step_turn(history, row))
+                result = await router.acomplete(step_turn(history, row))
                 trace = result.trace
                 run.cost += trace.cost
-                run.correct.append(row.outcomes[model_of[result.tier]].quality)
+                run.correct.append(row.outcomes[model_of[trace.backend or "frontier"]].quality)
                 run.fast += result.tier == "fast"
                 run.escalations += result.escalated
                 run.gate_failures += sum(
                     1 for a in trace.attempts if a.verdict is not None and not a.verdict.passed
+                )
+                run.drafts += sum(1 for a in trace.attempts if a.role == "draft")
+                run.hedges += sum(1 for a in trace.attempts if a.role == "hedge")
+                run.cancelled_input_cost += sum(
+                    _input_cost(dataset, row, model_of[a.backend])
+                    for a in trace.attempts
+                    if a.cancelled
                 )
                 if trace.decision.rule and trace.decision.rule.startswith("task."):
                     run.rules[trace.decision.rule] += 1
                 message = result.completion.to_message()
                 history += [*row.turn.messages, message, *tool_results(message)]
                 if message.get("tool_calls"):
-                    clock.advance(tool_s)
-        run.latency_s = clock() - start
+                    await asyncio.sleep(tool_s)
+        run.latency_s = loop.time() - start
         runs.append(run)
+    await router.aclose()
     return runs
+
+
+def _input_cost(dataset: Dataset, row: EvalRow, model: str) -> float:
+    """What a cancelled call would cost if its prompt were billed (its recorded input tokens)."""
+    usage = row.outcomes[model].usage
+    price = dataset.prices.get(model) or Price()
+    return (usage.input_tokens if usage is not None else 0) * price.input_per_mtok / 1e6
 
 
 def p90(values: Sequence[float]) -> float:
@@ -266,6 +357,9 @@ def summarise(name: str, runs: list[TaskRun], budget_s: float | None) -> dict[st
         "fast_share": sum(r.fast for r in runs) / steps,
         "escalations_per_task": sum(r.escalations for r in runs) / len(runs),
         "gate_failures_per_task": sum(r.gate_failures for r in runs) / len(runs),
+        "drafts_per_task": sum(r.drafts for r in runs) / len(runs),
+        "hedges_per_task": sum(r.hedges for r in runs) / len(runs),
+        "cancelled_input_cost_per_task": sum(r.cancelled_input_cost for r in runs) / len(runs),
         "task_rules": dict(rules),
     }
     if budget_s is not None:
@@ -276,7 +370,8 @@ def summarise(name: str, runs: list[TaskRun], budget_s: float | None) -> dict[st
 def table(rows: list[dict[str, Any]], budget_s: float) -> Iterator[str]:
     yield (
         f"{'config':<22} {'lat mean':>9} {'lat p90':>8} {'cost/task':>10} {'quality':>8} "
-        f"{'success':>8} {'fast':>6} {'esc/task':>9} {f'<= {budget_s:.1f}s':>9}"
+        f"{'success':>8} {'fast':>6} {'esc/task':>9} {f'<= {budget_s:.1f}s':>9} "
+        f"{'drafts':>7} {'hedges':>7}"
     )
     for r in rows:
         inside = r.get("within_budget")
@@ -284,7 +379,17 @@ def table(rows: list[dict[str, Any]], budget_s: float) -> Iterator[str]:
             f"{r['config']:<22} {r['task_latency_mean_s']:>8.2f}s {r['task_latency_p90_s']:>7.2f}s "
             f"${r['task_cost_mean_usd']:>9.5f} {r['step_quality']:>8.3f} {r['task_success']:>8.3f} "
             f"{r['fast_share']:>6.2f} {r['escalations_per_task']:>9.2f} "
-            f"{'' if inside is None else f'{inside:.2f}':>9}"
+            f"{'' if inside is None else f'{inside:.2f}':>9} "
+            f"{r['drafts_per_task']:>7.2f} {r['hedges_per_task']:>7.2f}"
+        )
+    fast = next(r for r in rows if r["config"] == "fast only + gate")
+    frontier = next(r for r in rows if r["config"] == "frontier only")
+    yield (f"{'config':<22} {'lat/fast':>8} {'q/frontier':>10} {'+cancelled in $':>15}")
+    for r in rows:
+        yield (
+            f"{r['config']:<22} {r['task_latency_mean_s'] / fast['task_latency_mean_s']:>7.3f}x "
+            f"{r['step_quality'] / frontier['step_quality']:>9.1%} "
+            f"${r['cancelled_input_cost_per_task']:>14.5f}"
         )
 
 
@@ -300,16 +405,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fast-latency", choices=("recorded", "diffusion"), default="recorded")
     parser.add_argument("--limit", type=int, default=None, help="at most this many tasks")
     parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument(
+        "--panel",
+        default="gpt-4o-mini-2024-07-18,gpt-3.5-turbo-0125-FC",
+        help="recorded models drafting with --fast in the panel configurations (comma-separated)",
+    )
+    parser.add_argument("--min-agreement", type=float, default=0.67)
+    parser.add_argument("--hedge-band", type=float, default=0.02)
+    parser.add_argument("--hedge-percentile", type=float, default=95.0)
     args = parser.parse_args(argv)
 
     folder = Path(args.data)
     if not (folder / "bfcl_v1_results").is_dir():
         print(f"no BFCL data under {folder}; pass --data", file=sys.stderr)
         return 2
-    dataset = load_bfcl(folder, models=[args.fast, args.frontier]).with_pair(
+    panel = [m for m in args.panel.split(",") if m]
+    dataset = load_bfcl(folder, models=[args.fast, args.frontier, *panel]).with_pair(
         args.fast, args.frontier
     )
-    tasks = chain(dataset, args.steps, args.limit)
+    tasks = chain(dataset, args.steps, args.limit, panel)
     threshold = calibrate(tasks, args.frontier, 1.0 - args.frontier_share)
     common = dict(
         fast=args.fast,
@@ -317,6 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         threshold=threshold,
         tool_s=args.tool_s,
         fast_latency=args.fast_latency,
+        panel=panel,
     )
     everything_frontier = [{"name": "all-frontier", "when": {}, "tier": "frontier"}]
     everything_fast = [{"name": "all-fast", "when": {}, "tier": "fast"}]
@@ -328,6 +443,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         Config("task-aware", [], task=True),
         Config("task-aware + budget", [], task=True, budget_s=budget),
     ]
+    drafts = {"k": 1 + len(panel), "min_agreement": args.min_agreement, "when": ["all"]}
+    hedge = {"band": args.hedge_band, "after_percentile": args.hedge_percentile}
+    if panel:
+        configs.append(Config("panel", everything_fast, drafts=drafts))
+    configs.append(Config("per-turn + hedge", [], hedge=hedge))
+    if panel:
+        configs.append(Config("panel + hedge", everything_fast, drafts=drafts, hedge=hedge))
     results = [summarise("frontier only", reference, budget)]
     for config in configs:
         runs = run_config(dataset, tasks, config, **common)
@@ -335,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fitted = {m: fit_latency(dataset, m) for m in (args.fast, args.frontier)}
     print(
         f"BFCL v1 chained tasks: {len(tasks)} tasks x {args.steps} steps; fast={args.fast}, "
+        f"panel={','.join([args.fast, *panel])}, "
         f"frontier={args.frontier}; threshold {threshold:.3f} (calibrated to "
         f"{args.frontier_share:.0%} frontier); tool time {args.tool_s}s/round; fast latency "
         f"{args.fast_latency}; latency budget {budget}s/task"

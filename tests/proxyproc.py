@@ -38,7 +38,7 @@ class ProxyProcess:
         self.log_path = directory / f"{name}-{self.port}.log"
         self.workers = workers
         self.env = {**os.environ, "TIERED_ROUTER_API_KEYS": CLIENT_KEY, **(env or {})}
-        self.env.pop("TIERED_ROUTER_METRICS_DIR", None)
+        self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,14 +87,21 @@ class ProxyProcess:
         )
 
     def metrics(self, http: Any) -> dict[str, float]:
-        """Parse /metrics into ``{"name{labels}": value}``."""
+        """Parse /metrics into ``{'name{label="v",...}': value}`` (labels sorted by name)."""
         response = http.get(
             f"{self.url}/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}
         )
         assert response.status_code == 200, response.text
-        values: dict[str, float] = {}
-        for line in response.text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
+        return parse_metrics(response.text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Read a scrape with prometheus_client's own parser; keys as ``name{labels sorted}``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values

@@ -1,8 +1,8 @@
-"""aiohttp's transport under the backends: choice, answers, failures, pools and loops.
+"""aiohttp's transport, the one under every backend's async calls: answers, failures, pools.
 
-The fault matrix (tests/test_fault_matrix.py) runs every upstream fault through both
-transports; these tests pin what is particular to this one, over real HTTP to the scripted
-server.
+The fault matrix (tests/test_fault_matrix.py) runs every upstream fault through it; proxies
+are tested in tests/test_http_transport.py. These tests pin the transport itself, over real
+HTTP to the scripted server.
 """
 
 from __future__ import annotations
@@ -13,20 +13,18 @@ import socket
 
 import pytest
 
-pytest.importorskip("aiohttp")
-
-from tiered_router import _http  # noqa: E402
-from tiered_router._http import _aiohttp  # noqa: E402
-from tiered_router._http._aiohttp import ENV_VAR, AiohttpTransport, enabled  # noqa: E402
-from tiered_router.backends._base import CompletionRequest  # noqa: E402
-from tiered_router.backends.openai_compat import OpenAICompatBackend  # noqa: E402
-from tiered_router.exceptions import (  # noqa: E402
+from tiered_router import _http
+from tiered_router._http import _aiohttp
+from tiered_router._http._aiohttp import AiohttpTransport
+from tiered_router.backends._base import CompletionRequest
+from tiered_router.backends.openai_compat import OpenAICompatBackend
+from tiered_router.exceptions import (
     BackendConnectionError,
     BackendRateLimited,
     BackendStatusError,
     BackendTimeout,
 )
-from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
+from tiered_router.testing import Reply, ScriptedServer
 
 HEADERS = (("authorization", "Bearer k"), ("content-type", "application/json"))
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
@@ -49,33 +47,27 @@ async def _read(answer: _aiohttp.Exchange) -> bytes:
         await answer.aclose()
 
 
-def test_choice_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    assert enabled() is True  # installed, not opted out
-    monkeypatch.setenv(ENV_VAR, "httpcore")
-    assert enabled() is False
-    monkeypatch.setenv(ENV_VAR, " AIOHTTP ")
-    assert enabled() is True
-    monkeypatch.setenv(ENV_VAR, "curl")
-    with pytest.raises(ValueError, match=rf"{ENV_VAR}='curl': expected one of aiohttp, httpcore"):
-        enabled()
-    with pytest.raises(ValueError, match="curl"):
-        _aiohttp.preload()  # a server refuses to start on it
-
-
 @pytest.mark.anyio
-async def test_backends_get_aiohttp_unless_opted_out_or_proxied(
+async def test_every_backend_pool_is_aiohttps_proxy_or_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv(ENV_VAR, raising=False)
     assert isinstance(_http.build_async_transport(), AiohttpTransport)
-    monkeypatch.setenv(ENV_VAR, "httpcore")
-    assert isinstance(_http.build_async_transport(), _http.AsyncBaseTransport)
-    monkeypatch.delenv(ENV_VAR)
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    assert _http.build_async_transport() is None  # httpx2's client routes through the proxy
+    assert isinstance(_http.build_async_transport(), AiohttpTransport)  # one path, proxied
+    backend = OpenAICompatBackend("b", model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    try:
+        assert isinstance(await backend._get_async_client(), AiohttpTransport)
+    finally:
+        await backend.aclose()
+
+
+def test_sending_needs_an_asyncio_loop() -> None:
+    transport = AiohttpTransport()
+    sending = transport.exchange("http://127.0.0.1:9/v1", HEADERS, BODY, 1.0)
+    with pytest.raises(RuntimeError, match=r"run on asyncio; .*async_http_client="):
+        sending.send(None)  # as under trio: no asyncio loop is running
 
 
 @pytest.mark.anyio

@@ -723,15 +723,20 @@ def test_tool_choice_without_tools_is_not_sent(mock: Any) -> None:
     assert "tool_choice" not in sent and "parallel_tool_calls" not in sent
 
 
-def test_local_diffusion_fields_ride_in_the_body(server: ScriptedServer) -> None:
+def test_local_diffusion_is_a_fallback_that_sends_only_what_every_server_takes(
+    server: ScriptedServer,
+) -> None:
     server.script([Reply.text("x", chunks=1)])
     be = local_diffusion(model="llada", base_url=server.base_url, extra_body={"block_length": 32})
-    chunks = list(be.stream(req(params={"num_denoising_steps": 8, "vllm_xargs": {"k": 1}})))
+    chunks = list(
+        be.stream(req(params={"num_denoising_steps": 8, "max_tokens": 64, "temperature": 0.2}))
+    )
     sent = server.requests[-1].body
-    assert sent["block_length"] == 32 and sent["num_denoising_steps"] == 8
-    assert sent["vllm_xargs"] == {"k": 1}
+    assert set(sent) == {"model", "messages", "stream", "max_tokens", "temperature"}
     assert server.requests[-1].headers["authorization"] == "Bearer none"
-    assert assemble(chunks).text == "x"
+    done = assemble(chunks)
+    assert done.text == "x"
+    assert "dropped (not accepted): block_length, num_denoising_steps" in done.conversions
 
 
 def test_tools_false_raises_capability_error(server: ScriptedServer) -> None:
@@ -802,7 +807,7 @@ def test_missing_model_unknown_preset_and_options() -> None:
     with pytest.raises(PolicyError, match="needs `model`"):
         build_backend("big", no_model, env={"OPENAI_API_KEY": KEY})
     bad_preset = BackendConfig.model_construct(type="openai", preset="mercury-3")
-    with pytest.raises(PolicyError, match="known: .*local-diffusion, mercury-2, openai"):
+    with pytest.raises(PolicyError, match="known: .*local-diffusion, mercury-2, ollada, openai"):
         build_backend("x", bad_preset, env={})
     with pytest.raises(PolicyError, match="unknown option 'speed'"):
         build_backend(

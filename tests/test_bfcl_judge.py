@@ -158,14 +158,16 @@ def test_the_judge_agrees_with_every_label_bfcl_gave() -> None:
 
 
 @NEEDS_BFCL
-def test_the_loader_labels_fenced_calls_by_judging_them_and_keeps_their_text() -> None:
+def test_the_loader_keeps_bfcls_label_on_fenced_calls_and_keeps_their_text() -> None:
     from tiered_router.evaluation.sources import load_bfcl
 
     assert DATA is not None
     model = "gpt-4o-2024-08-06"  # prompt mode: most of its calls sit in a Markdown fence
     dataset = load_bfcl(DATA, models=[model])
     fenced = [r.outcomes[model] for r in dataset.rows if r.outcomes[model].text.startswith("```")]
-    assert len(fenced) > 900 and sum(o.correct for o in fenced) > 800  # BFCL: all wrong
+    # an example in a fence is not lifted, so the router does not return it as calls: BFCL's
+    # label (wrong) describes what the caller gets
+    assert len(fenced) > 900 and not any(o.correct for o in fenced)
     # every answer still written as text that is right now was relabelled; its text is
     # kept, so the gate reads what the model wrote
     right = [r.outcomes[model] for r in dataset.rows if r.outcomes[model].text]

@@ -142,7 +142,7 @@ def _agent_reply(prompt: str, params: Any) -> str:
     if "<tool_result" in last:
         return "It is 18 C in Paris. END and more"
     return (
-        "Let me look that up.\n"
+        "<think>The user wants Paris.</think>\n"
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
     )
 
@@ -185,7 +185,8 @@ def test_tool_loop_through_the_router_on_dlmserve(server: ScriptedServer, stream
         assert first.tier == "fast" and not first.escalated
         (call,) = first.completion.tool_calls
         assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris"})
-        assert first.completion.text == "Let me look that up."
+        assert first.completion.text == ""  # the reply was only the call (and its thinking)
+        assert first.completion.reasoning == "The user wants Paris."
         messages += [
             first.completion.to_message(),
             {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 18}'},

@@ -2,9 +2,9 @@
 
 - SGLang: every request validates with SGLang's own ``ChatCompletionRequest`` (loaded from the
   installed package without GPU dependencies, see ``sglang_kit``).
-- vLLM and Mercury 2: checked against the documented facts in ../shared/PROVIDERS.md
-  (Mercury 2 is a hosted service with no published request model; vLLM's was not loaded
-  here).
+- vLLM and Mercury 2: a few direct checks; the full matrix against vLLM 0.33.0's rules
+  (read from its wheel) and Mercury 2's documented facts is in
+  ``test_conformance_profiles.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sglang_kit import validate
 
 from tiered_router.backends import CompletionRequest, OpenAICompatBackend
 from tiered_router.backends.registry import build_backend
-from tiered_router.exceptions import CapabilityError, PolicyError
+from tiered_router.exceptions import CapabilityError
 from tiered_router.policy import BackendConfig
 from tiered_router.testing import Reply, ScriptedServer
 
@@ -98,17 +98,7 @@ def test_sglang_refuses_images_before_any_call(server: ScriptedServer) -> None:
     assert server.requests == []
 
 
-# -- vLLM, against the documented facts ---------------------------------------------------------
-
-
-def test_vllm_diffusion_fields_ride_in_vllm_xargs(server: ScriptedServer) -> None:
-    # PROVIDERS.md: "vLLM serves DiffusionGemma; per-request diffusion fields go through vllm_xargs"
-    backend = make("vllm", server.base_url, diffusion={"vllm_xargs": {"steps": 16}})
-    body = sent(server, backend, request(SHAPES[5]), stream=True)
-    assert body["vllm_xargs"] == {"steps": 16}
-    assert "tools" not in body and all(m["role"] != "tool" for m in body["messages"])
-    with pytest.raises(PolicyError, match="known: vllm_xargs"):
-        make("vllm", server.base_url, diffusion={"num_denoising_steps": 8})
+# -- vLLM ---------------------------------------------------------
 
 
 def test_vllm_sends_system_for_developer_and_keeps_stop(server: ScriptedServer) -> None:

@@ -11,8 +11,9 @@ from routerkit import make_policy
 
 from tiered_router import Router, Turn
 from tiered_router.backends import OpenAICompatBackend, from_preset
-from tiered_router.backends._dialect import DIALECTS, capability_gap, resolve_dialect
+from tiered_router.backends._dialect import capability_gap
 from tiered_router.backends._dialect_shape import Plan, shape
+from tiered_router.backends._profiles import DIALECTS, resolve_dialect
 from tiered_router.backends.presets import PRESETS, dialect_for
 from tiered_router.exceptions import CapabilityError, PolicyError
 from tiered_router.policy import BackendConfig, load_policy
@@ -47,7 +48,7 @@ def test_resolve_dialect_names_mappings_and_errors() -> None:
     assert custom.name == "vllm*" and custom.tools == "native"
     assert custom.roles == frozenset({"user", "system"})
     assert resolve_dialect({"stop": False}).name == "openai*"
-    with pytest.raises(ValueError, match="known: dlmserve, local-diffusion"):
+    with pytest.raises(ValueError, match="known: dfastllm, diffulex, dlmserve, lmdeploy, local-"):
         resolve_dialect("tgi")
     with pytest.raises(ValueError, match="unknown dialect fields \\['speed'\\]"):
         resolve_dialect({"profile": "vllm", "speed": 1})
@@ -333,10 +334,16 @@ def test_every_backend_in_docs_backends_md_builds() -> None:
         router.close()
     assert built == [
         ("gemma", "vllm*"),
-        ("llada", "dlmserve"),
-        ("llada2", "sglang"),
         ("gemma", "vllm"),
+        ("llada2", "sglang"),
+        ("sgemma", "sglang-gemma"),
+        ("sdar", "lmdeploy"),
+        ("dlx", "diffulex"),
+        ("shelf", "ollada"),
+        ("dfast", "dfastllm"),
+        ("llada", "dlmserve"),
         ("mercury", "mercury-2"),
+        ("llada", "sglang"),
     ]
 
 

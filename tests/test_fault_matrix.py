@@ -13,6 +13,11 @@ the proxy's JSON and SSE endpoints) and checks the promises:
 
 Breaker behaviour under faults is tested with the engine; here the breaker is off so every
 case starts from the same state.
+
+Two more columns run the in-process surfaces with the fast side in flight: ``panel`` (a
+panel of three concurrent fast drafts, ``drafts: {k: 3, when: [all]}``) and ``hedge`` (the
+frontier call started 0.1 s into the fast side, ``hedge: {after_s: 0.1}``); the same
+promises hold.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ pytest.importorskip("uvicorn")
 import uvicorn  # noqa: E402
 
 from tiered_router import Router, TieredRouterError, Turn, _http  # noqa: E402
-from tiered_router._http._aiohttp import ENV_VAR  # noqa: E402
 from tiered_router.server import create_app  # noqa: E402
 from tiered_router.server._protocol import guarded_protocol  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
@@ -119,6 +123,10 @@ FAULTS: dict[str, Callable[[str, bool], Reply] | None] = {
 }
 TIERS = {"fast": ("fast",), "frontier": ("frontier",), "both": ("fast", "frontier")}
 SURFACES = ("acomplete", "astream", "proxy_json", "proxy_sse")
+MODES: dict[str, dict[str, Any]] = {
+    "panel": {"drafts": {"k": 3, "min_agreement": 0.67, "when": ["all"]}},
+    "hedge": {"hedge": {"after_s": 0.1}},
+}
 
 
 def _dead_url() -> str:
@@ -282,29 +290,26 @@ def _cases() -> Iterator[Any]:
             for surface in SURFACES:
                 yield pytest.param(fault, tier, surface, None, id=f"{fault}-{tier}-{surface}")
                 if surface in ("acomplete", "astream"):
-                    # the in-process surfaces once more over httpx2's own transport (the
-                    # default is aiohttp's when installed, as it is here)
-                    yield pytest.param(
-                        fault, tier, surface, "httpcore", id=f"{fault}-{tier}-{surface}-httpcore"
-                    )
+                    for mode in MODES:  # the panel and hedge columns
+                        yield pytest.param(
+                            fault, tier, surface, mode, id=f"{fault}-{tier}-{surface}-{mode}"
+                        )
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("fault", "tier", "surface", "transport"), list(_cases()))
+@pytest.mark.parametrize(("fault", "tier", "surface", "column"), list(_cases()))
 async def test_fault_matrix(
     fault: str,
     tier: str,
     surface: str,
-    transport: str | None,
+    column: str | None,
     upstream: ScriptedServer,
     proxies: dict[tuple[str, ...], _Proxy],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    if transport is not None:
-        monkeypatch.setenv(ENV_VAR, transport)
+    mode = MODES.get(column or "")
     faulty = TIERS[tier]
     refused = faulty if fault == "refused" else ()
     stream = surface in ("astream", "proxy_sse")
@@ -325,7 +330,7 @@ async def test_fault_matrix(
         traces = list(proxy.memory.traces)[before:]
         trace_text = Path(proxy.jsonl.path).read_text()
     else:
-        policy = _policy(upstream, refused)
+        policy = {**_policy(upstream, refused), **(mode or {})}
         outcome, memory = await _run_router(policy, surface, turn, jsonl)
         elapsed = time.monotonic() - started
         traces = list(memory.traces)
@@ -337,6 +342,13 @@ async def test_fault_matrix(
     if tier == "fast" and fault not in ("hang", "slow_drip"):
         # the frontier is healthy and the fast fault left it time: the turn is answered
         assert outcome.startswith(("ok:", "200:")), outcome[:300]
+    last = traces[-1]
+    if column == "panel" and last.decision.tier == "fast":
+        assert any(a.role == "draft" for a in last.attempts), last.attempts
+    if column == "hedge" and tier == "fast" and fault in ("hang", "slow_drip"):
+        # the hedge answers while the fast side hangs: the turn is not lost to the deadline
+        assert any(a.role == "hedge" and a.ok for a in last.attempts), last.attempts
+        assert outcome.startswith("ok:"), outcome[:300]
     everything = "\n".join([outcome, trace_text, caplog.text, *(t.to_json() for t in traces)])
     for key in (FAST_KEY, FRONTIER_KEY):
         assert key not in everything, f"key {key[:2]}... leaked"

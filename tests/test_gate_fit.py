@@ -90,14 +90,13 @@ PARIS = [("get_weather", {"city": "Paris"})]
         ),
         ("<|python_tag|>get_weather(city='Paris')", PARIS),
         (
-            "```python\n[get_weather(city='Paris'), math.factorial(number=5)]\n```",
+            "[get_weather(city='Paris'), math.factorial(number=5)]",
             [*PARIS, ("math_factorial", {"number": 5})],
         ),
         (
             'get_weather(city="Paris")\nget_weather(city="Lyon", unit=null)',
             [*PARIS, ("get_weather", {"city": "Lyon", "unit": None})],
         ),
-        ("[get_weather(city=...)]", [("get_weather", {"city": "..."})]),
         ("[math_factorial(number=5, from=1)]", [("math_factorial", {"number": 5, "from": 1})]),
     ],
 )
@@ -121,6 +120,10 @@ def test_text_formats_are_read_as_calls(text: str, expected: list[tuple[str, Any
         "get_weather(**kwargs)",
         '{"name": "get_weather", "arguments": "not json"}',
         "[]",
+        "```python\n[get_weather(city='Paris')]\n```",  # an example in a fence
+        "[get_weather(city=...)]",  # not a literal value
+        "[get_weather(city=paris)]",
+        "<think>[get_weather(city='Paris')]</think>It is sunny.",  # inside reasoning
     ],
 )
 def test_other_text_is_not_read_as_calls(text: str) -> None:
@@ -143,7 +146,9 @@ def test_right_calls_written_as_text_pass_the_default_gate() -> None:
 def test_wrong_calls_written_as_text_fail_for_what_is_wrong() -> None:
     turn = _turn("What's the weather in Paris?", WEATHER)
     bad_unit = DEFAULT.evaluate(Completion(text="[get_weather(city='Paris', unit='kelvin')]"), turn)
-    assert bad_unit.failed_checks == ("tool_arguments",)
+    # not lifted (its arguments do not validate): the text stays, and the reason says why
+    assert bad_unit.failed_checks == ("tool_call_in_text",)
+    assert '"kelvin" is not one of' in bad_unit.reasons[0]
     elsewhere = DEFAULT.evaluate(Completion(text='get_weather(city="Tokyo")'), turn)
     assert elsewhere.failed_checks == ("argument_grounding",)
     # reading can be turned off: the text is then a call written as text

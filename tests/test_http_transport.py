@@ -1,16 +1,19 @@
-"""The HTTP layer under the backends: the asyncio socket layer, TLS, proxies, SSE, limits."""
+"""The HTTP layer under the backends: TLS, proxies from the environment, SSE, limits."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import ipaddress
 import json
 import re
+import socket
 import ssl
 from pathlib import Path
 
 import pytest
+from forwardproxy import ForwardProxy
 
 from tiered_router import _http, _limits
 from tiered_router.backends._base import CompletionRequest
@@ -18,12 +21,12 @@ from tiered_router.backends._sse import SSEDecoder
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.exceptions import (
     BackendConnectionError,
-    BackendResponseError,
-    BackendStatusError,
 )
 from tiered_router.testing import ScriptedServer
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tiered_router"
+UPSTREAM = "upstream.invalid"  # a name only the test's forward proxy resolves
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 ANSWER = json.dumps(
     {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "over tls"}}]}
 ).encode()
@@ -68,7 +71,9 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName(UPSTREAM)]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -86,16 +91,26 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-@pytest.mark.anyio
-async def test_tls_through_the_asyncio_socket_layer_trusts_ssl_cert_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+async def _tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> asyncio.Server:
     cert, key = _self_signed(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    server = await asyncio.start_server(_answer_once, "127.0.0.1", 0, ssl=context)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the clients trust this CA
+    return await asyncio.start_server(_answer_once, "127.0.0.1", 0, ssl=context)
+
+
+@pytest.mark.anyio
+async def test_tls_trusts_ssl_cert_file(tmp_path: Path, no_proxy_env: pytest.MonkeyPatch) -> None:
+    server = await _tls_server(tmp_path, no_proxy_env)
     port = server.sockets[0].getsockname()[1]
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust_env: the client trusts this CA
     be = OpenAICompatBackend("tls", model="m", base_url=f"https://127.0.0.1:{port}/v1", api_key="k")
     try:
         assert (await be.acomplete(req())).text == "over tls"
@@ -106,59 +121,98 @@ async def test_tls_through_the_asyncio_socket_layer_trusts_ssl_cert_file(
 
 
 @pytest.mark.anyio
-async def test_unix_socket_and_read_timeout(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.sock")
-    server = await asyncio.start_unix_server(_answer_once, path)
-    backend = _http.AsyncioNetworkBackend()
-    try:
-        stream = await backend.connect_unix_socket(path, timeout=5)
-        await stream.write(b"POST / HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
-        data = b""
-        while b"over tls" not in data:
-            part = await stream.read(65536, timeout=5)
-            assert part
-            data += part
-        assert stream.get_extra_info("is_readable") in (True, False)
-        await stream.aclose()
-        silent = await backend.connect_unix_socket(path, timeout=5)
-        with pytest.raises(Exception, match="timed out") as info:
-            await silent.read(10, timeout=0.05)  # the server waits for a request
-        assert type(info.value).__name__ == "ReadTimeout"
-        await silent.aclose()
-        await asyncio.sleep(0.05)  # the server's handler sees EOF and closes
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-@pytest.mark.anyio
-async def test_connect_failures_are_httpcore_errors() -> None:
-    backend = _http.AsyncioNetworkBackend()
-    with pytest.raises(Exception, match="cannot connect") as info:
-        await backend.connect_unix_socket("/nonexistent/socket", timeout=1)
-    assert type(info.value).__name__ == "ConnectError"
-
-
-@pytest.mark.anyio
-async def test_proxy_from_the_environment_is_used(
-    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+async def test_http_proxy_from_the_environment_carries_calls_and_streams(
+    server: ScriptedServer, no_proxy_env: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HTTP_PROXY", server.base_url.rsplit("/v1", 1)[0])
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
-    assert _http.env_proxies()
-    be = OpenAICompatBackend(
-        "p", model="m", base_url="http://upstream.invalid/v1", api_key="k", timeout_s=5
-    )
+    with ForwardProxy(hosts={UPSTREAM: "127.0.0.1"}) as proxy:
+        no_proxy_env.setenv("HTTP_PROXY", proxy.url)
+        no_proxy_env.setenv("NO_PROXY", "localhost,.internal.example")
+        base = f"http://{UPSTREAM}:{server.port}/v1"
+        be = OpenAICompatBackend("p", model="m", base_url=base, api_key="k", timeout_s=5)
+        try:
+            assert (await be.acomplete(req())).text == "ok"  # only the proxy knows the name
+            chunks = [chunk async for chunk in be.astream(req())]
+            assert "".join(c.text for c in chunks) == "ok"
+        finally:
+            await be.aclose()
+        # the sync path (httpx2's client) honours the same variable
+        sync = OpenAICompatBackend("s", model="m", base_url=base, api_key="k", timeout_s=5)
+        try:
+            assert sync.complete(req()).text == "ok"
+        finally:
+            sync.close()
+    assert [(s.method, s.target) for s in proxy.seen] == 3 * [("POST", f"{base}/chat/completions")]
+    assert "authorization" in proxy.seen[0].headers  # relayed to the upstream as it came
+    assert len(server.requests) == 3
+
+
+@pytest.mark.anyio
+async def test_https_proxy_tunnels_tls_with_connect(
+    tmp_path: Path, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    tls = await _tls_server(tmp_path, no_proxy_env)
+    port = tls.sockets[0].getsockname()[1]
+    with ForwardProxy(hosts={UPSTREAM: "127.0.0.1"}) as proxy:
+        host_port = proxy.url.removeprefix("http://")
+        no_proxy_env.setenv("https_proxy", f"agent:pw@{host_port}")  # lower case, no scheme
+        be = OpenAICompatBackend("t", model="m", base_url=f"https://{UPSTREAM}:{port}/v1")
+        try:
+            assert (await be.acomplete(req())).text == "over tls"
+        finally:
+            await be.aclose()
+            tls.close()
+            await tls.wait_closed()
+    assert [(s.method, s.target) for s in proxy.seen] == [("CONNECT", f"{UPSTREAM}:{port}")]
+    assert proxy.seen[0].headers["proxy-authorization"] == "Basic YWdlbnQ6cHc="  # agent:pw
+
+
+@pytest.mark.anyio
+async def test_no_proxy_and_proxy_credentials(
+    server: ScriptedServer, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    with ForwardProxy(hosts={UPSTREAM: "127.0.0.1"}) as proxy:
+        host_port = proxy.url.removeprefix("http://")
+        no_proxy_env.setenv("ALL_PROXY", f"http://agent:s3cret-pw@{host_port}")
+        no_proxy_env.setenv("NO_PROXY", "127.0.0.1")
+        direct = OpenAICompatBackend("d", model="m", base_url=server.base_url, api_key="k")
+        via = OpenAICompatBackend(
+            "v", model="m", base_url=f"http://{UPSTREAM}:{server.port}/v1", api_key="k"
+        )
+        try:
+            assert (await direct.acomplete(req())).text == "ok"
+            assert proxy.seen == []  # NO_PROXY: straight to the upstream
+            assert (await via.acomplete(req())).text == "ok"  # ALL_PROXY, with credentials
+        finally:
+            await direct.aclose()
+            await via.aclose()
+    assert len(proxy.seen) == 1
+    sent = proxy.seen[0].headers["proxy-authorization"]
+    assert base64.b64decode(sent.removeprefix("Basic ")) == b"agent:s3cret-pw"
+
+
+@pytest.mark.anyio
+async def test_unusable_proxies_are_connection_errors_without_credentials(
+    server: ScriptedServer, no_proxy_env: pytest.MonkeyPatch
+) -> None:
+    no_proxy_env.setenv("ALL_PROXY", "socks5://agent:s3cret-pw@127.0.0.1:1080")
+    be = OpenAICompatBackend("x", model="m", base_url=server.base_url, api_key="sk-abc123")
     try:
-        with pytest.raises((BackendStatusError, BackendConnectionError, BackendResponseError)):
-            await be.acomplete(req())  # the scripted server is no real proxy
+        with pytest.raises(BackendConnectionError, match="socks5:// proxy is not supported"):
+            await be.acomplete(req())
     finally:
         await be.aclose()
-    # the request went to the proxy, addressed to the upstream
-    assert server.requests and "upstream.invalid" in (
-        server.requests[0].path + server.requests[0].headers.get("host", "")
-    )
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    no_proxy_env.setenv("HTTP_PROXY", f"http://agent:s3cret-pw@127.0.0.1:{dead}")
+    be = OpenAICompatBackend("y", model="m", base_url=server.base_url, api_key="sk-abc123")
+    try:
+        with pytest.raises(BackendConnectionError, match="cannot connect to the proxy") as info:
+            await be.acomplete(req())
+        assert "s3cret-pw" not in str(info.value) + repr(info.value.__cause__)
+    finally:
+        await be.aclose()
+    assert server.requests == []
 
 
 def test_sse_decoder_shapes() -> None:

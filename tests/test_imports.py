@@ -1,8 +1,10 @@
 """The package's import graph: no circles, and the escalation engine at the bottom of its floor.
 
-The graph is read from the source (``ast``): an edge for every ``import`` of a
-``tiered_router`` module, at module level or inside a function, except under
-``if TYPE_CHECKING:`` (annotations only). ``from pkg import sub`` is an edge to ``pkg.sub``.
+The graph is read from the source (``ast``): an edge for every ``import`` statement naming a
+``tiered_router`` module, at module level, inside a function, and under
+``if TYPE_CHECKING:`` (annotations are dependencies too). ``from pkg import sub`` is an edge
+to ``pkg.sub``. A package's ``__init__`` running before its submodules is not an edge: a
+wing's face re-exports its modules, and none of them imports the face back.
 """
 
 from __future__ import annotations
@@ -31,14 +33,21 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path, *, lazy: bool) -> set[str]:
-    """The tiered_router modules ``name`` imports (``lazy``: inside functions too)."""
+def _imports(name: str, path: Path, *, lazy: bool, typing: bool = False) -> set[str]:
+    """The tiered_router modules ``name`` imports.
+
+    ``lazy``: inside functions too; ``typing``: under ``if TYPE_CHECKING:`` too.
+    """
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if (
+                not typing
+                and isinstance(child, ast.If)
+                and "TYPE_CHECKING" in ast.unparse(child.test)
+            ):
                 for other in child.orelse:
                     visit(other)
                 continue
@@ -62,8 +71,8 @@ def _imports(name: str, path: Path, *, lazy: bool) -> set[str]:
 
 
 @functools.cache
-def _graph(*, lazy: bool) -> dict[str, set[str]]:
-    return {name: _imports(name, path, lazy=lazy) for name, path in MODULES.items()}
+def _graph(*, lazy: bool, typing: bool = False) -> dict[str, set[str]]:
+    return {name: _imports(name, path, lazy=lazy, typing=typing) for name, path in MODULES.items()}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -131,6 +140,21 @@ def test_no_import_circles_at_import_time() -> None:
     assert _cycles(_graph(lazy=False)) == []
 
 
+def test_no_import_circles_counting_lazy_and_type_only_imports() -> None:
+    assert _cycles(_graph(lazy=True, typing=True)) == []
+
+
+def test_the_graph_sees_lazy_and_type_only_imports() -> None:
+    every = _graph(lazy=True, typing=True)
+    # the policy face imports the wings it composes inside load_policy only
+    assert "tiered_router.gate" in every["tiered_router.policy"]
+    assert "tiered_router.gate" not in _graph(lazy=False)["tiered_router.policy"]
+    # a TYPE_CHECKING import is an edge
+    checks = "tiered_router.policy._checks"
+    assert "tiered_router.policy._schema" in every[checks]
+    assert "tiered_router.policy._schema" not in _graph(lazy=True)[checks]
+
+
 CORE = (
     "tiered_router.engine._machine",
     "tiered_router.engine._dispatch",
@@ -172,7 +196,14 @@ def test_the_engine_does_no_io() -> None:
     assert "tiered_router.engine._dispatch" not in reached
 
 
-def test_exceptions_import_nothing_at_run_time() -> None:
-    assert _imports("tiered_router.exceptions", MODULES["tiered_router.exceptions"], lazy=True) == (
-        set()
-    )
+def test_exceptions_import_nothing_not_even_for_types() -> None:
+    path = MODULES["tiered_router.exceptions"]
+    assert _imports("tiered_router.exceptions", path, lazy=True, typing=True) == set()
+
+
+def test_the_policy_loader_and_checks_ask_the_wings_through_registries() -> None:
+    every = _graph(lazy=True, typing=True)
+    wings = ("tiered_router.gate", "tiered_router.scoring", "tiered_router.backends")
+    for name in ("tiered_router.policy._loader", "tiered_router.policy._checks"):
+        for reached in _reach(every, name):
+            assert not reached.startswith(wings), (name, reached)

@@ -81,7 +81,9 @@ def test_a_wrong_text_call_escalates_and_nothing_is_lifted_from_it() -> None:
     assert result.tier == "frontier" and result.escalated
     assert result.completion.tool_calls == FRONTIER_CALL.tool_calls
     assert result.trace.attempts[0].verdict is not None
-    assert result.trace.attempts[0].verdict.failed_checks == ("tool_arguments",)
+    assert result.trace.attempts[0].verdict.failed_checks == ("tool_call_in_text",)
+    assert '"kelvin" is not one of' in result.trace.attempts[0].verdict.reasons[0]
+    assert LIFTED_TEXT_CALLS not in result.trace.attempts[0].conversions
 
 
 def test_with_text_tool_calls_off_the_text_is_judged_as_text() -> None:

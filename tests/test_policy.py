@@ -799,4 +799,4 @@ def test_example_policies_say_what_the_docs_say() -> None:
     assert backend.base_url == "http://127.0.0.1:30000/v1"
     assert backend.tools is False
     assert backend.api_key is not None and backend.api_key.get_secret_value() == "none"
-    assert {"block_length", "num_denoising_steps"} <= set(backend.extra_body)
+    assert backend.preset == "sglang" and backend.max_concurrency == 1 and not backend.extra_body

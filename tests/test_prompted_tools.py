@@ -4,14 +4,14 @@ import json
 
 import pytest
 
+from tiered_router.calls._prompted import lift_prompted_calls, split_tool_calls
 from tiered_router.calls._prompted import read_tool_calls as parse_text_tool_calls
-from tiered_router.calls._prompted import split_tool_calls
 from tiered_router.calls._protocol import (
     render_tool_call,
     render_tool_prompt,
     render_tool_result,
 )
-from tiered_router.turn import ToolSpec
+from tiered_router.turn import Completion, ToolSpec
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -92,8 +92,8 @@ def test_render_history_pieces_round_trip() -> None:
             [("get_time", {}), ("get_weather", {"city": "A"})],
         ),
         (
-            '```json\n{"tool_calls": [{"id": "x", "type": "function", "function": '
-            '{"name": "get_weather", "arguments": "{\\"city\\": \\"Nice\\"}"}}]}\n```',
+            '{"tool_calls": [{"id": "x", "type": "function", "function": '
+            '{"name": "get_weather", "arguments": "{\\"city\\": \\"Nice\\"}"}}]}',
             [("get_weather", {"city": "Nice"})],
         ),
         (
@@ -106,7 +106,6 @@ def test_render_history_pieces_round_trip() -> None:
         ),
         ('get_weather("Paris", unit="C")', [("get_weather", {"city": "Paris", "unit": "C"})]),
         ('functions.get_weather(city="Kyiv")', [("get_weather", {"city": "Kyiv"})]),
-        ('```python\nget_weather(city="Riga")\n```', [("get_weather", {"city": "Riga"})]),
     ],
 )
 def test_common_formats_are_read(text: str, expected: list[tuple[str, object]]) -> None:
@@ -131,34 +130,37 @@ def test_common_formats_are_read(text: str, expected: list[tuple[str, object]]) 
         "get_weather(",
         "x.y().z(a=1)",
         '["a", get_weather(city="x")]',
+        '```python\nget_weather(city="Riga")\n```',  # an example in a fence
+        'Let me check.\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "delete_all", "arguments": {}}</tool_call>',  # not offered
+        '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>',
+        "<tool_call>{'name': 'get_time', oops</tool_call>",
     ],
 )
 def test_text_that_is_not_a_call(text: str) -> None:
     assert calls(text) == []
 
 
-def test_text_around_tagged_calls_is_kept() -> None:
-    rest, found = split_tool_calls(
-        'Let me check.\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call>',
-        TOOLS,
-        id_prefix="call_ab_",
+def test_a_reply_made_only_of_calls_loses_its_text_and_keeps_its_thinking() -> None:
+    reply = (
+        '<think>Time first.</think>\n<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
     )
-    assert rest == "Let me check."
+    rest, found = split_tool_calls(reply, TOOLS, id_prefix="call_ab_")
+    assert rest == ""
     assert [(c.id, c.name, c.arguments) for c in found] == [("call_ab_0", "get_time", "{}")]
+    # the same, through the backend's path: the thinking becomes the reasoning
+    done = lift_prompted_calls(Completion(text=reply), TOOLS, id_prefix="c_")
+    assert done.reasoning == "Time first." and done.finish_reason == "tool_calls"
 
 
-def test_tagged_calls_are_read_whatever_they_name_and_malformed_ones_kept_verbatim() -> None:
-    # the gate's tool_arguments check rejects the unknown tool and the broken arguments
-    assert calls('<tool_call>{"name": "delete_all", "arguments": {}}</tool_call>') == [
-        ("delete_all", {})
-    ]
-    assert calls('<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>') == [
-        ("get_weather", '{"city": }')
-    ]
-    assert calls('<tool_call>{"name": "get_time"}</tool_call>') == [("get_time", {})]
-    assert calls("<tool_call>{'name': 'get_time', oops</tool_call>") == [
-        ("get_time", "{'name': 'get_time', oops")
-    ]
+def test_a_reply_that_breaks_a_rule_stays_text() -> None:
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert split_tool_calls(text, TOOLS, tool_choice=named) == (text, [])
+    assert split_tool_calls(text, TOOLS, tool_choice="none") == (text, [])
+    assert split_tool_calls(text, TOOLS, validate=lambda spec, args: "no") == (text, [])
+    assert split_tool_calls(text + text, TOOLS, parallel_tool_calls=False) == (text + text, [])
+    assert len(split_tool_calls(text + text, TOOLS)[1]) == 2
 
 
 def test_unreadable_tag_leaves_the_text() -> None:

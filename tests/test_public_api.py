@@ -98,6 +98,7 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.backends.registry": frozenset(
         {
+            "backend_problems",
             "backend_types",
             "BackendCheck",
             "BackendFactory",
@@ -120,14 +121,13 @@ PINNED: dict[str, frozenset[str]] = {
     ),
     "tiered_router.engine._machine": frozenset(
         {
-            "decide_turn",
             "EnginePorts",
             "LIFTED_TEXT_CALLS",
-            "plan_turn",
             "RoutedResult",
             "TurnRun",
         }
     ),
+    "tiered_router.engine._plan": frozenset({"decide_turn", "plan_turn"}),
     "tiered_router.engine": frozenset(
         {
             "decide_turn",
@@ -268,13 +268,28 @@ PINNED: dict[str, frozenset[str]] = {
             "TraceContextMiddleware",
         }
     ),
+    "tiered_router.panels": frozenset(
+        {
+            "AnswerKey",
+            "AnswerKind",
+            "answer_key",
+            "canonical",
+            "final_answer",
+            "needed_votes",
+            "normalise_answer",
+            "Tally",
+            "tally",
+        }
+    ),
     "tiered_router.policy": frozenset(
         {
             "BackendConfig",
             "BreakerConfig",
             "ClientLimits",
+            "DraftsConfig",
             "EscalationConfig",
             "GateConfig",
+            "HedgeConfig",
             "LatencyModel",
             "load_policy",
             "Policy",
@@ -351,6 +366,7 @@ PINNED: dict[str, frozenset[str]] = {
             "load_weights",
             "Score",
             "Scorer",
+            "scoring_problems",
             "TransferModel",
             "TransferScorer",
         }
@@ -403,6 +419,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.trace": frozenset(
         {
             "Attempt",
+            "AttemptRole",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",

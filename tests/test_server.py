@@ -381,15 +381,16 @@ def test_metrics_count_tiers_escalations_failures_and_hold_no_secret(
     api.create(model="auto", messages=MESSAGES)
     with _http.build_client() as http:
         text = http.get(f"{proxy}/metrics", headers={"authorization": f"Bearer {CLIENT_KEY}"}).text
-    assert 'tiered_router_requests_total{tier="fast",escalated="false"} 1' in text
-    assert 'tiered_router_requests_total{tier="frontier",escalated="true"} 2' in text
-    assert 'tiered_router_escalations_total{reason="gate_failed"} 1' in text
-    assert 'tiered_router_escalations_total{reason="backend_error"} 1' in text
-    assert 'tiered_router_gate_failures_total{check="non_empty"} 1' in text
-    assert 'tiered_router_backend_errors_total{backend="fast",error="BackendStatusError"} 1' in text
+    assert 'tiered_router_requests_total{escalated="false",tier="fast"} 1.0' in text
+    assert 'tiered_router_requests_total{escalated="true",tier="frontier"} 2.0' in text
+    assert 'tiered_router_escalations_total{reason="gate_failed"} 1.0' in text
+    assert 'tiered_router_escalations_total{reason="backend_error"} 1.0' in text
+    assert 'tiered_router_gate_failures_total{check="non_empty"} 1.0' in text
+    errors = 'tiered_router_backend_errors_total{backend="fast",error="BackendStatusError"}'
+    assert f"{errors} 1.0" in text
     assert "tiered_router_turn_latency_seconds_count" in text
     assert "tiered_router_overhead_seconds_bucket" in text
-    assert 'tiered_router_http_responses_total{path="/v1/chat/completions",code="200"} 3' in text
+    assert 'tiered_router_http_responses_total{code="200",path="/v1/chat/completions"} 3.0' in text
     for secret in (UPSTREAM_KEY, CLIENT_KEY):
         assert secret not in text
         assert secret not in caplog.text
@@ -476,3 +477,27 @@ def test_only_serve_tunes_the_garbage_collector(server: ScriptedServer) -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_panel_turn_reports_its_drafts_in_headers_and_metrics(server: ScriptedServer) -> None:
+    policy = make_policy(
+        server,
+        drafts={"k": 3, "when": ["all"], "early": False},
+        hedge={"after_s": 5.0},
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+    )
+    server.script(
+        [Reply.text("The answer is 4.")] * 2 + [Reply.text("The answer is 5.")], model="fast-model"
+    )
+    app = create_app(policy, env={})
+    with running(app) as url:
+        raw = client(url).chat.completions.with_raw_response.create(model="auto", messages=MESSAGES)
+        with _http.build_client() as http:
+            metrics = http.get(f"{url}/metrics").text
+    assert raw.headers["x-tiered-router-tier"] == "fast"
+    assert raw.headers["x-tiered-router-drafts"] == "3"
+    assert raw.headers["x-tiered-router-cancelled"] == "0"
+    assert raw.headers["x-tiered-router-hedged"] == "false"
+    assert raw.parse().choices[0].message.content == "The answer is 4."
+    assert 'tiered_router_panels_total{result="agreed"} 1' in metrics
+    assert 'tiered_router_concurrent_calls_total{role="draft",outcome="answered"} 3' in metrics

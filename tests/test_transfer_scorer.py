@@ -60,7 +60,7 @@ def test_longer_prompts_score_higher_and_contributions_add_up() -> None:
     base = 1 / (1 + math.exp(1.0))
     assert math.isclose(sum(long.contributions.values()), long.value - base, rel_tol=1e-9)
     assert long.features["prompt_chars"] == 2000 and long.features["block"] == 1.0
-    assert long.reasons[0].startswith("prompt 2000 characters (+")
+    assert long.reasons[0].startswith("request 2000 characters (+")
 
 
 def test_alike_options_score_higher_in_the_choice_block() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,11 +14,11 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from proxyproc import ProxyProcess  # noqa: E402
+from proxyproc import ProxyProcess, parse_metrics  # noqa: E402
 from routerkit import make_policy  # noqa: E402
 
 from tiered_router import _http  # noqa: E402
-from tiered_router.server._workers import METRICS_DIR_ENV, SharedMetrics, worker_metrics  # noqa: E402
+from tiered_router.server._metrics import MULTIPROC_DIR_ENV, worker_metrics  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
 REQUESTS = 60
@@ -46,7 +47,7 @@ def test_metrics_add_up_across_two_workers(server: ScriptedServer, tmp_path: Pat
             with ThreadPoolExecutor(8) as pool:
                 seen = list(pool.map(one, range(REQUESTS)))
             ok = [tier for status, tier in seen if status == 200]
-            key = 'tiered_router_requests_total{tier="fast",escalated="false"}'
+            key = 'tiered_router_requests_total{escalated="false",tier="fast"}'
             values = _wait_for(proxy, http, key, len(ok))
             # a second scrape may land on the other worker: it must say the same
             again = proxy.metrics(http)
@@ -55,47 +56,80 @@ def test_metrics_add_up_across_two_workers(server: ScriptedServer, tmp_path: Pat
     assert len(ok) == REQUESTS and set(ok) == {"fast"}
     assert values[key] == REQUESTS
     assert again[key] == REQUESTS
-    code = 'tiered_router_http_responses_total{path="/v1/chat/completions",code="200"}'
+    code = 'tiered_router_http_responses_total{code="200",path="/v1/chat/completions"}'
     assert values[code] == REQUESTS
     assert values["tiered_router_workers"] == 2
     assert len(server.requests) == REQUESTS
 
 
-def test_shared_metrics_sum_files_and_skip_dead_workers(tmp_path: Path) -> None:
-    first = SharedMetrics(tmp_path)
-    first.response("/v1/chat/completions", 200)
-    first.overhead.observe(0.001)
-    first.in_flight = 2
-    first.flush()
-    # a worker that died: its counts stay, its in-flight gauge does not
-    dead = {
-        "pid": 2**22 + 12345,
-        "counters": {"responses": [[["/v1/chat/completions", "200"], 3]]},
-        "histograms": {"overhead": [[[], first.snapshot()["histograms"]["overhead"][0][1]]]},
-        "in_flight": 5,
-    }
-    (tmp_path / "worker-999999999.json").write_text(json.dumps(dead), encoding="utf-8")
-    (tmp_path / "worker-1.json").write_text("{torn", encoding="utf-8")
-    total, alive = first.totals()
-    assert total.responses.values[("/v1/chat/completions", "200")] == 4
-    assert total.overhead.series[()][-1] == 2  # two observations
-    assert total.in_flight == 2
-    assert alive == 1
-    text = first.render()
-    assert "tiered_router_workers 1\n" in text
-    assert 'tiered_router_http_responses_total{path="/v1/chat/completions",code="200"} 4' in text
+_DEAD_WORKER = """
+import multiprocessing, sys
+from tiered_router.server._metrics import worker_metrics
+
+def worker():
+    metrics = worker_metrics()
+    metrics.response("/v1/chat/completions", 200)
+    metrics.cost.labels("fast").inc(0.1)
+    metrics.in_flight.inc()  # still "in flight" when it dies
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("spawn").Process(target=worker)
+    child.start()
+    child.join()
+    metrics = worker_metrics()
+    assert metrics.multiprocess_dir is not None
+    metrics.response("/v1/chat/completions", 200)
+    metrics.cost.labels("fast").inc(0.2)
+    sys.stdout.write(metrics.render())
+"""
 
 
-def test_worker_metrics_follow_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_dead_workers_counts_stay_and_its_gauges_go(tmp_path: Path) -> None:
+    # prometheus_client picks its multiprocess mode at import: run in a fresh interpreter
+    script = tmp_path / "dead_worker.py"
+    script.write_text(_DEAD_WORKER, encoding="utf-8")
+    env = {**os.environ, MULTIPROC_DIR_ENV: str(tmp_path / "m")}
+    (tmp_path / "m").mkdir()
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    values = parse_metrics(done.stdout)
+    assert values['tiered_router_http_responses_total{code="200",path="/v1/chat/completions"}'] == 2
+    assert (
+        values['tiered_router_cost_usd_total{backend="fast"}'] == 0.3
+    )  # rounded, not 0.30000000000000004
+    assert values["tiered_router_in_flight"] == 0
+    assert values["tiered_router_workers"] == 1
+    assert "0.30000000000000004" not in done.stdout
+
+
+def test_one_process_keeps_its_numbers_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(MULTIPROC_DIR_ENV, raising=False)
+    metrics = worker_metrics()
+    assert metrics.multiprocess_dir is None
+    assert "tiered_router_workers" not in metrics.render()
+
+
+def test_a_directory_set_after_prometheus_client_was_imported_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv(METRICS_DIR_ENV, raising=False)
-    assert type(worker_metrics()).__name__ == "Metrics"
-    monkeypatch.setenv(METRICS_DIR_ENV, str(tmp_path / "m"))
-    shared = worker_metrics()
-    assert isinstance(shared, SharedMetrics)
-    assert (tmp_path / "m" / f"worker-{os.getpid()}.json").exists()
-    shared.close()
+    monkeypatch.setenv(MULTIPROC_DIR_ENV, str(tmp_path))
+    metrics = worker_metrics()  # this test process imported prometheus_client long ago
+    assert metrics.multiprocess_dir is None
+    assert "set after prometheus_client was imported" in caplog.text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_owns_and_removes_its_metrics_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered_router.server import _metrics_dir
+
+    monkeypatch.delenv(MULTIPROC_DIR_ENV, raising=False)
+    with _metrics_dir():
+        directory = Path(os.environ[MULTIPROC_DIR_ENV])
+        assert directory.is_dir()
+    assert MULTIPROC_DIR_ENV not in os.environ
+    assert not directory.exists()
 
 
 def test_readyz_is_up_between_startup_and_shutdown(server: ScriptedServer) -> None:

@@ -148,17 +148,19 @@ def test_the_gate_passes_a_right_call_and_the_router_gets_real_tool_calls(text: 
 
 
 @pytest.mark.parametrize(
-    ("text", "check"),
+    ("text", "problem"),
     [
-        (QWEN.replace("\n3\n", "\nthree\n"), "tool_arguments"),  # not an integer
-        (INVOKE.replace('name="city"', 'name="town"'), "tool_arguments"),  # undeclared
-        (GLM.replace("<arg_value>3<", "<arg_value>3 days<"), "tool_arguments"),
+        (QWEN.replace("\n3\n", "\nthree\n"), 'is not of type "integer"'),
+        (INVOKE.replace('name="city"', 'name="town"'), '"city" is a required property'),
+        (GLM.replace("<arg_value>3<", "<arg_value>3 days<"), 'is not of type "integer"'),
     ],
 )
-def test_the_gate_fails_a_wrong_call_for_what_is_wrong(text: str, check: str) -> None:
+def test_the_gate_fails_a_wrong_call_for_what_is_wrong(text: str, problem: str) -> None:
+    # not lifted (its arguments do not validate): judged as text, the reason says why
+    assert lift_text_tool_calls(Completion(text=text), _turn()).tool_calls == ()
     verdict = GATE.evaluate(Completion(text=text), _turn())
-    assert not verdict.passed
-    assert check in verdict.failed_checks and "tool_call_in_text" not in verdict.failed_checks
+    assert verdict.failed_checks == ("tool_call_in_text",)
+    assert "cannot be made" in verdict.reasons[0] and problem in verdict.reasons[0]
 
 
 @pytest.mark.parametrize(
@@ -175,9 +177,17 @@ def test_a_tagged_call_inside_prose_is_a_call_written_as_text(text: str) -> None
     assert verdict.failed_checks == ("tool_call_in_text",)
 
 
-def test_a_tag_naming_no_declared_tool_is_not_a_call() -> None:
-    text = "Use <function=get_time> for that."
-    assert GATE.evaluate(Completion(text=text), _turn()).passed
+def test_call_markup_that_is_not_read_as_calls_fails_whatever_it_names() -> None:
+    for text in ("Use <function=get_time> for that.", '<tool_call>{"name": "get_time"}'):
+        assert lift_text_tool_calls(Completion(text=text), _turn()).tool_calls == ()
+        verdict = GATE.evaluate(Completion(text=text), _turn())
+        assert verdict.failed_checks == ("tool_call_in_text",), text
+    # a call to a tool the turn does not offer, as the whole answer: refused, and said so
+    verdict = GATE.evaluate(Completion(text='<function=get_time>{"tz": "CET"}</function>'), _turn())
+    assert "'get_time', a tool not offered" in verdict.reasons[0]
+    # markup quoted inside a leading reasoning block is not the answer's
+    thought = "<think>Maybe <function=get_time>?</think>It is sunny in Paris."
+    assert GATE.evaluate(Completion(text=thought), _turn()).passed
 
 
 # -- other families' wrappers: Mistral v11, Phi-4-mini, Command R, Seed-OSS ------------------

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         TieredRouterError,
     )
     from tiered_router.gate import CheckFailure, QualityGate, Verdict, register_check
-    from tiered_router.policy import Policy
-    from tiered_router.policy._loader import load_policy
+    from tiered_router.policy import load_policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.router import RoutedResult, Router
     from tiered_router.routing import Decision
     from tiered_router.scoring import HeuristicScorer, Score, Scorer
@@ -120,7 +120,7 @@ _LAZY: dict[str, str] = {
     "GateFailed": "tiered_router.exceptions",
     "HeuristicScorer": "tiered_router.scoring",
     "JSONLSink": "tiered_router.trace",
-    "load_policy": "tiered_router.policy._loader",
+    "load_policy": "tiered_router.policy",
     "LoggingSink": "tiered_router.trace",
     "MemorySink": "tiered_router.trace",
     "Policy": "tiered_router.policy",

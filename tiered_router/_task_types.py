@@ -14,14 +14,14 @@ from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
     from tiered_router.engine._latency import LatencyTracker
-    from tiered_router.policy import BackendConfig, LatencyModel, Policy
+    from tiered_router.policy._schema import BackendConfig, LatencyModel, Policy
 
 __all__ = ["TaskHost", "TaskSummary", "default_latency"]
 
 
 def default_latency() -> LatencyModel:
     # imported here: the policy schema (pydantic) stays off the `import Router` path
-    from tiered_router.policy import LatencyModel
+    from tiered_router.policy._schema import LatencyModel
 
     return LatencyModel()
 

@@ -30,12 +30,8 @@ Messages never contain secrets.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tiered_router.gate import Verdict
-    from tiered_router.trace import Attempt, Trace
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 __all__ = [
     "AllTiersFailed",
@@ -53,6 +49,76 @@ __all__ = [
     "TieredRouterError",
     "UnknownModel",
 ]
+
+
+# What the errors carry, seen from here: the shapes of tiered_router.gate.Verdict and
+# tiered_router.trace.Attempt / Trace (which satisfy them). The error tree sits below the
+# gate and the trace, so it names their shapes, never their modules.
+if TYPE_CHECKING:
+
+    class _Verdict(Protocol):
+        @property
+        def passed(self) -> bool: ...
+
+        @property
+        def failed_checks(self) -> tuple[str, ...]: ...
+
+        @property
+        def reasons(self) -> tuple[str, ...]: ...
+
+    class _Attempt(Protocol):
+        @property
+        def tier(self) -> str: ...
+
+        @property
+        def backend(self) -> str: ...
+
+        @property
+        def model(self) -> str: ...
+
+        @property
+        def latency_s(self) -> float: ...
+
+        @property
+        def cost(self) -> float: ...
+
+        @property
+        def verdict(self) -> _Verdict | None: ...
+
+        @property
+        def error(self) -> Mapping[str, Any] | None: ...
+
+        def to_dict(self) -> dict[str, Any]: ...
+
+    class _Trace(Protocol):
+        @property
+        def turn_id(self) -> str: ...
+
+        @property
+        def attempts(self) -> Sequence[_Attempt]: ...
+
+        @property
+        def tier(self) -> str | None: ...
+
+        @property
+        def backend(self) -> str | None: ...
+
+        @property
+        def escalated(self) -> bool: ...
+
+        @property
+        def escalations(self) -> tuple[str, ...]: ...
+
+        @property
+        def verdict(self) -> _Verdict | None: ...
+
+        @property
+        def latency_s(self) -> float: ...
+
+        @property
+        def cost(self) -> float: ...
+
+        def to_dict(self) -> dict[str, Any]: ...
 
 
 class TieredRouterError(Exception):
@@ -216,8 +282,8 @@ class StreamInterrupted(TieredRouterError):
         message: str,
         *,
         backend: str = "?",
-        attempts: Sequence[Attempt] = (),
-        trace: Trace | None = None,
+        attempts: Sequence[_Attempt] = (),
+        trace: _Trace | None = None,
     ) -> None:
         self.backend = backend
         self.attempts = tuple(attempts)
@@ -241,9 +307,9 @@ class GateFailed(TieredRouterError):
         self,
         message: str,
         *,
-        verdict: Verdict,
-        attempts: Sequence[Attempt] = (),
-        trace: Trace | None = None,
+        verdict: _Verdict,
+        attempts: Sequence[_Attempt] = (),
+        trace: _Trace | None = None,
     ) -> None:
         self.verdict = verdict
         self.attempts = tuple(attempts)
@@ -264,9 +330,9 @@ class AllTiersFailed(TieredRouterError):
         self,
         message: str,
         *,
-        attempts: Sequence[Attempt] = (),
+        attempts: Sequence[_Attempt] = (),
         errors: Sequence[BaseException] = (),
-        trace: Trace | None = None,
+        trace: _Trace | None = None,
     ) -> None:
         self.attempts = tuple(attempts)
         self.errors = tuple(errors)

@@ -60,7 +60,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Attempt, Trace
 
 __all__ = ["OTelSink", "TraceContextMiddleware", "configure_otlp", "gen_ai_system"]
@@ -247,6 +247,12 @@ class OTelSink:
             attrs["gen_ai.usage.output_tokens"] = attempt.usage.output_tokens
         if attempt.conversions:
             attrs["tiered_router.conversions"] = list(attempt.conversions)
+        if attempt.role != "call":  # a panel's draft or a hedge
+            attrs["tiered_router.attempt.role"] = attempt.role
+        if attempt.cancelled:
+            attrs["tiered_router.attempt.cancelled"] = True
+        if attempt.answer_key is not None:
+            attrs["tiered_router.answer_key.kind"] = attempt.answer_key.get("kind", "")
         error = attempt.error
         if error is not None:
             attrs["error.type"] = str(error.get("type", "error"))
@@ -279,6 +285,10 @@ class OTelSink:
                 "tiered_router.tier": attempt.tier,
             }
             timing = dict(base)
+            if attempt.role != "call":
+                timing["tiered_router.attempt.role"] = attempt.role
+            if attempt.cancelled:
+                timing["tiered_router.attempt.cancelled"] = True
             if attempt.error is not None:
                 timing["error.type"] = str(attempt.error.get("type", "error"))
             self._duration.record(attempt.latency_s, timing)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.turn import Usage
 
 if TYPE_CHECKING:
-    from tiered_router.policy import Price
+    from tiered_router.policy._schema import Price
 
     PRICE_TABLE: Mapping[tuple[str, str], Price]
     """The built-in prices by ``(preset, model)``, US dollars per million tokens."""
@@ -86,7 +86,7 @@ class ListedPrice:
 @functools.cache
 def _rows() -> tuple[tuple[str, str, Price], ...]:
     # built on first use: the policy schema (pydantic) stays off the `import Router` path
-    from tiered_router.policy import Price
+    from tiered_router.policy._schema import Price
 
     def _p(inp: float, out: float, cached: float | None = None) -> Price:
         return Price(input_per_mtok=inp, output_per_mtok=out, cached_input_per_mtok=cached)

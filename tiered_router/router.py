@@ -4,8 +4,9 @@ The async path is the core; :meth:`Router.complete` is its sync twin. Both drive
 escalation engine (:mod:`tiered_router.engine._machine`: a turn's state machine, no I/O) with a
 :class:`~tiered_router.engine._dispatch.Dispatcher` (backend calls under breakers and retries), so
 the escalation logic exists once; only the waiting and the backend call differ. The router
-is the engine's :class:`~tiered_router.engine._machine.EnginePorts`: policy, gate, scorer, clock,
-capability lookups and trace sinks.
+is the engine's :class:`~tiered_router.engine._machine.EnginePorts` (policy, gate, scorer, clock,
+capability lookups, trace sinks); a fast turn its queue would make late goes to the frontier
+before any call (:mod:`tiered_router.engine._capacity`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from typing import TYPE_CHECKING, Any
 from tiered_router._types import UNSET, PolicySource, Tier, Unset
 from tiered_router.backends._base import Backend, CompletionRequest
 from tiered_router.engine._call_args import checked_deadline, checked_tier, checked_turn
+from tiered_router.engine._capacity import route_by_capacity
 from tiered_router.engine._context import CURRENT_TASK
 from tiered_router.engine._dispatch import Dispatcher
+from tiered_router.engine._drive import Driver
 from tiered_router.engine._latency import LatencyTracker
-from tiered_router.engine._machine import RoutedResult, TurnRun, decide_turn, plan_turn
+from tiered_router.engine._machine import RoutedResult, TurnRun
+from tiered_router.engine._plan import decide_turn, plan_turn
 from tiered_router.engine._recording import RecordOption
 from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-from tiered_router.exceptions import BackendError
 from tiered_router.gate import QualityGate
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
@@ -37,7 +40,7 @@ from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -90,7 +93,7 @@ class Router:
         state: StateStore | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
@@ -126,15 +129,19 @@ class Router:
             sleep=sleep,
             asleep=self._asleep,
             emit=self.emit,
+            in_flight=self.latency.in_flight,
+        )
+        self._driver = Driver(
+            self._dispatch, percentile=self._percentile, acomplete=_acomplete, complete=_complete
         )
         self._shadows = ShadowRunner(
-            drive=self._drive, adrive=self._adrive, dispatch=self._dispatch
+            drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
         """Load the policy at ``path`` and build a router (keyword options as in ``Router``)."""
-        from tiered_router.policy._loader import load_policy
+        from tiered_router.policy import load_policy
 
         return cls(load_policy(path), **options)
 
@@ -197,16 +204,7 @@ class Router:
 
         if turn.tools and not self.supports_tools(name):
             return "tools", f"backend {name!r} cannot call tools (tools: false)"
-        injected = self._backends.get(name)
-        dialect: object = None
-        if injected is not None:
-            dialect = getattr(injected, "dialect", None)
-        else:
-            config = self.backend_config(name)
-            if config is not None and config.type == "openai":
-                from tiered_router.backends.presets import dialect_for
-
-                dialect = dialect_for(config, backend=name)
+        dialect = self._dialect(name)
         if not isinstance(dialect, DialectProfile):
             return None
         return capability_gap(
@@ -215,6 +213,30 @@ class Router:
             tools=turn.openai_tools(),
             response_format=turn.response_format,
             params=turn.params,
+        )
+
+    def _dialect(self, name: str) -> object:
+        injected = self._backends.get(name)
+        if injected is not None:
+            return getattr(injected, "dialect", None)
+        config = self.backend_config(name)
+        if config is not None and config.type == "openai":
+            from tiered_router.backends.presets import dialect_for
+
+            return dialect_for(config, backend=name)
+        return None
+
+    def multiple_choices(self, name: str) -> bool:
+        """Whether backend ``name``'s server samples ``n`` choices in one request.
+
+        Its dialect profile says so (``multiple_choices``, and not ``greedy``); a backend
+        without a profile is never asked for ``n``.
+        """
+        from tiered_router.backends._dialect import DialectProfile
+
+        dialect = self._dialect(name)
+        return (
+            isinstance(dialect, DialectProfile) and dialect.multiple_choices and not dialect.greedy
         )
 
     def score(self, turn: Turn) -> Score:
@@ -330,7 +352,7 @@ class Router:
         if task is not None:
             await task.arefresh()
         run = self._start(turn, tier, deadline_s)
-        await self._adrive(run)
+        await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)
         self._shadows.astart(run)
         return result
@@ -347,48 +369,13 @@ class Router:
         if task is not None:
             task.refresh()
         run = self._start(turn, tier, deadline_s)
-        self._drive(run)
+        self._driver.drive(run)
         result = self._dispatch.finish(run)
         self._shadows.start(run)
         return result
 
-    async def _adrive(self, run: TurnRun) -> None:
-        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
-        try:
-            nxt: Tier | None = run.first_tier()
-            while nxt is not None:
-                serving = nxt
-                try:
-                    completion, backend, started = await self._dispatch.acall(
-                        run, serving, _acomplete
-                    )
-                except BackendError as exc:
-                    nxt = run.after_error(serving, exc)
-                    continue
-                nxt = run.after_draft(
-                    serving, backend.name, backend.model, completion, self._clock() - started
-                )
-        except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
-            await self._dispatch.aend(run, exc)
-            raise
-
-    def _drive(self, run: TurnRun) -> None:
-        """Sync twin of :meth:`_adrive`."""
-        try:
-            nxt: Tier | None = run.first_tier()
-            while nxt is not None:
-                serving = nxt
-                try:
-                    completion, backend, started = self._dispatch.call(run, serving, _complete)
-                except BackendError as exc:
-                    nxt = run.after_error(serving, exc)
-                    continue
-                nxt = run.after_draft(
-                    serving, backend.name, backend.model, completion, self._clock() - started
-                )
-        except BaseException as exc:
-            self._dispatch.end(run, exc)
-            raise
+    def _percentile(self, backend: str, q: float, min_samples: int) -> float | None:
+        return self.latency.percentile(backend, q, min_samples=min_samples)
 
     def drain_shadows(self, timeout_s: float | None = None) -> None:
         """Wait for the shadow runs started by the sync path (``close`` does too)."""
@@ -427,7 +414,7 @@ class Router:
             print(stream.result.trace.tier)
             ```
         """
-        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
+        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     def stream(
         self,
@@ -437,7 +424,7 @@ class Router:
         deadline_s: float | None | Unset = UNSET,
     ) -> RoutedStream:
         """Sync twin of :meth:`astream`."""
-        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s))
+        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -448,6 +435,7 @@ class Router:
         max_cost: float | None = None,
         max_latency_s: float | None = None,
         max_escalations: int | None = None,
+        hedge: bool | None = None,
     ) -> Task:
         """Group the turns of one agent task (a sync and async context manager).
 
@@ -461,6 +449,7 @@ class Router:
             max_cost: Cost budget, US dollars (``None``: the policy's ``task.max_cost``).
             max_latency_s: Latency budget, seconds (``None``: the policy's).
             max_escalations: Escalation budget (``None``: the policy's).
+            hedge: Allow hedged frontier calls (``None``: the policy's ``task.hedge``).
         """
         return Task(
             self,
@@ -468,20 +457,18 @@ class Router:
             max_cost=max_cost,
             max_latency_s=max_latency_s,
             max_escalations=max_escalations,
+            hedge=hedge,
         )
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
-        if isinstance(deadline_s, Unset):
-            limit = self.policy.resilience.deadline_s
-        else:
-            limit = checked_deadline(deadline_s)
-        return plan_turn(
+        run = plan_turn(
             self,
             checked_turn(turn),
-            deadline_s=limit,
+            deadline_s=checked_deadline(deadline_s, unset=self.policy.resilience.deadline_s),
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
+        return route_by_capacity(run, latency=self.latency)
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:
@@ -493,8 +480,7 @@ def _complete(backend: Backend, request: CompletionRequest) -> Completion:
 
 
 async def _asyncio_sleep(seconds: float) -> None:
-    # asyncio is imported on the first async call: `from tiered_router import Router` stays
-    # without it (and ssl, which it brings) for code that only routes synchronously
+    # imported on first use: code that only routes synchronously never loads asyncio (or ssl)
     import asyncio
 
     await asyncio.sleep(seconds)

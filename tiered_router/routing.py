@@ -23,7 +23,7 @@ from tiered_router.scoring.features import approx_tokens
 from tiered_router.turn import Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import Policy, RuleCondition
+    from tiered_router.policy._schema import Policy, RuleCondition
 
 __all__ = ["Decision", "approx_tokens", "decide", "describe_condition", "matches"]
 

@@ -62,7 +62,7 @@ from tiered_router.trace import Trace
 from tiered_router.turn import Turn, Usage
 
 if TYPE_CHECKING:
-    from tiered_router.policy import TaskConfig
+    from tiered_router.policy._schema import TaskConfig
 
 __all__ = ["Task", "TaskHost", "TaskSummary"]
 
@@ -79,6 +79,9 @@ class Task:
         max_cost: Cost budget in US dollars (``None``: the policy's ``task.max_cost``).
         max_latency_s: Latency budget in seconds (``None``: the policy's).
         max_escalations: Escalation budget (``None``: the policy's).
+        hedge: Whether the policy's ``hedge:`` may start frontier calls for this task's
+            turns (``None``: the policy's ``task.hedge``). Hedge spend always counts in the
+            cost budget, and no hedge starts once the budget is spent.
         clock: Monotonic clock in seconds (default: the router's).
 
     """
@@ -91,6 +94,7 @@ class Task:
         max_cost: float | None = None,
         max_latency_s: float | None = None,
         max_escalations: int | None = None,
+        hedge: bool | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         for name, value, low in (
@@ -112,6 +116,7 @@ class Task:
         self.max_escalations = (
             max_escalations if max_escalations is not None else config.max_escalations
         )
+        self.hedge = config.hedge if hedge is None else bool(hedge)
         self._clock: Callable[[], float] = clock or router.now
         self._store = router.state
         self._rules = TaskRules(
@@ -131,6 +136,11 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.id!r}, steps={self.steps}, locked={self.locked})"
+
+    @property
+    def may_hedge(self) -> bool:
+        """Whether a turn of this task may be hedged: allowed, and the cost budget not spent."""
+        return self.hedge and (self.max_cost is None or self._snap.cost < self.max_cost)
 
     # -- context management ------------------------------------------------------------------
 
@@ -265,7 +275,9 @@ class Task:
         them) once there are any; else the router's moving average of its measured
         latencies (across tasks); before any call its latency model (the policy's, else
         its preset's): ``ttft_s + output tokens / tokens_per_s`` with
-        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller).
+        ``expected_output_tokens`` (or the turn's ``max_tokens`` when smaller), whole
+        canvases on a canvas server; plus the wait for a slot when the backend's
+        ``max_concurrency`` is known (the router's own count of calls in flight).
         """
         name = self.router.policy.backend_for(tier)
         recent = self._snap.recent.get(name)
@@ -275,7 +287,11 @@ class Task:
         config = self.router.backend_config(name)
         model = (config.latency if config is not None else None) or default_latency()
         return self.router.latency.expected(
-            name, model, output_tokens=self._output_tokens(name, turn)
+            name,
+            model,
+            output_tokens=self._output_tokens(name, turn),
+            canvas_tokens=config.canvas_tokens if config is not None else None,
+            max_concurrency=config.max_concurrency if config is not None else None,
         )
 
     def expected_cost(self, tier: Tier, turn: Turn) -> float:

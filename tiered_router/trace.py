@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tiered_router._types import Tier
 from tiered_router.gate._verdict import Verdict
@@ -23,6 +23,7 @@ from tiered_router.turn import Usage
 
 __all__ = [
     "Attempt",
+    "AttemptRole",
     "JSONLSink",
     "LoggingSink",
     "MemorySink",
@@ -31,6 +32,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+AttemptRole = Literal["call", "draft", "hedge"]
+"""Why an attempt was made: ``call`` (the turn's tiers one after the other), ``draft`` (one
+of a panel's concurrent fast drafts), ``hedge`` (a frontier call started while the fast
+side was undecided)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +54,12 @@ class Attempt:
         verdict: The gate's verdict on the draft, ``None`` when there was no draft.
         error: ``{"type", "message", ...}`` of the failure, ``None`` on success.
         conversions: What the backend changed to fit the request to its server's dialect.
+        role: ``call``, ``draft`` (one of a panel's drafts) or ``hedge``; see
+            :data:`AttemptRole`.
+        answer_key: A panel draft's answer as compared: ``{"kind", "value", "detail"}``
+            (kind ``tool_calls``, ``json``, ``final`` or ``not_comparable``).
+        cancelled: The call was cancelled once the turn was decided without it (neutral
+            for its breaker; its cost counts when its usage had arrived).
     """
 
     tier: Tier
@@ -60,11 +72,14 @@ class Attempt:
     verdict: Verdict | None = None
     error: Mapping[str, Any] | None = None
     conversions: tuple[str, ...] = ()
+    role: AttemptRole = "call"
+    answer_key: Mapping[str, str] | None = None
+    cancelled: bool = False
 
     @property
     def ok(self) -> bool:
         """The call returned a draft (whatever its verdict)."""
-        return self.error is None
+        return self.error is None and not self.cancelled
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready dict."""
@@ -79,6 +94,9 @@ class Attempt:
             "verdict": _verdict_dict(self.verdict),
             "error": dict(self.error) if self.error is not None else None,
             **({"conversions": list(self.conversions)} if self.conversions else {}),
+            **({"role": self.role} if self.role != "call" else {}),
+            **({"answer_key": dict(self.answer_key)} if self.answer_key is not None else {}),
+            **({"cancelled": True} if self.cancelled else {}),
         }
 
 
@@ -105,6 +123,9 @@ class Trace:
             caller stopped reading a stream), ``CancelledError``, or the error's type
             (a stream broken after chunks were sent, an unexpected error). ``None`` for a
             turn that ran to its end.
+        panel: What a draft panel found, when the turn had one: ``k``, ``agreed``,
+            ``majority`` (the accepted answer key's value), ``share``, ``comparable``,
+            ``members`` (attempt indices of the majority), ``reason``; ``None`` otherwise.
     """
 
     turn_id: str
@@ -119,6 +140,7 @@ class Trace:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     record: Mapping[str, Any] | None = None
     interrupted: str | None = None
+    panel: Mapping[str, Any] | None = None
 
     @property
     def cost(self) -> float:
@@ -174,6 +196,8 @@ class Trace:
             out["record"] = dict(self.record)
         if self.interrupted is not None:
             out["interrupted"] = self.interrupted
+        if self.panel is not None:
+            out["panel"] = dict(self.panel)
         return out
 
     def to_json(self) -> str:

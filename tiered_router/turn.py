@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -159,6 +159,8 @@ class Completion:
         conversions: What the backend changed to fit the request to its server's dialect
             (``developer -> system``, tools described in the prompt, ...); the trace records
             them on the attempt.
+        alternatives: The further choices of a request with ``n > 1`` (a draft panel
+            sampled in one call), in order; their usage is in this completion's.
     """
 
     text: str = ""
@@ -170,6 +172,11 @@ class Completion:
     refusal: str | None = None
     reasoning: str | None = None
     conversions: tuple[str, ...] = ()
+    alternatives: tuple[Completion, ...] = ()
+
+    def completion_only(self) -> Completion:
+        """This completion without its ``alternatives``."""
+        return replace(self, alternatives=()) if self.alternatives else self
 
     def to_message(self) -> Message:
         """Return the completion as an assistant message to append to the conversation."""
@@ -471,11 +478,7 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
 
 
 def _response_format(value: Any) -> Any:
-    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema`` response format.
-
-    openai-python's ``parse`` sends a class that way; a class given to ``create`` is taken
-    the same way instead of failing deep inside scoring.
-    """
+    """A pydantic class (or dataclass) as OpenAI's strict ``json_schema``, as ``parse`` sends it."""
     if not isinstance(value, type):
         return value
     try:
@@ -485,7 +488,7 @@ def _response_format(value: Any) -> Any:
             raise
         from tiered_router.exceptions import install_command
 
-        raise ImportError(
+        raise ImportError(  # a class given to create: not a failure deep inside scoring
             f"response_format: a class ({value.__name__}) is turned into OpenAI's strict JSON "
             f"schema by the openai SDK, from the openai extra: {install_command('openai')}; "
             'or pass {"type": "json_schema", ...} as a dict'

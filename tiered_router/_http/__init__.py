@@ -1,4 +1,4 @@
-"""The one package that imports HTTP libraries (httpx2, httpcore2, aiohttp).
+"""The one package that imports HTTP libraries (httpx2 and aiohttp).
 
 Everything else in tiered_router that needs HTTP (the OpenAI-compatible backend, the proxy,
 tests) gets its clients and types from here, so the dependency has one seam: httpx2's API
@@ -6,33 +6,30 @@ tests) gets its clients and types from here, so the dependency has one seam: htt
 ``import tiered_router`` path import this package lazily, inside the function that first
 needs it.
 
-Under that API the bytes move over one of two transports, each with its own pool per backend:
-
-- :class:`~tiered_router._http._aiohttp.AiohttpTransport` when aiohttp is installed (the
-  ``server`` extra installs it): aiohttp's client with its C HTTP parser, about half the CPU
-  per call of the other;
-- otherwise httpx2's own transport (httpcore2 + h11), with
-  :class:`~tiered_router._http._asyncio.AsyncioNetworkBackend` as its socket layer.
-
-When a proxy is set in the environment, async calls use httpx2's stock client instead
-(proxies and ``NO_PROXY`` handled by httpx2 itself). Sync calls always use httpx2's client.
+Under that API, sync calls go over httpx2's client and async calls over one transport,
+:class:`~tiered_router._http._aiohttp.AiohttpTransport` (aiohttp's client with its C HTTP
+parser), proxies from the environment included; each backend has its own pool. Its
+failures are raised as httpx2's exceptions. A caller may hand a backend its own
+``httpx2.AsyncClient`` instead (tests do, with :class:`MockTransport`).
 
 Example:
     ```python
     from tiered_router import _http
 
-    client = _http.build_async_client(transport=_http.MockTransport(handler))
+    transport = _http.build_async_transport()  # aiohttp's, one pool
+    client = _http.build_client()  # httpx2's, for sync calls
     ```
 
+Wing (docs/architecture.md): the one seam to HTTP libraries; may import only the root's
+shared values. Backends, the proxy and the test server get their clients here; nothing here
+knows a model or a policy.
 """
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import math
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -52,6 +49,7 @@ from httpx2 import (
     Limits,
     MockTransport,
     PoolTimeout,
+    ProxyError,
     ReadError,
     ReadTimeout,
     RemoteProtocolError,
@@ -64,7 +62,14 @@ from httpx2 import (
     create_ssl_context,
 )
 
-from tiered_router._http._asyncio import AsyncioNetworkBackend, tuned
+from tiered_router._http._settings import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_LIMITS,
+    DEFAULT_TIMEOUT_S,
+    _timeout,
+    call_timeout,
+    env_proxies,
+)
 
 if TYPE_CHECKING:
     from tiered_router._http._aiohttp import AiohttpTransport
@@ -76,7 +81,6 @@ __all__ = [
     "AsyncBaseTransport",
     "AsyncByteStream",
     "AsyncClient",
-    "AsyncioNetworkBackend",
     "BaseTransport",
     "Client",
     "ConnectError",
@@ -87,6 +91,7 @@ __all__ = [
     "Limits",
     "MockTransport",
     "PoolTimeout",
+    "ProxyError",
     "ReadError",
     "ReadTimeout",
     "RemoteProtocolError",
@@ -105,44 +110,6 @@ __all__ = [
     "env_proxies",
     "parse_retry_after",
 ]
-
-DEFAULT_TIMEOUT_S = 60.0
-"""Whole-request timeout of a client built here; backends pass a per-call timeout anyway."""
-
-DEFAULT_CONNECT_TIMEOUT_S = 5.0
-"""Connect timeout: a server that does not accept a connection in 5 s is down, not slow."""
-
-DEFAULT_LIMITS = Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=30.0)
-"""Connection pool of one client (each backend builds its own, so one hung upstream cannot
-take the connections another needs): keep-alive connections are reused across an agent's
-turns, which saves a TLS handshake (~100 ms) per call to the same provider."""
-
-
-def _timeout(timeout_s: float | None) -> Timeout:
-    connect = (
-        DEFAULT_CONNECT_TIMEOUT_S
-        if timeout_s is None
-        else min(timeout_s, DEFAULT_CONNECT_TIMEOUT_S)
-    )
-    return Timeout(timeout_s, connect=connect)
-
-
-def call_timeout(seconds: float | None) -> dict[str, float | None]:
-    """Return the ``timeout`` request extension for a call with ``seconds`` left.
-
-    Every phase (waiting for a pooled connection, connecting, writing, each read) is bounded
-    by what is left; connecting by at most :data:`DEFAULT_CONNECT_TIMEOUT_S` too.
-    """
-    connect = (
-        DEFAULT_CONNECT_TIMEOUT_S if seconds is None else min(seconds, DEFAULT_CONNECT_TIMEOUT_S)
-    )
-    return {"connect": connect, "read": seconds, "write": seconds, "pool": seconds}
-
-
-def env_proxies() -> dict[str, str]:
-    """Return the proxies set in the environment (``HTTPS_PROXY``, ``ALL_PROXY``, ...)."""
-    return {k: v for k, v in urllib.request.getproxies().items() if k != "no"}
-
 
 # -- clients ------------------------------------------------------------------------------
 
@@ -177,51 +144,20 @@ def build_client(
     )
 
 
-def build_async_transport(
-    *, limits: Limits = DEFAULT_LIMITS
-) -> AsyncBaseTransport | AiohttpTransport | None:
-    """Build the async transport a backend sends on: aiohttp's when installed, else httpx2's.
+def build_async_transport(*, limits: Limits = DEFAULT_LIMITS) -> AiohttpTransport:
+    """Build the transport a backend's async calls go over: one aiohttp pool.
 
-    With aiohttp installed (the ``server`` extra), this is
-    :class:`~tiered_router._http._aiohttp.AiohttpTransport` (``TIERED_ROUTER_ASYNC_HTTP=
-    httpcore`` opts out); otherwise httpx2's own transport with
-    :class:`AsyncioNetworkBackend` under its pool.
-
-    Sending on the transport directly skips the client's per-request work (cookies, auth,
-    redirects, merging defaults); the caller builds complete requests. Returns ``None`` when
-    a proxy is set in the environment or no asyncio loop is running (trio): then use
-    :func:`build_async_client`, whose client routes through the proxy.
+    Proxies are read from the environment now (see :func:`env_proxies`). Sending on the
+    transport skips a client's per-request work (cookies, auth, redirects, merging
+    defaults); the caller builds complete requests.
 
     Args:
         limits: Connection-pool limits.
 
-    Raises:
-        ValueError: ``TIERED_ROUTER_ASYNC_HTTP`` is set to something it cannot honour.
-
     """
-    if not _direct():
-        return None
-    from tiered_router._http import _aiohttp
+    from tiered_router._http._aiohttp import AiohttpTransport
 
-    if _aiohttp.enabled():
-        return _aiohttp.AiohttpTransport(limits=limits)
-    return _httpcore_transport(limits)
-
-
-def _httpcore_transport(limits: Limits) -> AsyncBaseTransport:
-    """httpx2's own async transport with :class:`AsyncioNetworkBackend` under its pool."""
-    return tuned(httpx2.AsyncHTTPTransport(limits=limits, trust_env=True))
-
-
-def _direct() -> bool:
-    """Whether calls may skip httpx2's client: no proxy in the environment, an asyncio loop."""
-    if env_proxies():
-        return False
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return AiohttpTransport(limits=limits)
 
 
 def build_async_client(
@@ -231,11 +167,11 @@ def build_async_client(
     headers: Mapping[str, str] | None = None,
     transport: AsyncBaseTransport | None = None,
 ) -> AsyncClient:
-    """Build a pooled, keep-alive async client; the async twin of :func:`build_client`.
+    """Build an httpx2 async client to hand a backend as its ``async_http_client``.
 
-    Without ``transport`` and without a proxy in the environment, the client's transport
-    is httpx2's own with :class:`AsyncioNetworkBackend` under its pool; with a proxy set,
-    it is httpx2's stock client, which routes through the proxy and honours ``NO_PROXY``.
+    The backends' own async calls never use one (they go over :func:`build_async_transport`);
+    this is for callers who bring their own client: tests with a :class:`MockTransport`, or
+    an application on another event loop than asyncio (trio).
 
     Args:
         timeout_s: Default timeout of a request in seconds (``None`` for none).
@@ -247,8 +183,6 @@ def build_async_client(
         A new client; the caller closes it (``await client.aclose()``).
 
     """
-    if transport is None and _direct():
-        transport = _httpcore_transport(limits)
     return httpx2.AsyncClient(
         timeout=_timeout(timeout_s),
         limits=limits,

@@ -1,13 +1,12 @@
-"""The fast path for async calls when aiohttp is installed: :class:`AiohttpTransport`.
+"""The one async transport for upstream calls: :class:`AiohttpTransport`.
 
-httpx2's own transport (httpcore2 with the pure-Python h11 parser) plus the
-``httpx2.Request`` and ``httpx2.Response`` objects around each call cost about 0.58 ms of CPU
-per call on loopback (send, read, parse); aiohttp's client, with its C HTTP parser, 0.34 ms
-(``python benchmarks/bench_http.py``). A proxy spends much of its time there, so when aiohttp
-is installed (the ``server`` extra installs it) each backend's async calls go over an
-:class:`AiohttpTransport`; without it, over httpx2's transport.
+Every async call a backend makes goes over aiohttp's client (its C HTTP parser), through a
+proxy from the environment when one applies. It was chosen by measurement against httpx2's
+own async transport, in the proxy benchmark (``benchmarks/bench_proxy.py``, CPU per proxied
+request and requests per second at concurrency 32) and per call (``benchmarks/bench_http.py``);
+see docs/proxy.md, "The upstream leg". Sync calls use httpx2's client.
 
-The rest of the package does not see the difference: the one request path
+The rest of the package does not see aiohttp: the one request path
 (:mod:`tiered_router.backends._wire`) reads an :class:`Exchange` as it reads an
 ``httpx2.Response`` (``status_code``, ``headers``, ``aiter_bytes``, ``aclose``), and every
 aiohttp failure is raised as the httpx2 exception of the same meaning (connect and read
@@ -17,68 +16,47 @@ timeouts, connection errors, protocol errors), so errors are translated in one p
   remaining time (the caller bounds the whole exchange by its deadline on top).
 - The body is handed over as it arrives (Server-Sent Events stream).
 - One pool per transport (``httpx2.Limits``: connections, keep-alive expiry); TLS from
-  ``httpx2.create_ssl_context`` (``SSL_CERT_FILE`` honoured). With a proxy set in the
-  environment, :func:`tiered_router._http.build_async_transport` does not use this
-  transport (httpx2's client routes through the proxy).
-
-Set ``TIERED_ROUTER_ASYNC_HTTP=httpcore`` to use httpx2's own transport although aiohttp is
-installed.
+  ``httpx2.create_ssl_context`` (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured).
+- Proxies as httpx2 reads them: ``HTTP_PROXY`` for ``http://`` URLs, ``HTTPS_PROXY`` for
+  ``https://`` ones (tunnelled with ``CONNECT``), ``ALL_PROXY`` for either, lower-case
+  spellings too, and ``NO_PROXY`` (``*``, host names, domain suffixes, ``host:port``).
+  They are read when the transport is built; credentials in a proxy URL are sent as
+  ``Proxy-Authorization`` and never appear in an error.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
+import base64
+import urllib.request
 from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from tiered_router import _http
+from httpx2 import (
+    URL,
+    ConnectError,
+    ConnectTimeout,
+    Limits,
+    ProxyError,
+    ReadError,
+    ReadTimeout,
+    RemoteProtocolError,
+    create_ssl_context,
+)
+
+from tiered_router._http._settings import DEFAULT_LIMITS, call_timeout, env_proxies
 
 if TYPE_CHECKING:
     import aiohttp
+    import yarl
 
-__all__ = ["ENV_VAR", "AiohttpTransport", "Exchange", "enabled", "preload"]
-
-ENV_VAR = "TIERED_ROUTER_ASYNC_HTTP"
-"""Environment variable choosing the async transport: ``aiohttp``, ``httpcore`` or unset
-(aiohttp when installed)."""
-
-_CHOICES = ("aiohttp", "httpcore")
-
-
-def enabled() -> bool:
-    """Return whether async calls should go over :class:`AiohttpTransport`.
-
-    Raises:
-        ValueError: ``TIERED_ROUTER_ASYNC_HTTP`` has a value other than ``aiohttp`` or
-            ``httpcore``, or asks for aiohttp when it is not installed.
-
-    """
-    choice = os.environ.get(ENV_VAR, "").strip().lower()
-    if choice and choice not in _CHOICES:
-        raise ValueError(f"{ENV_VAR}={choice!r}: expected one of {', '.join(_CHOICES)}")
-    installed = importlib.util.find_spec("aiohttp") is not None
-    if choice == "aiohttp" and not installed:
-        from tiered_router.exceptions import install_command
-
-        raise ValueError(
-            f"{ENV_VAR}=aiohttp but aiohttp is not installed: {install_command('server')}"
-        )
-    return installed and choice != "httpcore"
+__all__ = ["AiohttpTransport", "Exchange", "preload"]
 
 
 def preload() -> None:
-    """Import aiohttp now when it will be used (a server calls this at start-up).
-
-    Raises:
-        ValueError: ``TIERED_ROUTER_ASYNC_HTTP`` is set to something it cannot honour, so a
-            server refuses to start rather than failing its first request.
-
-    """
-    if enabled():
-        import aiohttp  # noqa: F401
-        import yarl  # noqa: F401
+    """Import aiohttp now (a server calls this at start-up, not on its first request)."""
+    import aiohttp  # noqa: F401
+    import yarl  # noqa: F401
 
 
 async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
@@ -128,17 +106,21 @@ def _translate(exc: BaseException, *, reading: bool) -> BaseException:
     if isinstance(exc, asyncio.CancelledError):
         return exc
     if isinstance(exc, aiohttp.ConnectionTimeoutError):  # waiting for the pool, or connecting
-        return _http.ConnectTimeout(f"timed out connecting: {exc}")
+        return ConnectTimeout(f"timed out connecting: {exc}")
     if isinstance(exc, (aiohttp.ServerTimeoutError, asyncio.TimeoutError)):
-        return _http.ReadTimeout(f"timed out reading: {type(exc).__name__}")
+        return ReadTimeout(f"timed out reading: {type(exc).__name__}")
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return ProxyError(f"cannot connect to the proxy: {exc.os_error}")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the tunnel
+        return ProxyError(f"the proxy answered {exc.status}: {exc.message}")
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return _http.ConnectError(f"cannot connect: {exc}")
+        return ConnectError(f"cannot connect: {exc}")
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-        return _http.RemoteProtocolError(f"{type(exc).__name__}: {exc}")
+        return RemoteProtocolError(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, aiohttp.ClientResponseError):
-        return _http.RemoteProtocolError(f"bad HTTP response: {exc.message}")
+        return RemoteProtocolError(f"bad HTTP response: {exc.message}")
     if isinstance(exc, (aiohttp.ClientError, OSError)):
-        kind = _http.ReadError if reading else _http.ConnectError
+        kind = ReadError if reading else ConnectError
         return kind(f"{type(exc).__name__}: {exc}")
     return exc
 
@@ -147,11 +129,56 @@ _DEFAULTS = (("accept", "*/*"), ("accept-encoding", "identity"), ("user-agent", 
 """Headers aiohttp would otherwise add (asking for compression among them)."""
 
 
-def _with_defaults(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    out = list(headers)
+def _with_defaults(
+    headers: Iterable[tuple[str, str]], extra: tuple[tuple[str, str], ...]
+) -> list[tuple[str, str]]:
+    out = [*headers, *extra]
     present = {name.lower() for name, _ in out}
     out.extend(item for item in _DEFAULTS if item[0] not in present)
     return out
+
+
+class _Route(NamedTuple):
+    """Where a URL's calls go, worked out once per URL."""
+
+    target: yarl.URL
+    proxy: yarl.URL | None = None  # None: straight to the target
+    auth: tuple[tuple[str, str], ...] = ()  # the proxy's credentials, as request headers
+    tunnel_auth: dict[str, str] | None = None  # ... or as headers of the CONNECT request
+
+
+def _route(url: str, proxies: Mapping[str, str]) -> _Route:
+    """Parse ``url`` once and pick its proxy from ``proxies`` (see the module docstring).
+
+    Raises:
+        httpx2.ProxyError: The proxy that applies is not an ``http://`` or ``https://`` URL.
+
+    """
+    import yarl
+
+    target = yarl.URL(url, encoded=True)
+    scheme = target.scheme
+    proxy = proxies.get(scheme) or proxies.get("all")
+    if not proxy or scheme not in ("http", "https"):
+        return _Route(target)
+    if urllib.request.proxy_bypass_environment(f"{target.host}:{target.port}", proxies):
+        return _Route(target)
+    if "://" not in proxy:  # HTTP_PROXY=host:3128, as urllib and httpx2 read it
+        proxy = f"http://{proxy}"
+    parsed = yarl.URL(proxy)
+    if parsed.scheme not in ("http", "https"):
+        name = f"{scheme.upper()}_PROXY" if proxies.get(scheme) else "ALL_PROXY"
+        raise ProxyError(
+            f"{name}: a {parsed.scheme}:// proxy is not supported for async calls; "
+            "use an http:// or https:// proxy"
+        )
+    if parsed.user is None:
+        return _Route(target, parsed)
+    pair = f"{parsed.user}:{parsed.password or ''}".encode()
+    header = ("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii"))
+    if scheme == "https":  # tunnelled: the credentials go with CONNECT, not to the target
+        return _Route(target, parsed.with_user(None), tunnel_auth=dict([header]))
+    return _Route(target, parsed.with_user(None), auth=(header,))
 
 
 class AiohttpTransport:
@@ -163,16 +190,32 @@ class AiohttpTransport:
     Args:
         limits: Pool limits: ``max_connections`` (``None``: no limit) and
             ``keepalive_expiry``.
+        proxies: Proxy settings by scheme (``http``, ``https``, ``all``, ``no``); by
+            default read from the environment now
+            (:func:`tiered_router._http.env_proxies`).
 
     """
 
-    def __init__(self, *, limits: _http.Limits = _http.DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        proxies: Mapping[str, str] | None = None,
+    ) -> None:
         self._limits = limits
+        self._proxies = dict(env_proxies() if proxies is None else proxies)
+        self._routes: dict[str, _Route] = {}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "tiered_router's async HTTP calls run on asyncio; under another event loop "
+                "(trio), give the backend async_http_client=httpx2.AsyncClient()"
+            ) from None
         if self._session is None or self._loop is not loop or self._session.closed:
             import aiohttp
 
@@ -180,19 +223,25 @@ class AiohttpTransport:
                 limit=self._limits.max_connections or 0,
                 limit_per_host=0,
                 keepalive_timeout=self._limits.keepalive_expiry or 15.0,
-                ssl=_http.create_ssl_context(),
+                ssl=create_ssl_context(),
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                trust_env=False,  # a proxy in the environment never reaches this transport
+                trust_env=False,  # proxies are picked once per URL here, not per request
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
             self._loop = loop
         return self._session
 
+    def _route_of(self, url: str) -> _Route:
+        route = self._routes.get(url)
+        if route is None:
+            route = self._routes[url] = _route(url, self._proxies)
+        return route
+
     async def exchange(
         self,
-        url: str | _http.URL,
+        url: str | URL,
         headers: Iterable[tuple[str, str]],
         body: bytes,
         timeout_s: float | None,
@@ -206,22 +255,26 @@ class AiohttpTransport:
             timeout_s: Bounds waiting for a pooled connection, connecting and each read.
 
         Raises:
-            httpx2.TransportError: The subclass matching what failed.
+            httpx2.TransportError: The subclass matching what failed (``ProxyError`` when
+                the proxy set for ``url`` in the environment is not supported).
+            RuntimeError: No asyncio event loop is running.
 
         """
         import aiohttp
-        import yarl
 
         session = self._session_for_loop()
-        timeout = _http.call_timeout(timeout_s)
+        route = self._route_of(str(url))
+        timeout = call_timeout(timeout_s)
         try:
             response = await session.request(
                 "POST",
-                yarl.URL(str(url), encoded=True),
-                headers=_with_defaults(headers),
+                route.target,
+                headers=_with_defaults(headers, route.auth),
                 data=body or None,
                 allow_redirects=False,
                 compress=None,
+                proxy=route.proxy,
+                proxy_headers=route.tunnel_auth,
                 timeout=aiohttp.ClientTimeout(
                     total=None,
                     connect=timeout.get("pool"),

@@ -5,6 +5,10 @@ Ollama, ...); ``presets`` fills in known endpoints and names each one's dialect 
 (``_dialect``: what request shape its server accepts; ``docs/backends.md``); the registry maps
 a policy's ``type`` to a factory and builds backends from presets. Nothing here imports the
 ``openai`` SDK or the HTTP library until a backend first sends a request.
+
+Wing (docs/architecture.md): owns the backends, presets, dialects and the backend registry;
+may import ``_http``, ``calls``, ``policy`` (schema), ``pricing``, the root's shared values and
+``evaluation.replay``. A new server: a preset; a new protocol: ``register_backend_type``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.backends._base import Backend, CompletionRequest, StreamingBackend
 
 if TYPE_CHECKING:
-    from tiered_router.backends._dialect import DIALECTS, DialectProfile
+    from tiered_router.backends._dialect import DialectProfile
+    from tiered_router.backends._profiles import DIALECTS
     from tiered_router.backends.openai_compat import OpenAICompatBackend
     from tiered_router.backends.presets import (
         LOCAL_DIFFUSION_QUIRKS,
@@ -65,7 +70,7 @@ __all__ = [
 
 _LAZY = {
     "OpenAICompatBackend": "openai_compat",
-    "DIALECTS": "_dialect",
+    "DIALECTS": "_profiles",
     "DialectProfile": "_dialect",
     **dict.fromkeys(
         (

@@ -18,7 +18,12 @@ and lists every conversion made (the trace records them on the attempt):
 - ``stop`` is applied to the returned text where the server cannot take it;
 - ``response_format`` becomes an instruction where it is prompted (the gate validates the
   result as usual);
-- other fields the server does not accept are dropped.
+- fields outside the profile's allowlist are dropped, values outside its ranges clamped,
+  forced fields set, and parameters moved where the server reads them (``options{}``,
+  ``vllm_xargs``).
+
+The profiles themselves, each with the sources of its rules, are in
+:mod:`tiered_router.backends._profiles`.
 
 What cannot be expressed (an image for a text-only server, tools for ``tools: none``,
 ``n > 1``) raises :class:`~tiered_router.CapabilityError` before any call; the router
@@ -32,6 +37,7 @@ Example:
       gemma:
         preset: vllm
         model: ${VLLM_MODEL}
+        diffusion: {diffusion_max_steps: 32}                  # sent in vllm_xargs
         options: {dialect: {profile: vllm, tools: native}}   # started with a tool parser
     ```
 
@@ -40,23 +46,22 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from tiered_router.policy import LatencyModel
+from tiered_router.policy._schema import LatencyModel
 
 __all__ = [
-    "DIALECTS",
+    "CHAT_ROLES",
     "ContentShape",
     "DialectProfile",
-    "GENERIC_DIFFUSION",
     "FormatMode",
     "JSON_ONLY",
+    "OPENAI_FIELDS",
     "TOOL_FIELDS",
     "ToolMode",
     "capability_gap",
-    "resolve_dialect",
 ]
 
 ToolMode = Literal["native", "prompted", "none"]
@@ -67,7 +72,8 @@ ContentShape = Literal["parts", "text"]
 """Message content: OpenAI's list of parts, or a string only."""
 
 _ALL_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-_CHAT_ROLES = frozenset({"system", "user", "assistant"})
+CHAT_ROLES = frozenset({"system", "user", "assistant"})
+"""The roles every chat template takes."""
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 # fields every profile accepts: the body's frame
 _FRAME = frozenset({"model", "messages", "stream"})
@@ -79,9 +85,14 @@ JSON_ONLY = "Reply with only a JSON object: no prose, no code fence."
 class DialectProfile:
     """What one server accepts in a chat-completions request.
 
+    Every profile lists the fields it sends (``params``, ``diffusion_params``): a field not
+    listed is dropped before the call and the drop is recorded, never passed through on the
+    chance that the server takes it.
+
     Attributes:
-        name: The profile's name (``dlmserve``, ``sglang``, ``vllm``, ``mercury-2``,
-            ``local-diffusion``, ``openai``).
+        name: The profile's name (``openai``, ``mercury-2``, ``dlmserve``, ``sglang``,
+            ``sglang-gemma``, ``vllm``, ``lmdeploy``, ``diffulex``, ``ollada``,
+            ``dfastllm``, ``local-diffusion``).
         roles: Message roles the server accepts; ``developer`` is sent as ``system`` and
             tool results as user text when theirs is missing.
         content: ``parts`` (OpenAI's list of parts) or ``text`` (a string only: parts joined).
@@ -94,11 +105,41 @@ class DialectProfile:
             becomes an instruction), ``prompted`` (an instruction) or ``none``.
         stop: Whether the server takes ``stop``; otherwise it is applied to the reply.
         stream_options: Whether the server takes ``stream_options``.
-        params: Request fields accepted beyond ``model``, ``messages`` and ``stream``;
-            ``None`` passes every field through (lenient).
+        params: The request fields sent beyond ``model``, ``messages`` and ``stream``
+            (the allowlist); every other field is dropped and the drop recorded. ``tools``
+            and ``tool_choice``, ``response_format``, ``stop`` and ``stream_options`` follow
+            their own settings above.
         multiple_choices: Whether ``n > 1`` can be sent.
         diffusion_params: Per-request diffusion fields the server takes (a policy's
-            ``diffusion:`` is checked against them); empty with ``params=None`` accepts any.
+            ``diffusion:`` is checked against them).
+        diffusion_container: The body field the diffusion fields are sent under
+            (vLLM's ``vllm_xargs``); ``None`` sends them at the top level.
+        greedy: The server decodes greedily: ``temperature``, ``top_p`` and ``top_k`` are
+            accepted and ignored there (SGLang's LLaDA2 and SDAR), so they are not sent and
+            a draft panel gets one answer per backend, not k samples.
+        ranges: Allowed values of numeric fields, inclusive; a value outside is clamped into
+            range and the change recorded (vLLM's DiffusionGemma: ``temperature`` 1.0 only).
+        forced: Fields always sent with these values, whatever the request says (Diffulex's
+            ``stream_mode: block_append``: its default streams non-OpenAI snapshots).
+        options_field: Send the parameters inside this object (ollada's ``options``).
+        options_names: Parameter renames inside ``options_field`` (``max_tokens`` ->
+            ``gen_length``).
+        streams: Whether the server streams; ``False`` makes a stream a JSON call whose
+            answer is handed out as chunks (ollada answers JSON to ``stream: true``).
+        default_max_tokens: ``max_tokens`` sent when the request has none (dlmserve
+            answers 128 tokens without it).
+        tool_turn_effort: On a turn with tools, a ``reasoning_effort`` of ``instant`` or
+            ``none`` is raised to this value (Mercury 2's instant mode has no tool calls).
+        fixed: Profile fields a policy may not override (``{profile: vllm,
+            response_format: json_schema}`` is refused when the policy loads).
+        max_concurrency: Requests the server runs at once (SGLang in dLLM mode: 1);
+            ``None`` when not known. Queue-aware latency estimates and the ``capacity.*``
+            rule use it.
+        canvas_tokens: Tokens one denoising canvas holds: a reply costs whole canvases
+            (DiffusionGemma: 256); ``None`` when output is billed by the token.
+        vendor_fields: Send fields outside OpenAI's set unchanged (vendor extensions the
+            caller adds, as the openai SDK's ``extra_body`` does); only the generic
+            ``openai`` profile, for an endpoint whose server is not known, sets it.
         latency: Default time to first token and throughput, until measured.
         checked: How conformance with the server was checked (shown in the docs).
 
@@ -113,169 +154,90 @@ class DialectProfile:
     response_format: FormatMode = "json_schema"
     stop: bool = True
     stream_options: bool = True
-    params: frozenset[str] | None = None
+    params: frozenset[str] = frozenset()
     multiple_choices: bool = True
     diffusion_params: frozenset[str] = frozenset()
+    diffusion_container: str | None = None
+    greedy: bool = False
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=lambda: _EMPTY)
+    forced: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    options_field: str | None = None
+    options_names: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    streams: bool = True
+    default_max_tokens: int | None = None
+    tool_turn_effort: str | None = None
+    fixed: frozenset[str] = frozenset()
+    max_concurrency: int | None = None
+    canvas_tokens: int | None = None
+    vendor_fields: bool = False
     latency: LatencyModel = field(default_factory=LatencyModel)
     checked: str = ""
 
     def accepts_diffusion(self, key: str) -> bool:
         """Whether a policy's ``diffusion:`` may set ``key``."""
-        return key in self.diffusion_params if self.diffusion_params else self.params is None
+        return key in self.diffusion_params
 
     def accepts(self, key: str) -> bool:
-        """Whether a body field may be sent."""
-        if key in _FRAME or key in self.diffusion_params:
+        """Whether a body field may be sent (the frame, a listed field, a diffusion field)."""
+        if key in _FRAME or key in self.forced:
             return True
-        return self.params is None or key in self.params
+        # fields a mode governs: sent where the mode is native, whatever params lists
+        if key in ("tools", "tool_choice"):
+            return self.tools == "native"
+        if key == "parallel_tool_calls":
+            return self.tools == "native" and key in self.params
+        if key == "response_format":
+            return self.response_format in ("json_schema", "json_object")
+        if key == "stop":
+            return self.stop
+        if key == "stream_options":
+            return self.stream_options
+        if key in self.params:
+            return True
+        # diffusion fields are moved into diffusion_container (if any) after the check
+        if key in (self.options_field, self.diffusion_container) or key in self.diffusion_params:
+            return True
+        return self.vendor_fields and key not in OPENAI_FIELDS
 
 
-_DLMSERVE_DIFFUSION = frozenset(
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+OPENAI_FIELDS = frozenset(
     {
-        "num_denoising_steps",
-        "block_length",
-        "block_schedule",
-        "confidence_metric",
-        "target_length",
-        "attention_backend",
-        "force_single_batch",
-        "use_local_leap",
-        "local_leap_anchor_threshold",
-        "local_leap_neighbor_threshold",
-        "local_leap_radius",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
     }
 )
-GENERIC_DIFFUSION = frozenset(
-    {
-        "num_denoising_steps",
-        "block_length",
-        "confidence_threshold",
-        "gen_length",
-        "steps",
-        "threshold",
-        "remasking",
-        "vllm_xargs",
-    }
-)
-"""Diffusion fields a generic local diffusion server (vLLM, SGLang, Fast-dLLM) takes in the
-body; the ``local_diffusion`` quirks move them from parameters into ``extra_body``."""
-
-DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
-    {
-        "openai": DialectProfile(
-            name="openai",
-            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
-            checked="the openai SDK's own request types",
-        ),
-        "mercury-2": DialectProfile(
-            name="mercury-2",
-            roles=_ALL_ROLES - {"developer"},
-            images=False,
-            latency=LatencyModel(ttft_s=0.35, tokens_per_s=1000.0),
-            checked="documented facts (PROVIDERS.md): developer rejected, text only",
-        ),
-        "dlmserve": DialectProfile(
-            name="dlmserve",
-            roles=_CHAT_ROLES,
-            content="text",
-            images=False,
-            plain_messages=True,
-            tools="prompted",
-            response_format="prompted",
-            stop=False,
-            stream_options=False,
-            params=frozenset({"temperature", "seed", "max_tokens"}),
-            multiple_choices=False,
-            diffusion_params=_DLMSERVE_DIFFUSION,
-            # LLaDA-8B-Instruct, INT4, batch 1 (dlmserve 0.1.1 README: 32.9 tok/s; 146.8 at
-            # batch 8 with LocalLeap). The whole canvas arrives at once: ttft is the total.
-            latency=LatencyModel(ttft_s=0.05, tokens_per_s=33.0),
-            checked="dlmserve 0.1.1's own ChatCompletionRequest and its FastAPI app",
-        ),
-        "sglang": DialectProfile(
-            name="sglang",
-            # SGLang's model takes developer, but a diffusion model's chat template may not
-            roles=_ALL_ROLES - {"developer"},
-            images=False,
-            tools="prompted",
-            response_format="prompted",
-            # block-diffusion models (LLaDA2.0-mini): whole blocks per step
-            latency=LatencyModel(ttft_s=0.2, tokens_per_s=400.0),
-            checked="SGLang's own ChatCompletionRequest (sglang/srt/entrypoints/openai)",
-        ),
-        "vllm": DialectProfile(
-            name="vllm",
-            roles=_ALL_ROLES - {"developer"},
-            images=False,
-            tools="prompted",
-            response_format="prompted",
-            diffusion_params=frozenset({"vllm_xargs"}),
-            latency=LatencyModel(ttft_s=0.2, tokens_per_s=400.0),
-            checked="documented facts (PROVIDERS.md): diffusion fields in vllm_xargs",
-        ),
-        "local-diffusion": DialectProfile(
-            name="local-diffusion",
-            roles=_CHAT_ROLES,
-            content="text",
-            images=False,
-            tools="prompted",
-            response_format="prompted",
-            stop=False,
-            stream_options=False,
-            diffusion_params=GENERIC_DIFFUSION,
-            latency=LatencyModel(ttft_s=0.2, tokens_per_s=100.0),
-            checked="lenient generic profile: unknown fields pass through",
-        ),
-    }
-)
-"""Dialect profiles by name, as written in ``options.dialect``."""
-
-_OVERRIDABLE = {
-    f.name for f in fields(DialectProfile) if f.name not in ("name", "latency", "checked")
-}
-
-
-def resolve_dialect(value: DialectProfile | str | Mapping[str, Any]) -> DialectProfile:
-    """Return the profile for a name, a profile, or ``{profile: NAME, field: value, ...}``.
-
-    A mapping starts from the named profile (``openai`` by default) and replaces the fields
-    it gives: ``{profile: vllm, tools: native}`` for a vLLM started with a tool parser.
-
-    Raises:
-        ValueError: An unknown profile name, field or value; the message lists the known ones.
-
-    """
-    if isinstance(value, DialectProfile):
-        return value
-    if isinstance(value, str):
-        base_name, changes = value, {}
-    elif isinstance(value, Mapping):
-        changes = dict(value)
-        base_name = str(changes.pop("profile", "openai"))
-    else:
-        raise ValueError(f"a dialect is a name or a mapping, got {type(value).__name__}")
-    try:
-        base = DIALECTS[base_name]
-    except KeyError:
-        raise ValueError(
-            f"unknown dialect {base_name!r}; known: {', '.join(sorted(DIALECTS))}"
-        ) from None
-    if not changes:
-        return base
-    unknown = sorted(set(changes) - _OVERRIDABLE)
-    if unknown:
-        raise ValueError(f"unknown dialect fields {unknown}; known: {sorted(_OVERRIDABLE)}")
-    for key, allowed in (
-        ("tools", ToolMode),
-        ("response_format", FormatMode),
-        ("content", ContentShape),
-    ):
-        if key in changes and changes[key] not in get_args(allowed):
-            raise ValueError(f"dialect {key}: {changes[key]!r} is not one of {get_args(allowed)}")
-    for key in ("roles", "params", "diffusion_params"):
-        if key in changes and changes[key] is not None:
-            changes[key] = frozenset(changes[key])
-    return replace(base, name=f"{base_name}*", **changes)
+"""OpenAI's chat-completions request fields beyond the frame (the openai SDK's ``create``)."""
 
 
 # -- checks ------------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ from tiered_router.backends._dialect import (
     capability_gap,
 )
 from tiered_router.calls import _protocol as _pt
-from tiered_router.calls._prompted import split_tool_calls
+from tiered_router.calls._prompted import lift_prompted_calls
 from tiered_router.exceptions import CapabilityError
+from tiered_router.gate._lifting import argument_problem
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, ToolSpec, assemble
 
 __all__ = ["Plan", "shape"]
@@ -39,12 +40,16 @@ class Plan:
         conversions: Every conversion made, human-readable, in order.
         stop: Stop sequences to apply to the reply (the server could not take them).
         tools: Tools to parse prompted calls against (empty when tools are native).
+        tool_choice: The request's ``tool_choice``, which prompted calls must honour.
+        parallel_tool_calls: The request's ``parallel_tool_calls`` (``False``: one call).
 
     """
 
     conversions: tuple[str, ...] = ()
     stop: tuple[str, ...] = ()
     tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def buffers(self) -> bool:
@@ -60,18 +65,20 @@ class Plan:
             cut = min((i for i in (text.find(s) for s in self.stop if s) if i >= 0), default=-1)
             if cut >= 0:
                 text, finish_reason = text[:cut], "stop"
-        calls = completion.tool_calls
-        if self.tools and not calls and text:
-            prefix = f"call_{uuid.uuid4().hex[:12]}_"
-            rest, parsed = split_tool_calls(text, self.tools, id_prefix=prefix)
-            if parsed:
-                text, calls, finish_reason = rest, tuple(parsed), "tool_calls"
-        return replace(
-            completion,
-            text=text,
-            tool_calls=calls,
-            finish_reason=finish_reason,
-            conversions=self.conversions,
+        done = replace(
+            completion, text=text, finish_reason=finish_reason, conversions=self.conversions
+        )
+        if not self.tools:
+            return done
+        # the lifting rules of the calls wing: a reply made only of calls to offered tools,
+        # honouring tool_choice, with arguments that validate; anything else stays text
+        return lift_prompted_calls(
+            done,
+            self.tools,
+            id_prefix=f"call_{uuid.uuid4().hex[:12]}_",
+            tool_choice=self.tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls,
+            validate=argument_problem,
         )
 
     def finish_chunks(self, chunks: Sequence[CompletionChunk], *, backend: str) -> CompletionChunk:
@@ -269,9 +276,9 @@ def shape(
         ) from None
     instructions: list[str] = []
     parse_against: tuple[ToolSpec, ...] = ()
+    choice = out.get("tool_choice")
+    parallel = out.get("parallel_tool_calls")
     if profile.tools == "prompted" and any(k in out for k in TOOL_FIELDS):
-        choice = out.get("tool_choice")
-        parallel = out.get("parallel_tool_calls")
         for key in TOOL_FIELDS:
             out.pop(key, None)
         if tools and choice != "none":
@@ -317,9 +324,95 @@ def shape(
         notes.append("max_completion_tokens -> max_tokens")
     if out.get("n") == 1 and not profile.multiple_choices:
         out.pop("n")
+    _shape_fields(profile, out, notes, tool_turn=bool(tools))
     dropped = sorted(k for k in out if not profile.accepts(k))
     for key in dropped:
         out.pop(key)
     if dropped:
         notes.append(f"dropped (not accepted): {', '.join(dropped)}")
-    return out, Plan(conversions=tuple(notes), stop=stop, tools=parse_against)
+    _nest(profile, out, notes)
+    return out, Plan(
+        conversions=tuple(notes),
+        stop=stop,
+        tools=parse_against,
+        tool_choice=choice if parse_against else None,
+        parallel_tool_calls=parallel if parse_against and isinstance(parallel, bool) else None,
+    )
+
+
+_SAMPLING = ("temperature", "top_p", "top_k")
+_LOW_EFFORT = frozenset({"instant", "none", "minimal"})
+
+
+def _shape_fields(
+    profile: DialectProfile, out: dict[str, Any], notes: list[str], *, tool_turn: bool
+) -> None:
+    """Field values as the server's code takes them: greedy, ranges, efforts, forced fields."""
+    if profile.greedy:
+        ignored = [k for k in _SAMPLING if k in out]
+        for key in ignored:
+            out.pop(key)
+        if ignored:
+            notes.append(f"{', '.join(ignored)} not sent: the server decodes greedily")
+    for key, (low, high) in profile.ranges.items():
+        value = out.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not low <= value <= high:
+                clamped = min(max(value, low), high)
+                if isinstance(low, int) and isinstance(high, int):
+                    clamped = int(clamped)
+                out[key] = clamped
+                notes.append(f"{key}: {value!r} -> {clamped!r} (the server accepts {low}..{high})")
+    if (
+        tool_turn
+        and profile.tool_turn_effort is not None
+        and out.get("reasoning_effort") in _LOW_EFFORT
+    ):
+        old = out["reasoning_effort"]
+        out["reasoning_effort"] = profile.tool_turn_effort
+        notes.append(
+            f"reasoning_effort {old} -> {profile.tool_turn_effort} on a tool turn "
+            f"({old} has no tool calls)"
+        )
+    if profile.default_max_tokens is not None and out.get("max_tokens") is None:
+        out["max_tokens"] = profile.default_max_tokens
+        notes.append(f"max_tokens: not given -> {profile.default_max_tokens}")
+    for key, value in profile.forced.items():
+        if key in out and out[key] != value:
+            notes.append(f"{key}: {out[key]!r} -> {value!r} (forced by the {profile.name} dialect)")
+        out[key] = value
+    if not profile.streams and "stream" in out:
+        # the backend reads the JSON answer and hands it out as chunks
+        out.pop("stream")
+
+
+def _nest(profile: DialectProfile, out: dict[str, Any], notes: list[str]) -> None:
+    """Move fields into the object the server reads them from (``vllm_xargs``, ``options``)."""
+    container = profile.diffusion_container
+    if container is not None:
+        given = out.pop(container, None)
+        nested = dict(given) if isinstance(given, Mapping) else {}
+        unknown = sorted(k for k in nested if k not in profile.diffusion_params)
+        for key in unknown:
+            nested.pop(key)
+        if unknown:
+            notes.append(f"{container}: dropped {', '.join(unknown)} (the server ignores them)")
+        moved = [k for k in profile.diffusion_params if k in out]
+        for key in sorted(moved):
+            nested[key] = out.pop(key)
+        if nested:
+            out[container] = nested
+    if profile.options_field is not None:
+        given = out.pop(profile.options_field, None)
+        options = dict(given) if isinstance(given, Mapping) else {}
+        moved = sorted(k for k in out if k in profile.params or k in profile.diffusion_params)
+        for key in moved:
+            options[profile.options_names.get(key, key)] = out.pop(key)
+        if moved:
+            renamed = [
+                f"{k} -> {profile.options_names[k]}" if k in profile.options_names else k
+                for k in moved
+            ]
+            notes.append(f"{profile.options_field}{{}}: {', '.join(renamed)}")
+        if options:
+            out[profile.options_field] = options

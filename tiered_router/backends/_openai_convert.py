@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tiered_router import _limits
@@ -188,10 +189,18 @@ def completion(raw: Any, *, backend: str) -> Completion:
     choices = _get(raw, "choices")
     if isinstance(raw, str) or not isinstance(choices, list) or not choices:
         raise BackendResponseError(_describe(raw), backend=backend)
-    choice = choices[0]
+    usage = _get(raw, "usage")
+    first = _choice(raw, choices[0], 0, backend, _usage(usage) if usage is not None else Usage())
+    if len(choices) == 1:
+        return first
+    more = tuple(_choice(raw, c, i, backend, Usage()) for i, c in enumerate(choices[1:], 1))
+    return replace(first, alternatives=more)
+
+
+def _choice(raw: Any, choice: Any, index: int, backend: str, usage: Usage) -> Completion:
     message = _get(choice, "message")
     if message is None:
-        raise BackendResponseError("choices[0] has no message", backend=backend)
+        raise BackendResponseError(f"choices[{index}] has no message", backend=backend)
     calls = []
     for i, call in enumerate(_list(_get(message, "tool_calls"), "tool_calls", backend)):
         fn = _get(call, "function")
@@ -208,16 +217,36 @@ def completion(raw: Any, *, backend: str) -> Completion:
     reasoning = reasoning_text(_get(raw, "reasoning_summary"))
     for key in ("reasoning_summary", "reasoning_content", "reasoning"):
         reasoning = reasoning or reasoning_text(_get(message, key))
-    usage = _get(raw, "usage")
     return Completion(
         text=_text(_get(message, "content")),
         tool_calls=tuple(calls),
         finish_reason=_str(_get(choice, "finish_reason")),
-        usage=_usage(usage) if usage is not None else Usage(),
+        usage=usage,
         model=_str(_get(raw, "model")) or "",
         backend=backend,
         refusal=_str(_get(message, "refusal")),
         reasoning=reasoning,
+    )
+
+
+DENOISE_EVENT = "diffulex.chat.completion.denoise"
+"""The ``object`` of Diffulex's ``stream_mode: denoise`` events (not chat.completion.chunk)."""
+
+
+def _denoise(raw: Any) -> CompletionChunk:
+    """A Diffulex denoise event: snapshots are display-only; the final event is the answer.
+
+    Diffulex (``diffulex/server/api_server.py``, ``denoise_chat_event``) streams canvas
+    snapshots (``buffer_snapshot``), appended text (``append``) and a ``final`` event with
+    the whole generated text; only the final one is read, as one chunk.
+    """
+    if _get(raw, "event") != "final":
+        return CompletionChunk(text="", model=_str(_get(raw, "model")) or "")
+    # "text" is the generated text; "full_text" may carry the prompt too
+    return CompletionChunk(
+        text=_text(_get(raw, "text")),
+        finish_reason=_str(_get(raw, "finish_reason")) or "stop",
+        model=_str(_get(raw, "model")) or "",
     )
 
 
@@ -231,6 +260,8 @@ def chunk(raw: Any, *, backend: str) -> CompletionChunk:
         BackendResponseError: When the chunk is not an object with a ``choices`` list.
 
     """
+    if _get(raw, "object") == DENOISE_EVENT:
+        return _denoise(raw)
     choices = _get(raw, "choices")
     if isinstance(raw, str) or raw is None or not isinstance(choices or [], list):
         raise BackendResponseError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from tiered_router.backends._dialect import GENERIC_DIFFUSION
+from tiered_router.backends._profiles import GENERIC_DIFFUSION
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",

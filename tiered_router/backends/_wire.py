@@ -1,4 +1,4 @@
-"""The one request path to an OpenAI-compatible endpoint: JSON over HTTP with httpx2.
+"""The one request path to an OpenAI-compatible endpoint: JSON over HTTP (httpx2's API).
 
 :class:`~tiered_router.backends.openai_compat.OpenAICompatBackend` builds a request body
 (model, messages, dialect and quirks applied) and hands it here as a :class:`Call`. This
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from tiered_router import _http
     from tiered_router._http._aiohttp import AiohttpTransport
 
-    Sender = _http.AsyncClient | _http.AsyncBaseTransport | AiohttpTransport
-    """What async calls are sent on: a client, httpx2's transport, or aiohttp's."""
+    Sender = _http.AsyncClient | AiohttpTransport
+    """What async calls are sent on: the backend's own aiohttp pool, or a client it was given."""
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -217,6 +217,20 @@ class _Events:
         return events
 
 
+def _is_json(response: _Answer | _http.Response) -> bool:
+    kind = str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+    return kind == "application/json"
+
+
+def _whole(data: bytes, call: Call) -> Any:
+    """A JSON answer to a stream request, as the one event of the stream."""
+    event = _json(data, call)
+    error = _event_error(event, call)
+    if error is not None:
+        raise error
+    return event
+
+
 # -- async --------------------------------------------------------------------------------
 
 if sys.version_info >= (3, 11):
@@ -257,7 +271,8 @@ async def _aread(response: _Answer, call: Call) -> bytes:
 class _Answer(Protocol):
     """What the async path reads of an answer.
 
-    An ``httpx2.Response``, or the lean :class:`tiered_router._aiohttp.Exchange`.
+    The lean :class:`tiered_router._http._aiohttp.Exchange`, or an ``httpx2.Response`` from
+    a client the backend was given.
     """
 
     @property
@@ -272,19 +287,14 @@ class _Answer(Protocol):
 
 
 async def _send(via: Sender, call: Call) -> _Answer:
-    """Send on a client, or straight on the backend's own transport (when no proxy).
+    """Send on the backend's own transport, or on a client it was given.
 
-    aiohttp's transport is sent on without building httpx2 request and response objects.
+    The transport is sent on without building httpx2 request and response objects.
     """
     from tiered_router import _http
 
     if isinstance(via, _http.AsyncClient):
         return await via.send(call.request(), stream=True)
-    if isinstance(via, _http.AsyncBaseTransport):
-        request = call.request()
-        response = await via.handle_async_request(request)
-        response.request = request
-        return response
     return await via.exchange(call.url, call.headers, call.body, call.timeout_s)
 
 
@@ -332,6 +342,12 @@ async def aevents(client: Sender, call: Call) -> AsyncGenerator[Any, None]:
             async with _until(deadline):
                 data = await _aread(response, call)
             raise _status_fail(response, data, call)
+        if _is_json(response):
+            # a server that answers JSON to a stream request (ollada): one whole event
+            async with _until(deadline):
+                data = await _aread(response, call)
+            yield _whole(data, call)
+            return
         parts = response.aiter_bytes().__aiter__()
         while True:
             async with _until(deadline):
@@ -415,6 +431,9 @@ def events(client: _http.Client, call: Call) -> Generator[Any, None, None]:
             if response.status_code >= 400:
                 data = _read(response, call, deadline)
                 raise _status_fail(response, data, call)
+            if _is_json(response):
+                yield _whole(_read(response, call, deadline), call)
+                return
             for part in response.iter_bytes():
                 _check(deadline, call)
                 yield from state.feed(part)

@@ -2,7 +2,8 @@
 
 Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
 ``POST /v1/chat/completions``; :class:`OpenAICompatBackend` sends them JSON over its own
-pooled httpx2 clients from :mod:`tiered_router._http` (one pool per backend), through
+connection pools from :mod:`tiered_router._http` (aiohttp's for async calls, httpx2's for
+sync ones; one pool per backend), through
 :mod:`tiered_router.backends._wire`, the one request path: the whole exchange is bounded by
 the call's deadline, the answer's size and nesting are capped, and every HTTP or decoding
 failure is translated there, at the seam, to the most specific
@@ -30,10 +31,11 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from tiered_router._types import BackendKind
-from tiered_router.backends import _dialect, _dialect_shape, _errors, _wire
+from tiered_router.backends import _dialect, _dialect_shape, _errors, _profiles, _wire
 from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends._shaping import RequestShaping
+from tiered_router.backends._stop_stream import ReplyStream
 from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
 from tiered_router.exceptions import (
     BackendConnectionError,
@@ -44,7 +46,7 @@ from tiered_router.turn import Completion, CompletionChunk
 
 if TYPE_CHECKING:
     from tiered_router import _http
-    from tiered_router.policy import BackendConfig
+    from tiered_router.policy._schema import BackendConfig
 
 __all__ = ["OpenAICompatBackend"]
 
@@ -133,7 +135,7 @@ class OpenAICompatBackend(RequestShaping):
         self.base_url = base_url
         self.timeout_s = timeout_s
         self.quirks = resolve_quirks(quirks)
-        self.dialect = _dialect.resolve_dialect(dialect)
+        self.dialect = _profiles.resolve_dialect(dialect)
         self.config = config
         self._diffusion = dict(diffusion or {})
         unknown = sorted(k for k in self._diffusion if not self.dialect.accepts_diffusion(k))
@@ -207,45 +209,33 @@ class OpenAICompatBackend(RequestShaping):
     async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
         """Make one streaming call; yield chunks as they arrive.
 
+        A reply with prompted tools is read whole first (its calls are parsed from the
+        whole text); client-side ``stop`` is applied as the chunks arrive.
         Errors (an error status, a dropped connection, an unreadable chunk or an in-band
         error event, the deadline passing mid-stream) are raised from the iterator as
         :class:`~tiered_router.BackendError` subclasses.
         """
         call, plan = self._call(request, stream=True)
         client = await self._get_async_client()
-        seen, finished = 0, False
-        held: list[CompletionChunk] = []
+        reply = ReplyStream(plan, backend=self.name)
         async with contextlib.aclosing(_wire.aevents(client, call)) as events:
             async for raw in events:
-                chunk = self._convert(_convert.chunk, raw)
-                finished = finished or chunk.finish_reason is not None
-                if plan.buffers:
-                    held.append(chunk)
-                else:
-                    yield plan.mark(chunk) if seen == 0 else chunk
-                seen += 1
-        self._check_finished(seen, finished)
-        if plan.buffers:
-            yield plan.finish_chunks(held, backend=self.name)
+                for chunk in reply.feed(self._convert(_convert.chunk, raw)):
+                    yield chunk
+        self._check_finished(reply.seen, reply.finished)
+        for chunk in reply.end():
+            yield chunk
 
     def stream(self, request: CompletionRequest) -> Iterator[CompletionChunk]:
         """Sync twin of :meth:`astream`."""
         call, plan = self._call(request, stream=True)
         client = self._get_client()
-        seen, finished = 0, False
-        held: list[CompletionChunk] = []
+        reply = ReplyStream(plan, backend=self.name)
         with contextlib.closing(_wire.events(client, call)) as events:
             for raw in events:
-                chunk = self._convert(_convert.chunk, raw)
-                finished = finished or chunk.finish_reason is not None
-                if plan.buffers:
-                    held.append(chunk)
-                else:
-                    yield plan.mark(chunk) if seen == 0 else chunk
-                seen += 1
-        self._check_finished(seen, finished)
-        if plan.buffers:
-            yield plan.finish_chunks(held, backend=self.name)
+                yield from reply.feed(self._convert(_convert.chunk, raw))
+        self._check_finished(reply.seen, reply.finished)
+        yield from reply.end()
 
     def close(self) -> None:
         """Close the sync HTTP client this backend built (a shared one stays open).
@@ -345,8 +335,8 @@ class OpenAICompatBackend(RequestShaping):
     async def _get_async_client(self) -> _wire.Sender:
         """Return what async calls are sent on: the shared client, or this backend's own pool.
 
-        Its own pool is httpx2's transport, sent on directly (no client work per call);
-        with a proxy in the environment it is an httpx2 client that routes through it.
+        Its own pool is aiohttp's transport (:func:`tiered_router._http.build_async_transport`),
+        proxies from the environment included.
         """
         if not self._owns_async_http:
             assert self._async_http_client is not None
@@ -361,11 +351,7 @@ class OpenAICompatBackend(RequestShaping):
             from tiered_router import _http
 
             self._loop = loop
-            pool: _wire.Sender | None
-            pool = _http.build_async_transport()
-            if pool is None:
-                pool = _http.build_async_client(timeout_s=self.timeout_s)
-            self._async_pool = pool
+            self._async_pool = pool = _http.build_async_transport()
             self._closer = _close_when_loop_ends(pool)
             await self._closer.asend(None)
         return self._async_pool

@@ -38,7 +38,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tiered_router._types import BackendKind
-from tiered_router.backends._dialect import DIALECTS, DialectProfile, resolve_dialect
+from tiered_router.backends._dialect import DialectProfile
+from tiered_router.backends._profiles import DIALECTS, resolve_dialect
 from tiered_router.backends._quirks import (
     LOCAL_DIFFUSION_QUIRKS,
     MERCURY_QUIRKS,
@@ -48,7 +49,7 @@ from tiered_router.backends._quirks import (
     resolve_quirks,
 )
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import BackendConfig, LatencyModel, Price
+from tiered_router.policy._schema import BackendConfig, LatencyModel, Price
 
 __all__ = [
     "LOCAL_DIFFUSION_QUIRKS",
@@ -112,12 +113,15 @@ class Preset:
                 preset's own price and the built-in table.
 
         """
+        profile = _profile_of(config, self)
         defaults: dict[str, Any] = {
             "base_url": self.base_url,
             "model": self.model,
             "kind": self.kind,
             "tools": self.tools,
             "latency": self.latency,
+            "max_concurrency": profile.max_concurrency,
+            "canvas_tokens": profile.canvas_tokens,
         }
         update = {k: v for k, v in defaults.items() if k not in config.model_fields_set}
         if "price" not in config.model_fields_set:
@@ -126,6 +130,32 @@ class Preset:
             if price is not None:
                 update["price"] = price
         return config.model_copy(update=update)
+
+
+def _profile_of(config: BackendConfig, preset: Preset) -> DialectProfile:
+    """The config's dialect profile (its ``options.dialect``, else the preset's)."""
+    try:
+        return resolve_dialect(config.options.get("dialect", preset.dialect))
+    except ValueError:  # reported with its field by dialect_for when the backend is built
+        return DIALECTS[preset.dialect]
+
+
+def _local(name: str, port: int, **fields: Any) -> Preset:
+    """A self-hosted diffusion server's preset: no key, no per-token price."""
+    dialect = fields.pop("dialect", name)
+    return Preset(
+        name=name,
+        base_url=f"http://127.0.0.1:{port}/v1",
+        model=fields.pop("model", None),
+        kind="diffusion",
+        api_key_env=None,
+        api_key_required=False,
+        quirks="local_diffusion",
+        price=Price(),  # self-hosted: no per-token price unless the policy sets one
+        dialect=dialect,
+        latency=DIALECTS[dialect].latency,
+        **fields,
+    )
 
 
 def _price_of(
@@ -214,6 +244,12 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             dialect="vllm",
             latency=DIALECTS["vllm"].latency,
         ),
+        # SGLang serving DiffusionGemma (--dllm-algorithm Gemma4Renoise)
+        "sglang-gemma": _local("sglang-gemma", 30000),
+        "lmdeploy": _local("lmdeploy", 23333),  # lmdeploy serve api_server's default port
+        "diffulex": _local("diffulex", 8000),  # python -m diffulex.server's default port
+        "ollada": _local("ollada", 11435),  # ollada/server.py DEFAULT_PORT
+        "dfastllm": _local("dfastllm", 8000),  # dfastllm/config.py: port 8000
         # hosted OpenAI-compatible endpoints (prices: tiered_router.pricing)
         "anthropic": Preset(
             name="anthropic",

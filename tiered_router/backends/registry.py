@@ -23,16 +23,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import BackendConfig
+from tiered_router.policy._schema import BackendConfig
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
     from tiered_router.backends.openai_compat import OpenAICompatBackend
+    from tiered_router.policy._checks import Problems
+    from tiered_router.policy._schema import Policy
 
 __all__ = [
     "BackendCheck",
     "BackendFactory",
     "BackendRegistry",
+    "backend_problems",
     "backend_types",
     "build_backend",
     "check_backend",
@@ -232,6 +235,54 @@ def check_backend(name: str, config: BackendConfig) -> None:
 
     """
     _DEFAULT.check(name, config)
+
+
+def backend_problems(policy: Policy) -> Problems:
+    """Every problem checking ``policy``'s backends would meet (the backends' load-time check).
+
+    Each backend is checked by its type with the default registry (preset, model, options;
+    never the API key); each problem comes back with its path in the policy.
+    """
+    from tiered_router.policy._checks import from_error
+
+    problems: Problems = []
+    for name, config in policy.backends.items():
+        try:
+            check_backend(name, config)
+        except PolicyError as exc:
+            problems += from_error(exc, ("backends", name), f"backends.{name}")
+    return problems + _greedy_panel_problems(policy)
+
+
+def _greedy_panel_problems(policy: Policy) -> Problems:
+    """A same-prompt panel on a server that decodes greedily: its drafts would be identical."""
+    drafts = policy.drafts
+    if drafts is None:
+        return []
+    names = drafts.backends or [policy.tiers.fast]
+    if len(names) > 1 or len({v.strip() for v in drafts.variants}) > 1:
+        return []
+    config = policy.backends.get(names[0])
+    if config is None or config.type != "openai":
+        return []
+    from tiered_router.backends.presets import dialect_for
+
+    try:
+        dialect = dialect_for(config, backend=names[0])
+    except PolicyError:
+        return []  # the backend's own check reports it
+    if not dialect.greedy:
+        return []
+    return [
+        (
+            ("drafts",),
+            f"a panel of {drafts.k} drafts of the same prompt on backend {names[0]!r}, whose "
+            f"{dialect.name!r} dialect decodes greedily (temperature is ignored): every draft "
+            "would be the same, so their agreement would say nothing. Give `variants` (at "
+            "least two different per-draft instructions) or a second fast backend in "
+            "`backends`",
+        )
+    ]
 
 
 def build_backend(

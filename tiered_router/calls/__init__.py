@@ -1,8 +1,9 @@
 """The calls wing: every reader (and the prompt protocol) of tool calls written as text.
 
-Owns the formats' grammars (``_text`` shared pieces, ``_xml``, ``_python``), the tolerant reader
-for prompted tools (``_prompted``) and the prompt protocol itself (``_protocol``). Pure: imports
-only the root's shared helpers (``_json``, ``_limits``, ``turn``).
+Owns one grammar per format (``_json``, ``_python``, ``_xml``), the reader and its lifting rules
+with the gate's strict entry point (``_text``), the tolerant entry point for prompted tools
+(``_prompted``) and the prompt protocol itself (``_protocol``). Pure: imports only the root's
+shared helpers (``_limits``, ``turn``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,14 @@ Tool results come back as <tool_result name="..." id="...">...</tool_result>.
 To answer without a tool, reply with plain text and no <tool_call> tag.
 ```
 
-Replies are read back by :func:`tiered_router.calls._prompted.split_tool_calls`, which also
-reads what models write when they do not follow the protocol (untagged JSON calls,
-Python-style calls, fences); see that module.
+Replies are read back by :func:`tiered_router.calls._prompted.split_tool_calls`, under the
+lifting rules of :mod:`tiered_router.calls._text`.
+
+The history is written so that nothing in it can pass for the protocol's own markup: a tool
+result's text and its ``name`` / ``id`` attributes are escaped as XML text (``&``, ``<``,
+``>``, and ``"`` in attributes), and a call's JSON escapes ``<``, ``>`` and ``&`` as
+``\u003c``, ``\u003e``, ``\u0026`` (still the same JSON). A result holding
+``</tool_result><tool_call>...`` stays inside its own element.
 
 Everything here is pure: no I/O, no clock, no randomness.
 """
@@ -82,8 +87,24 @@ def render_tool_prompt(
     return "\n".join(lines)
 
 
+_XML_TEXT = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
+_XML_ATTRIBUTE = (*_XML_TEXT, ('"', "&quot;"))
+_JSON_MARKUP = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"))
+
+
+def _escaped(text: str, table: tuple[tuple[str, str], ...]) -> str:
+    # str.replace per character: ~4x faster than str.translate with a dict on long results
+    for char, escape in table:
+        if char in text:
+            text = text.replace(char, escape)
+    return text
+
+
 def render_tool_call(name: str, arguments: str | Mapping[str, Any] | None) -> str:
-    """Return one call in the protocol's text form (used for tool calls in the history)."""
+    """Return one call in the protocol's text form (used for tool calls in the history).
+
+    The JSON escapes ``<``, ``>`` and ``&``, so no name or argument can close the tag.
+    """
     if isinstance(arguments, Mapping):
         args: Any = dict(arguments)
     else:
@@ -92,12 +113,15 @@ def render_tool_call(name: str, arguments: str | Mapping[str, Any] | None) -> st
             args = _limits.loads(text)
         except ValueError:
             args = text  # kept verbatim: the history shows what the model really wrote
-    return TOOL_CALL_OPEN + json.dumps({"name": name, "arguments": args}) + TOOL_CALL_CLOSE
+    body = _escaped(json.dumps({"name": name, "arguments": args}), _JSON_MARKUP)
+    return TOOL_CALL_OPEN + body + TOOL_CALL_CLOSE
 
 
 def render_tool_result(content: str, *, name: str | None = None, call_id: str | None = None) -> str:
-    """Return one tool result in the protocol's text form."""
+    """Return one tool result in the protocol's text form, its text and attributes escaped."""
     attrs = "".join(
-        f' {key}="{value}"' for key, value in (("name", name), ("id", call_id)) if value
+        f' {key}="{_escaped(value, _XML_ATTRIBUTE)}"'
+        for key, value in (("name", name), ("id", call_id))
+        if value
     )
-    return f"<tool_result{attrs}>{content}</tool_result>"
+    return f"<tool_result{attrs}>{_escaped(content, _XML_TEXT)}</tool_result>"

@@ -2,8 +2,12 @@
 
 Each group of commands lives in its own module and adds itself to the app in
 :func:`build_app`; heavy imports happen inside the commands, so ``--help`` stays fast. The
-command line is the ``cli`` extra (typer, rich, ruamel.yaml), from a checkout ``pip install
+command line is the ``cli`` extra (typer, rich, ruamel.yaml): from a checkout ``pip install
 ".[cli]"``; the library itself never imports them.
+
+Wing (docs/architecture.md): the top of the graph; may import any wing (lazily, inside the
+commands). Nothing imports it. A new command group: a module here that adds itself in
+:func:`build_app`.
 """
 
 from __future__ import annotations
@@ -37,9 +41,17 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    from tiered_router.cli import _dataset_cmds, _demo, _eval_cmds, _fit_cmds, _policy_cmds
+    from tiered_router.cli import (
+        _dataset_cmds,
+        _demo,
+        _eval_cmds,
+        _fit_cmds,
+        _policy_cmds,
+        _validate_cmd,
+    )
 
     app.callback()(_root_callback())
+    _validate_cmd.register(app)
     _policy_cmds.register(app)
     _eval_cmds.register(app)
     _fit_cmds.register(app)

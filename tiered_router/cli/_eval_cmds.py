@@ -24,7 +24,7 @@ from tiered_router.cli._eval_report import (
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.results import EvalResult
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["register"]
 
@@ -338,7 +338,11 @@ def calibrate_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Pick the threshold that meets a target on recorded outcomes (and write it back)."""
+    """Pick the threshold that meets a target on recorded outcomes (and write it back).
+
+    With a ``drafts:`` panel in the policy, the panel's ``k`` and ``min_agreement`` are swept
+    with the threshold, and ``--write`` sets all three.
+    """
     from tiered_router.evaluation.calibration import Target, calibrate_policy, write_threshold
     from tiered_router.evaluation.sweep import CalibrationError
     from tiered_router.exceptions import PolicyError
@@ -372,8 +376,15 @@ def calibrate_command(
             "not writing the threshold: it was calibrated on another model pair than the "
             "policy's (see the warnings above); pass --force to write it anyway"
         )
+    panel = None
     try:
-        point = calibrate_policy(result, target)
+        if loaded.drafts is not None and result.panel is not None:
+            from tiered_router.evaluation.calibration import calibrate_panel
+
+            panel = calibrate_panel(result, target, policy=loaded, dataset=dataset)
+            point = panel.point
+        else:
+            point = calibrate_policy(result, target)
     except CalibrationError as exc:
         raise _fail(str(exc)) from exc
     from tiered_router.cli._eval_report import interval_text
@@ -405,9 +416,23 @@ def calibrate_command(
         "escalation_rate": point.escalation_rate,
         "latency_mean_s": point.latency_s,
     }
+    if panel is not None:  # the panel's size and agreement were swept with the threshold
+        expected["drafts_k"] = panel.k
+        expected["drafts_min_agreement"] = panel.min_agreement
+        expected["panels_tried"] = panel.tried
     if write:
         try:
-            write_threshold(policy, point.threshold)
+            if panel is not None:
+                from tiered_router.evaluation.calibration import write_panel
+
+                write_panel(
+                    policy,
+                    threshold=point.threshold,
+                    k=panel.k,
+                    min_agreement=panel.min_agreement,
+                )
+            else:
+                write_threshold(policy, point.threshold)
         except PolicyError as exc:
             raise _fail(str(exc)) from exc
     if as_json:

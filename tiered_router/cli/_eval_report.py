@@ -79,6 +79,14 @@ def print_table(console: Console, result: EvalResult, policy_label: str) -> None
         console.print(f"escalations: {reasons}; failed checks: {checks}")
     if s.rules:
         console.print("rules: " + ", ".join(f"{k} {v}" for k, v in s.rules.items()))
+    if result.panel is not None:
+        p = result.panel
+        console.print(
+            f"draft panel: k={p.k}, min_agreement {p.min_agreement:g}: agreed {p.agreed}, "
+            f"disagreed {p.disagreed} (escalated), not comparable {p.not_comparable} (gate); "
+            f"drafts cost ${p.draft_cost:.4f}",
+            highlight=False,
+        )
     print_sweep(console, result)
     print_baselines(console, result)
     from tiered_router.evaluation.verdict import ORACLE_MEANING, small_sample
@@ -137,12 +145,22 @@ def print_baselines(console: Console, result: EvalResult) -> None:
     if not result.baselines:
         return
     parts = [f"policy quality {s.quality:.4f}, cost ${s.cost:.4f}"]
-    for b in result.baselines:
+    same_cost = [b for b in result.baselines if b.name.endswith("(same cost)")]
+    same_share = [b for b in result.baselines if b not in same_cost]
+    for b in same_share:
         parts.append(f"{b.name} {b.quality:.4f}, ${b.cost:.4f}")
     console.print(
         f"at the policy's frontier share ({_pct(s.frontier_call_share)}): " + "; ".join(parts),
         highlight=False,
     )
+    if same_cost:
+        console.print(
+            f"at the policy's cost (${s.cost:.4f}): "
+            + "; ".join(
+                f"{b.name} {b.quality:.4f} ({_pct(b.frontier_share)} frontier)" for b in same_cost
+            ),
+            highlight=False,
+        )
     from tiered_router.evaluation.verdict import judge
 
     verdict = judge(result)
@@ -186,8 +204,20 @@ def print_calibration(
         "frontier calls", _pct(expected["frontier_call_share"]), _pct(s.frontier_call_share)
     )
     table.add_row("latency mean (s)", _num(expected["latency_mean_s"]), _num(s.latency_mean_s))
+    if "drafts_k" in expected and result.panel is not None:
+        table.add_row("drafts k", str(expected["drafts_k"]), str(result.panel.k))
+        table.add_row(
+            "drafts min_agreement",
+            f"{expected['drafts_min_agreement']:g}",
+            f"{result.panel.min_agreement:g}",
+        )
     console = Console()
     console.print(table)
     console.print(interval_text(interval, s.n), highlight=False)
     if written is not None:
         console.print(f"wrote scoring.threshold: {expected['threshold']:g} to {written}")
+        if "drafts_k" in expected:
+            console.print(
+                f"wrote drafts.k: {expected['drafts_k']}, drafts.min_agreement: "
+                f"{expected['drafts_min_agreement']:g} to {written}"
+            )

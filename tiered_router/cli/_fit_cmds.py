@@ -26,7 +26,7 @@ from tiered_router.cli._eval_cmds import (
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["register"]
 

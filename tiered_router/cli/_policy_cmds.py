@@ -18,7 +18,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.router import RoutedResult
     from tiered_router.routing import Decision
     from tiered_router.turn import Turn
@@ -106,7 +106,7 @@ def _one_line(text: str) -> str:
 
 
 def _load(path: Path) -> Policy:
-    from tiered_router.policy._loader import load_policy
+    from tiered_router.policy import load_policy
 
     return load_policy(path)
 
@@ -429,16 +429,7 @@ def serve(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``validate``, ``explain``, ``run`` and ``serve`` to the app."""
-    from tiered_router.cli._validate_cmd import validate
-
-    def validate_command(
-        policy: PolicyArg, json_out: JsonOpt = False, check_keys: KeysOpt = False
-    ) -> None:
-        validate(policy, json_out=json_out, check_keys=check_keys)
-
-    validate_command.__doc__ = validate.__doc__
-    app.command("validate")(validate_command)
+    """Add ``explain``, ``run`` and ``serve`` to the app (``validate``: its own module)."""
     app.command("explain")(explain)
     app.command("run")(run)
     app.command("serve")(serve)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from tiered_router.cli._policy_cmds import JsonOpt, KeysOpt, PolicyArg
+
 if TYPE_CHECKING:
     from tiered_router.policy import BackendConfig, Policy
 
@@ -159,3 +161,15 @@ def validate(
     out.print(f"  gate: {', '.join(summary['gate']) or 'none'}")
     for note in notes:
         out.print(f"  [yellow]note[/yellow] {note} (checked at the backend's first call)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` to the app."""
+
+    def validate_command(
+        policy: PolicyArg, json_out: JsonOpt = False, check_keys: KeysOpt = False
+    ) -> None:
+        validate(policy, json_out=json_out, check_keys=check_keys)
+
+    validate_command.__doc__ = validate.__doc__
+    app.command("validate")(validate_command)

@@ -1,8 +1,9 @@
 """The engine wing: one turn's state machine and what drives it.
 
 Owns ``_machine`` (decide, attempt, gate, next tier: no I/O), ``_dispatch`` (the calls, retries,
-breaker), ``_streaming``, ``_shadow``, ``_recording``, ``_latency``, ``_context``, ``_call_args``
-and ``resilience``. Imports policy, backends, gate, scoring and the root values; never the router.
+breaker), ``_streaming``, ``_offered`` (only offered tools reach the caller), ``_shadow``,
+``_recording``, ``_latency``, ``_context``, ``_call_args`` and ``resilience``. Imports policy,
+backends, gate, scoring and the root values; never the router.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ if TYPE_CHECKING:
         EnginePorts,
         RoutedResult,
         TurnRun,
-        decide_turn,
-        plan_turn,
     )
+    from tiered_router.engine._plan import decide_turn, plan_turn
 
 __all__ = [
     "EnginePorts",
@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
     # the machine pulls in routing, pricing and the trace: `tiered_router.engine.resilience`
     # alone stays light
     if name in __all__:
-        from tiered_router.engine import _machine
+        from tiered_router.engine import _machine, _plan
 
-        return getattr(_machine, name)
+        return getattr(_plan if name in ("decide_turn", "plan_turn") else _machine, name)
     raise AttributeError(f"module 'tiered_router.engine' has no attribute {name!r}")

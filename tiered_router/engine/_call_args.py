@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiered_router._types import Tier
+from tiered_router._types import Tier, Unset
 from tiered_router.turn import Turn
 
 __all__ = ["checked_deadline", "checked_tier", "checked_turn"]
@@ -32,8 +32,13 @@ def checked_tier(tier: Any) -> Tier | None:
     raise ValueError(f"tier must be 'fast', 'frontier' or None, not {tier!r}")
 
 
-def checked_deadline(deadline_s: Any) -> float | None:
-    """Return a turn's deadline if it is a number of seconds > 0 or ``None``; else ValueError."""
+def checked_deadline(deadline_s: Any, *, unset: float | None = None) -> float | None:
+    """Return a turn's deadline if it is a number of seconds > 0 or ``None``; else ValueError.
+
+    ``UNSET`` gives ``unset`` (the policy's ``resilience.deadline_s``).
+    """
+    if isinstance(deadline_s, Unset):
+        return unset
     if deadline_s is None:
         return None
     if isinstance(deadline_s, (int, float)) and not isinstance(deadline_s, bool) and deadline_s > 0:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from tiered_router.engine._capacity import InFlight
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
 
-__all__ = ["Call", "Dispatcher", "unexpected_error"]
+__all__ = ["Abandoned", "Call", "Dispatcher", "unexpected_error"]
 
 logger = logging.getLogger("tiered_router.router")
 
@@ -36,6 +37,14 @@ _T = TypeVar("_T")
 
 Call = tuple[_T, "Backend", float]
 """What a dispatched call returns: its value, the backend that answered, and its start."""
+
+
+class Abandoned(BaseException):  # noqa: N818 (a signal, like GeneratorExit, not an error)
+    """A sync call whose answer the turn no longer wants (its panel or hedge was decided).
+
+    Raised inside the call's breaker guard, it records the call as neutral, like a
+    cancelled async call.
+    """
 
 
 def unexpected_error(exc: Exception, backend: str) -> BackendError:
@@ -60,6 +69,7 @@ class Dispatcher:
         sleep: Sync sleep between retries.
         asleep: Async sleep between retries.
         emit: Where finished traces go (must not raise).
+        in_flight: The count of calls in flight per backend (the capacity estimates').
     """
 
     def __init__(
@@ -73,7 +83,9 @@ class Dispatcher:
         sleep: Callable[[float], None],
         asleep: Callable[[float], Awaitable[None]],
         emit: Callable[[Trace], None],
+        in_flight: InFlight | None = None,
     ) -> None:
+        self.in_flight = in_flight or InFlight()
         self.policy = policy
         self.backend = backend
         self.breaker = breaker
@@ -82,6 +94,10 @@ class Dispatcher:
         self._sleep = sleep
         self._asleep = asleep
         self._emit = emit
+
+    async def asleep(self, seconds: float) -> None:
+        """The router's async sleep (a hedge's delay)."""
+        await self._asleep(seconds)
 
     # -- the end of a turn ----------------------------------------------------------------
 
@@ -147,6 +163,53 @@ class Dispatcher:
             return False
         return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
+    async def aonce(
+        self,
+        run: TurnRun,
+        name: str,
+        request: CompletionRequest,
+        once: Callable[..., Awaitable[_T]],
+    ) -> _T:
+        """One try of ``once`` on backend ``name`` under its breaker; records nothing in ``run``.
+
+        A panel's draft: no retries (a failed draft is a missing vote, and the panel's
+        deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
+        """
+        backend = self.backend(name)
+        async with self.breaker(name).aguard() as guard:
+            if not guard.allowed and await self._may_route_around(run, "fast"):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                return await once(backend, request)
+            except (BackendError, AssertionError):
+                raise
+            except Exception as exc:
+                raise unexpected_error(exc, name) from exc
+
+    def once(
+        self,
+        run: TurnRun,
+        name: str,
+        request: CompletionRequest,
+        once: Callable[..., _T],
+        *,
+        abandoned: Callable[[], bool],
+    ) -> _T:
+        """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
+        backend = self.backend(name)
+        with self.breaker(name).guard() as guard:
+            if not guard.allowed and self._may_route_around_sync(run, "fast"):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                value = once(backend, request)
+            except (BackendError, AssertionError):
+                raise
+            except Exception as exc:
+                raise unexpected_error(exc, name) from exc
+            if abandoned():
+                raise Abandoned
+            return value
+
     def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
         """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
 
@@ -189,6 +252,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     async with breaker.aguard() as guard:
                         if not guard.allowed and await self._may_route_around(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)
@@ -221,6 +285,7 @@ class Dispatcher:
                 started = self.clock()
                 try:
                     request = run.request(name)
+                    run.hold(name, self.in_flight.acquire)
                     with breaker.guard() as guard:
                         if not guard.allowed and self._may_route_around_sync(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)

@@ -22,12 +22,20 @@ trace once, so every turn's trace is emitted exactly once, whichever way it ends
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router._types import OTHER_TIER, Tier
 from tiered_router.backends._base import CompletionRequest
+from tiered_router.engine._offered import (
+    DROPPED_CALLS,
+    call_problems,
+    checked_verdict,
+    without_calls,
+)
 from tiered_router.engine._recording import RecordOption, build_record
+from tiered_router.engine._result import RoutedResult
 from tiered_router.engine.resilience import Deadline
 from tiered_router.exceptions import (
     AllTiersFailed,
@@ -38,13 +46,13 @@ from tiered_router.exceptions import (
     _describe,
 )
 from tiered_router.pricing import cost_of
-from tiered_router.routing import Decision, decide
-from tiered_router.trace import Attempt, Trace
+from tiered_router.routing import Decision
+from tiered_router.trace import Attempt, AttemptRole, Trace
 
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
     from tiered_router.gate import QualityGate, Verdict
-    from tiered_router.policy import BackendConfig, Policy
+    from tiered_router.policy._schema import BackendConfig, Policy
     from tiered_router.scoring import Score
     from tiered_router.turn import Completion, Turn
 
@@ -53,8 +61,6 @@ __all__ = [
     "EnginePorts",
     "RoutedResult",
     "TurnRun",
-    "decide_turn",
-    "plan_turn",
 ]
 
 logger = logging.getLogger("tiered_router.router")
@@ -62,7 +68,8 @@ logger = logging.getLogger("tiered_router.router")
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
-_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open"})
+_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open", "drafts_disagree"})
+_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree"})
 
 
 class EnginePorts(Protocol):
@@ -100,96 +107,6 @@ class EnginePorts(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RoutedResult:
-    """What a routed turn returns.
-
-    Attributes:
-        completion: The completion returned to the caller.
-        tier: The tier that produced it (``fast`` or ``frontier``).
-        escalated: ``True`` when a fast draft failed the gate or the fast backend failed.
-        trace: Everything the router decided and tried.
-    """
-
-    completion: Completion
-    tier: Tier
-    escalated: bool
-    trace: Trace
-
-    @property
-    def decision(self) -> Decision:
-        """The routing decision (same as ``trace.decision``)."""
-        return self.trace.decision
-
-    @property
-    def verdict(self) -> Verdict | None:
-        """The gate's verdict on the returned completion."""
-        return self.trace.verdict
-
-
-def decide_turn(
-    ports: EnginePorts, turn: Turn, *, tier: Tier | None = None, task: TaskHooks | None = None
-) -> tuple[Turn, Decision]:
-    """Decide a turn's first tier (pure): task signals, scorer and rules, capability, pin.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        tier: Pin the first tier (rule ``pinned``); task rules then do not apply.
-        task: The task the turn belongs to, if any.
-
-    Returns:
-        The turn (with the task's signals filled in) and its decision.
-    """
-    policy = ports.policy
-    if task is not None:
-        turn = task.prepare(turn)
-    decision = decide(turn, ports.score(turn), policy)
-    if tier is not None:
-        decision = replace(
-            decision,
-            tier=tier,
-            backend=policy.backend_for(tier),
-            rule="pinned",
-            reasons=(f"pinned to the {tier} tier by the caller", *decision.reasons),
-        )
-    gap = ports.capability_gap(decision.backend, turn) if decision.tier == "fast" else None
-    if gap is not None:
-        decision = replace(
-            decision,
-            tier="frontier",
-            backend=policy.backend_for("frontier"),
-            rule=f"capability.{gap[0]}",
-            reasons=(f"fast {gap[1]}", *decision.reasons),
-        )
-    if task is not None and tier is None:
-        decision = task.adjust(turn, decision)
-    return turn, decision
-
-
-def plan_turn(
-    ports: EnginePorts,
-    turn: Turn,
-    *,
-    deadline_s: float | None,
-    tier: Tier | None = None,
-    task: TaskHooks | None = None,
-) -> TurnRun:
-    """Start a turn: decide it and set its deadline.
-
-    Args:
-        ports: The engine's surroundings.
-        turn: The turn.
-        deadline_s: Seconds for the whole turn, ``None`` for no deadline.
-        tier: Pin the first tier (see :func:`decide_turn`).
-        task: The task the turn belongs to; it observes the trace when the turn ends.
-    """
-    now = ports.now()
-    turn, decision = decide_turn(ports, turn, tier=tier, task=task)
-    deadline = Deadline(None if deadline_s is None else now + deadline_s)
-    return TurnRun(ports, turn, decision, deadline, started=now, task=task)
-
-
 class TurnRun:
     """The state of one routed turn; see the module docstring for the steps."""
 
@@ -220,7 +137,26 @@ class TurnRun:
         self.returned: tuple[Tier, Completion, Verdict | None] | None = None
         self.interrupted: str | None = None
         self.drafts: dict[int, Completion] = {}  # attempt index -> draft, for recording
+        self.panel: dict[str, Any] | None = None  # what a draft panel found
+        self.served_by: tuple[str, Completion] | None = None  # a panel draft's own backend
+        self.roles: dict[Tier, AttemptRole] = {}  # a tier's calls' role while not "call"
+        self.cancelling: set[Tier] = set()  # tiers whose calls the driver is cancelling
         self._trace: Trace | None = None
+        # backend -> release of its in-flight count, while a call on it is under way
+        self._holds: dict[str, Callable[[], None]] = {}
+
+    # the in-flight count ----------------------------------------------------------------
+
+    def hold(self, backend: str, acquire: Callable[[str], Callable[[], None]]) -> None:
+        """Count a call on ``backend`` as in flight until its attempt is recorded."""
+        if backend not in self._holds:
+            self._holds[backend] = acquire(backend)
+
+    def _release(self, backend: str | None = None) -> None:
+        for name in [backend] if backend is not None else list(self._holds):
+            release = self._holds.pop(name, None)
+            if release is not None:
+                release()
 
     # which tier next ------------------------------------------------------------------------
 
@@ -250,12 +186,13 @@ class TurnRun:
             return None
         if tier == "fast":
             esc = self.policy.escalation
-            allowed = esc.on_gate_failure if reason == "gate_failed" else esc.on_backend_error
+            allowed = esc.on_gate_failure if reason in _DRAFT_FAILURES else esc.on_backend_error
             return other if allowed else None
         # a frontier draft is never sent down to the fast tier; a frontier error may be
         return other if reason == "backend_error" else None
 
-    def _move_on(self, tier: Tier, reason: str) -> Tier | None:
+    def move_on(self, tier: Tier, reason: str) -> Tier | None:
+        """Record why ``tier`` failed when another tier takes over; return that tier."""
         nxt = self.next_tier(tier, reason)
         if nxt is not None:
             prefix = "frontier_" if tier == "frontier" and reason != "circuit_open" else ""
@@ -276,8 +213,10 @@ class TurnRun:
         config = self.ports.backend_config(name)
         return config.max_retries if config is not None else 0
 
-    def request(self, name: str) -> CompletionRequest:
+    def request(self, name: str, *, turn: Turn | None = None) -> CompletionRequest:
         """The request for backend ``name``, with what is left of the deadline as timeout.
+
+        ``turn`` replaces the turn's own (a panel draft's variant).
 
         Raises:
             BackendTimeout: The turn's deadline has passed.
@@ -288,17 +227,38 @@ class TurnRun:
         if left is not None and left <= 0:
             raise BackendTimeout("the turn's deadline has passed", backend=name)
         timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
-        return CompletionRequest.from_turn(self.turn, timeout_s=timeout)
+        return CompletionRequest.from_turn(turn or self.turn, timeout_s=timeout)
 
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
     ) -> Attempt:
+        self._release(backend)
         index = self.tries.get(backend, 0)
         self.tries[backend] = index + 1
-        self.tried.add(tier)
+        role = fields.setdefault("role", self.roles.get(tier, "call"))
+        if role != "hedge":  # a hedge is not the tier's turn: the fast side may still escalate
+            self.tried.add(tier)
         return Attempt(
             tier=tier, backend=backend, model=model, try_index=index, latency_s=latency, **fields
         )
+
+    def add_attempt(
+        self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
+    ) -> None:
+        """Record one attempt (a panel's draft, a cancelled call) with the given fields."""
+        self.attempts.append(self._attempt(tier, backend, model, latency, **fields))
+
+    def lift(self, completion: Completion) -> Completion:
+        """``completion`` with the tool calls its whole text wrote returned as real calls."""
+        lifted = self.ports.gate.lift(completion, self.turn)
+        if lifted is not completion:
+            return replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
+        return completion
+
+    def gated(self, completion: Completion) -> tuple[Completion, Verdict | None]:
+        """A fast ``completion`` lifted (see :meth:`lift`), and the gate's verdict on it."""
+        completion = self.lift(completion)
+        return completion, self.ports.gate.evaluate(completion, self.turn)
 
     def record_error(
         self, tier: Tier, backend: str, model: str, exc: BackendError, latency: float
@@ -315,14 +275,18 @@ class TurnRun:
     def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
         """``tier`` gave up (its retries are spent): return the next tier, or ``None``."""
         reason = "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
-        return self._move_on(tier, reason)
+        return self.move_on(tier, reason)
 
-    def _record_draft(
+    def record_draft(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
     ) -> Verdict | None:
+        """Gate and record a draft without keeping it as the answer; return its verdict."""
         verdict: Verdict | None = None
         if tier == "fast" or self.policy.gate.check_frontier:
             verdict = self.ports.gate.evaluate(completion, self.turn)
+        # calls to tools not offered, or arguments not JSON, fail whatever the gate checks
+        problems = call_problems(completion, self.turn)
+        verdict = checked_verdict(verdict, problems)
         config = self.ports.backend_config(backend)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
         self.drafts[len(self.attempts)] = completion
@@ -335,7 +299,9 @@ class TurnRun:
                 usage=completion.usage,
                 cost=cost,
                 verdict=verdict,
-                conversions=completion.conversions,
+                conversions=(*completion.conversions, DROPPED_CALLS)
+                if problems
+                else completion.conversions,
             )
         )
         return verdict
@@ -351,18 +317,20 @@ class TurnRun:
         back as real ``tool_calls``, so the caller's agent loop can run them; the attempt's
         ``conversions`` say so.
         """
-        lifted = self.ports.gate.lift(completion, self.turn)
-        if lifted is not completion:
-            completion = replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
-        verdict = self._record_draft(tier, backend, model, completion, latency)
+        completion = self.lift(completion)
+        verdict = self.record_draft(tier, backend, model, completion, latency)
         if verdict is None or verdict.passed:
             self.returned = (tier, completion, verdict)
             return None
-        nxt = self._move_on(tier, "gate_failed")
+        nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self.returned is None:
-            # keep the failing draft until a better one comes: nothing is lost
-            self.returned = (tier, completion, verdict)
+            # keep the failing draft until a better one comes: nothing is lost (but calls
+            # the caller did not offer, or cannot parse, never reach it)
+            self.returned = (tier, self._offered_only(completion), verdict)
         return nxt
+
+    def _offered_only(self, completion: Completion) -> Completion:
+        return without_calls(completion) if call_problems(completion, self.turn) else completion
 
     def streamed(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
@@ -371,8 +339,8 @@ class TurnRun:
 
         The verdict goes in the trace.
         """
-        verdict = self._record_draft(tier, backend, model, completion, latency)
-        self.returned = (tier, completion, verdict)
+        verdict = self.record_draft(tier, backend, model, completion, latency)
+        self.returned = (tier, self._offered_only(completion), verdict)
 
     # the end --------------------------------------------------------------------------------
 
@@ -392,7 +360,7 @@ class TurnRun:
             decision=self.decision,
             attempts=tuple(self.attempts),
             tier=returned[0] if returned else None,
-            backend=self.policy.backend_for(returned[0]) if returned else None,
+            backend=self._served_backend(returned),
             escalated=escalated,
             escalations=tuple(self.escalations),
             verdict=returned[2] if returned else None,
@@ -400,7 +368,17 @@ class TurnRun:
             metadata=self.turn.metadata,
             interrupted=self.interrupted,
             record=build_record(self.ports.record, self.turn, self.drafts, len(self.attempts)),
+            panel=self.panel,
         )
+
+    def _served_backend(
+        self, returned: tuple[Tier, Completion, Verdict | None] | None
+    ) -> str | None:
+        if returned is None:
+            return None
+        if self.served_by is not None and self.served_by[1] is returned[1]:
+            return self.served_by[0]  # a panel's draft from another fast backend
+        return self.policy.backend_for(returned[0])
 
     def conclude(self, exc: BaseException | None = None) -> Trace | None:
         """Freeze the turn's trace: return it the first time, ``None`` ever after.
@@ -412,6 +390,7 @@ class TurnRun:
             exc: What ended the turn when it did not run to its end (cancelled, abandoned,
                 an unexpected error); it sets the trace's ``interrupted``.
         """
+        self._release()
         if self._trace is not None:
             return None
         if exc is not None:
@@ -480,6 +459,9 @@ class TurnRun:
 
         Its error is the interruption.
         """
+        if tier in self.cancelling:  # the turn was decided without this call
+            self.attempts.append(self._attempt(tier, backend, model, latency, cancelled=True))
+            return
         kind = "abandoned" if isinstance(exc, GeneratorExit) else type(exc).__name__
         error = {"type": type(exc).__name__, "message": f"the call was cut short ({kind})"}
         self.attempts.append(self._attempt(tier, backend, model, latency, error=error))

@@ -17,6 +17,9 @@ why, and the trace is emitted once all the same (the upstream was paid).
 
 The streams drive the engine (:mod:`tiered_router.engine._machine`) through a
 :class:`~tiered_router.engine._dispatch.Dispatcher`, like the router's non-streaming path.
+A turn with a draft panel or a hedge (:mod:`tiered_router.engine._flight`) runs its fast
+side whole first and streams the accepted draft once the panel is decided; an escalation
+after it streams as usual.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 from tiered_router._types import Tier
 from tiered_router.engine._dispatch import unexpected_error
 from tiered_router.engine._machine import LIFTED_TEXT_CALLS
+from tiered_router.engine._offered import DROPPED_CALLS, CallHold, call_problems
 from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
@@ -34,9 +38,10 @@ from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assem
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._drive import Driver
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
-    from tiered_router.trace import Trace
+    from tiered_router.trace import Attempt, Trace
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
 
@@ -157,9 +162,10 @@ def _close(it: object) -> None:
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
         self._dispatch = dispatch
         self._run = run
+        self._driver = driver
         self.tier: Tier | None = None
         self._result: RoutedResult | None = None
         self._pending: list[CompletionChunk] = []
@@ -175,6 +181,11 @@ class _StreamState:
     def turn_id(self) -> str:
         """The id of the routed turn (as in its trace)."""
         return self._run.turn.id
+
+    @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """The turn's attempts so far (a panel's drafts are all in once ``start`` returned)."""
+        return tuple(self._run.attempts)
 
     @property
     def escalated(self) -> bool:
@@ -213,8 +224,8 @@ class _StreamState:
         """The turn ended with the draft the run kept; return its chunks to replay."""
         self._result = result
         self.tier = result.tier
-        lifted = LIFTED_TEXT_CALLS in result.completion.conversions
-        return _as_chunks(result.completion) if lifted or not self._pending else self._pending
+        rebuilt = {LIFTED_TEXT_CALLS, DROPPED_CALLS} & set(result.completion.conversions)
+        return _as_chunks(result.completion) if rebuilt or not self._pending else self._pending
 
     def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
         """A failure after chunks reached the caller: record it (the caller ends the turn)."""
@@ -236,16 +247,18 @@ class _StreamState:
 
     def _ended(
         self, tier: Tier, backend: Backend, chunks: list[CompletionChunk], started: float
-    ) -> None:
+    ) -> tuple[str, ...]:
+        """Record a draft streamed through; return what is wrong with its (held) calls."""
         completion = assemble(chunks, backend=backend.name)
         self._run.streamed(tier, backend.name, backend.model, completion, self._latency(started))
+        return call_problems(completion, self._run.turn)
 
 
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
-        super().__init__(dispatch, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: AsyncIterator[CompletionChunk] | None = None
 
     async def start(self) -> None:
@@ -294,6 +307,10 @@ class AsyncRoutedStream(_StreamState):
         try:
             run, dispatch = self._run, self._dispatch
             tier: Tier | None = run.first_tier()
+            flight = self._driver.plan(run) if self._driver is not None else None
+            if flight is not None and self._driver is not None:
+                # a panel or a hedge: the accepted draft streams once decided
+                tier = await self._driver.flight.arun(run, flight)
             while tier is not None:
                 serving = tier
                 if not self._live(serving):
@@ -317,12 +334,15 @@ class AsyncRoutedStream(_StreamState):
                     continue
                 self.tier = serving
                 chunks = list(held)
+                hold = CallHold()  # tool calls wait for the whole draft
                 try:
                     for chunk in held:
-                        yield chunk
+                        for out in hold.feed(chunk):
+                            yield out
                     async for chunk in rest:
                         chunks.append(chunk)
-                        yield chunk
+                        for out in hold.feed(chunk):
+                            yield out
                         self._check_deadline(serving)
                 except Exception as raised:  # the upstream broke: a typed error, traced
                     err = _typed(raised, backend)
@@ -337,8 +357,10 @@ class AsyncRoutedStream(_StreamState):
                     raise
                 finally:
                     await _aclose(rest)  # a caller that stops early closes the upstream stream
-                self._ended(serving, backend, chunks, started)
+                problems = self._ended(serving, backend, chunks, started)
                 self._result = await dispatch.afinish(run)
+                for out in hold.release(problems):
+                    yield out
                 return
             for chunk in self._settled(await dispatch.afinish(run)):
                 yield chunk
@@ -350,8 +372,8 @@ class AsyncRoutedStream(_StreamState):
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun) -> None:
-        super().__init__(dispatch, run)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: Iterator[CompletionChunk] | None = None
 
     def start(self) -> None:
@@ -391,6 +413,9 @@ class RoutedStream(_StreamState):
         try:
             run, dispatch = self._run, self._dispatch
             tier: Tier | None = run.first_tier()
+            flight = self._driver.plan(run) if self._driver is not None else None
+            if flight is not None and self._driver is not None:
+                tier = self._driver.sync_flight.run(run, flight)
             while tier is not None:
                 serving = tier
                 if not self._live(serving):
@@ -414,11 +439,13 @@ class RoutedStream(_StreamState):
                     continue
                 self.tier = serving
                 chunks = list(held)
+                hold = CallHold()
                 try:
-                    yield from held
+                    for chunk in held:
+                        yield from hold.feed(chunk)
                     for chunk in rest:
                         chunks.append(chunk)
-                        yield chunk
+                        yield from hold.feed(chunk)
                         self._check_deadline(serving)
                 except Exception as raised:
                     err = _typed(raised, backend)
@@ -433,8 +460,9 @@ class RoutedStream(_StreamState):
                     raise
                 finally:
                     _close(rest)  # a caller that stops early closes the upstream stream
-                self._ended(serving, backend, chunks, started)
+                problems = self._ended(serving, backend, chunks, started)
                 self._result = dispatch.finish(run)
+                yield from hold.release(problems)
                 return
             yield from self._settled(dispatch.finish(run))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once

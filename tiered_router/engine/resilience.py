@@ -29,7 +29,7 @@ from tiered_router.state import Admission, BreakerSnapshot, BreakerState, Outcom
 if TYPE_CHECKING:
     import tenacity
 
-    from tiered_router.policy import BreakerConfig, RetryConfig
+    from tiered_router.policy._schema import BreakerConfig, RetryConfig
 
 __all__ = ["BreakerPass", "CircuitBreaker", "Deadline", "RetrySchedule", "breaker_outcome"]
 

@@ -12,6 +12,10 @@ The dataset format is in :mod:`~tiered_router.evaluation.dataset`, the data name
 :mod:`~tiered_router.evaluation.sources`, the metric definitions in
 :mod:`~tiered_router.evaluation.metrics`; ``tiered-router eval``, ``calibrate`` and ``fit-scorer``
 are the command-line face of this package.
+
+Wing (docs/architecture.md): owns replay, datasets, calibration and reports; may import the
+router and every wing below it. Its data readers (``replay``, ``sources``) are also read by
+``backends`` (the replay backend) and ``scoring`` (fitting), and never reach the router.
 """
 
 from __future__ import annotations

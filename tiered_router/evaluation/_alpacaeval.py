@@ -13,7 +13,7 @@ from tiered_router.evaluation.dataset import (
     Outcome,
     estimate_tokens,
 )
-from tiered_router.policy import Price
+from tiered_router.policy._schema import Price
 from tiered_router.turn import Usage
 
 __all__ = ["ALPACAEVAL_PAIR", "load_alpacaeval"]

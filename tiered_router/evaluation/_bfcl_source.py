@@ -19,7 +19,7 @@ from tiered_router.evaluation.dataset import (
     Outcome,
 )
 from tiered_router.gate import lift_text_tool_calls
-from tiered_router.policy import Price
+from tiered_router.policy._schema import Price
 from tiered_router.turn import Usage
 
 __all__ = ["BFCL_PAIR", "load_bfcl"]
@@ -83,8 +83,8 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
         rows.append(_label_text_calls(row, q, relabelled))
     if relabelled:
         note = (
-            f"{relabelled.total()} recorded answers written as calls in text (mostly in a "
-            "Markdown fence), which BFCL's decoder rejected unread, are labelled by judging "
+            f"{relabelled.total()} recorded answers written as calls in text, which BFCL's "
+            "decoder rejected unread, are labelled by judging "
             f"the calls the gate reads in them as BFCL's checker does: {relabelled['right']} "
             f"right, {relabelled['wrong']} wrong (BFCL: all wrong)"
         )
@@ -107,11 +107,13 @@ def load_bfcl(data_dir: str | os.PathLike[str], *, models: list[str] | None = No
 def _label_text_calls(row: EvalRow, question: Mapping[str, Any], counts: Counter[str]) -> EvalRow:
     """Label the answers BFCL failed unread because they wrote their calls as text.
 
-    BFCL's decoder fails a call in a Markdown fence (``ast_decoder:decoder_failed``) before
-    its checker sees it; the gate reads such text as calls and the router returns them as
-    tool calls, so the label that describes what the router returns is the checker's verdict
-    on those calls (:mod:`tiered_router.evaluation._bfcl_judge`). The text is kept as
-    recorded: the gate still sees what the model wrote.
+    BFCL's decoder fails some answers (``ast_decoder:decoder_failed``) before its checker
+    sees them; where the gate's lifting rules read the text as calls, the router returns them
+    as tool calls, so the label that describes what the router returns is the checker's
+    verdict on those calls (:mod:`tiered_router.evaluation._bfcl_judge`). A call shown in a
+    Markdown fence is not lifted (the rules: an example in a fence is not a call), so it
+    keeps BFCL's label. The text is kept as recorded: the gate still sees what the model
+    wrote.
     """
     outcomes: dict[str, Outcome] = {}
     for model, outcome in row.outcomes.items():

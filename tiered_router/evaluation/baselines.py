@@ -53,15 +53,15 @@ def _free(runs: Sequence[RowRun]) -> tuple[list[int], float, float, int]:
 
 
 def _by_order(
-    runs: Sequence[RowRun], order: Sequence[int], target_calls: float
+    runs: Sequence[RowRun], order: Sequence[int], target_calls: float, *, by_cost: bool = False
 ) -> tuple[float, float, float]:
-    """Send rows to the frontier in ``order`` until the frontier calls reach the target."""
+    """Send rows to the frontier in ``order`` until the frontier calls (or cost) reach a target."""
     free, quality, cost, calls = _free(runs)
     quality += sum(runs[i].fast.quality for i in free)
     cost += sum(runs[i].fast.cost for i in free)
     calls += sum(runs[i].fast.frontier_called for i in free)
     for i in order:
-        if calls >= target_calls:
+        if (cost if by_cost else calls) >= target_calls:
             break
         r = runs[i]
         quality += r.frontier.quality - r.fast.quality
@@ -71,8 +71,13 @@ def _by_order(
     return calls / n, quality / n, cost
 
 
-def _random(runs: Sequence[RowRun], target_calls: float) -> tuple[float, float, float]:
-    """Expected totals of a random pick of ``k`` free rows, ``k`` solved for the target."""
+def _random(
+    runs: Sequence[RowRun], target_calls: float, *, by_cost: bool = False
+) -> tuple[float, float, float]:
+    """Expected totals of a random pick of ``k`` free rows, ``k`` solved for a target.
+
+    The target is frontier calls, or the cost with ``by_cost``.
+    """
     free, quality, cost, calls = _free(runs)
     m = len(free)
     n = len(runs)
@@ -88,7 +93,10 @@ def _random(runs: Sequence[RowRun], target_calls: float) -> tuple[float, float, 
         return calls / n, quality / n, cost
     # calls(f) = calls + fast_calls + f * gain_calls for a share f of the free rows
     needed = target_calls - calls - fast_calls
-    f = 0.0 if gain_calls <= 0 else min(1.0, max(0.0, needed / gain_calls))
+    gain: float = gain_calls
+    if by_cost:  # cost(f) = cost + fast_c + f * gain_c
+        needed, gain = target_calls - cost - fast_c, gain_c
+    f = 0.0 if gain <= 0 else min(1.0, max(0.0, needed / gain))
     return (
         (calls + fast_calls + f * gain_calls) / n,
         (quality + fast_q + f * gain_q) / n,
@@ -97,7 +105,11 @@ def _random(runs: Sequence[RowRun], target_calls: float) -> tuple[float, float, 
 
 
 def baselines(
-    runs: Sequence[RowRun], prompt_chars: Sequence[int], *, frontier_share: float
+    runs: Sequence[RowRun],
+    prompt_chars: Sequence[int],
+    *,
+    frontier_share: float,
+    cost: float | None = None,
 ) -> tuple[Baseline, ...]:
     """Random and prompt-length routers at ``frontier_share`` of frontier calls.
 
@@ -105,9 +117,13 @@ def baselines(
         runs: The per-row runs of the replay.
         prompt_chars: Prompt length of each row, in the same order.
         frontier_share: The policy's share of turns that called the frontier model.
+        cost: The policy's total cost: when given, the two routers are also run to this cost
+            (``random (same cost)``, ``prompt length (same cost)``); a draft panel spends on
+            drafts what a router spends on frontier calls, so its fair comparison is at equal
+            cost.
 
     Returns:
-        ``random`` and ``prompt length``.
+        ``random`` and ``prompt length``, then the same-cost pair when ``cost`` is given.
 
     Raises:
         ValueError: When the lengths of ``runs`` and ``prompt_chars`` differ.
@@ -120,9 +136,15 @@ def baselines(
     free, _, _, _ = _free(runs)
     longest = sorted(free, key=lambda i: (-prompt_chars[i], i))
     out = []
-    for name, (share, quality, cost) in (
+    for name, (share, quality, cost_) in (
         ("random", _random(runs, target)),
         ("prompt length", _by_order(runs, longest, target)),
     ):
-        out.append(Baseline(name=name, frontier_share=share, quality=quality, cost=cost))
+        out.append(Baseline(name=name, frontier_share=share, quality=quality, cost=cost_))
+    if cost is not None:
+        for name, (share, quality, cost_) in (
+            ("random (same cost)", _random(runs, cost, by_cost=True)),
+            ("prompt length (same cost)", _by_order(runs, longest, cost, by_cost=True)),
+        ):
+            out.append(Baseline(name=name, frontier_share=share, quality=quality, cost=cost_))
     return tuple(out)

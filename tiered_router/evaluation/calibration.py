@@ -9,20 +9,32 @@ key is added through ruamel.yaml's round-trip writer, which keeps comments too.)
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router.evaluation.results import EvalResult
 from tiered_router.evaluation.sweep import SweepPoint, calibrate
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import Policy
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
+from tiered_router.policy._schema import Policy
 
-__all__ = ["Target", "calibrate_policy", "load_policy_offline", "write_threshold"]
+if TYPE_CHECKING:
+    from tiered_router.evaluation.dataset import Dataset
+
+__all__ = [
+    "PanelChoice",
+    "Target",
+    "calibrate_panel",
+    "calibrate_policy",
+    "load_policy_offline",
+    "write_panel",
+    "write_threshold",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +119,113 @@ def calibrate_policy(result: EvalResult, target: Target) -> SweepPoint:
         frontier_quality=s.quality_frontier,
         frontier_cost=s.cost_frontier,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PanelChoice:
+    """The draft panel and threshold ``calibrate`` picked.
+
+    Attributes:
+        k: Drafts per turn.
+        min_agreement: Share of drafts that must agree.
+        point: The sweep point at the chosen threshold, with that panel.
+        tried: Panels tried (``k`` and ``min_agreement`` pairs).
+    """
+
+    k: int
+    min_agreement: float
+    point: SweepPoint
+    tried: int
+
+
+def calibrate_panel(
+    result: EvalResult, target: Target, *, policy: Policy, dataset: Dataset
+) -> PanelChoice:
+    """Sweep the panel's ``k`` and ``min_agreement`` with the threshold; pick one for ``target``.
+
+    Every ``k`` from 1 to the drafts the data records (at most 9) and every
+    ``min_agreement`` in :data:`~tiered_router.evaluation.panel.AGREEMENTS` is replayed
+    (without re-running the router: the drafts are re-counted over the same recorded rows);
+    each gets its threshold sweep. Among the points that meet the target: the cheapest for a
+    quality target, the best quality for a cost or fast-share target.
+
+    Raises:
+        CalibrationError: When no panel and threshold meet the target.
+        ValueError: When the policy has no ``drafts:`` panel.
+    """
+    from tiered_router.evaluation.panel import panel_grid, panel_models, recorded_drafts
+    from tiered_router.evaluation.runner import Replay, run_rows
+    from tiered_router.evaluation.sweep import CalibrationError, sweep
+
+    replay = Replay.bind(
+        policy, dataset, fast_model=result.fast_model, frontier_model=result.frontier_model
+    )
+    spec = panel_models(policy, dataset, replay.fast_model)
+    if spec is None:
+        raise ValueError("calibrate_panel: the policy has no drafts: panel")
+    single = run_rows(replay)
+    ks = range(1, max(spec.k, recorded_drafts(dataset, spec)) + 1)
+    grid = panel_grid(replay, single, spec, ks=ks)
+    best: tuple[tuple[float, float], PanelChoice] | None = None
+    reasons: list[str] = []
+    for sized, runs, _ in grid:
+        try:
+            point = calibrate_policy(dataclasses.replace(result, points=tuple(sweep(runs))), target)
+        except CalibrationError as exc:
+            reasons.append(f"k={sized.k}: {exc}")
+            continue
+        if target.quality_retained is not None:
+            rank = (point.cost, -point.quality)
+        else:
+            rank = (-point.quality, point.cost)
+        choice = PanelChoice(
+            k=sized.k, min_agreement=sized.min_agreement, point=point, tried=len(grid)
+        )
+        if best is None or rank < best[0]:
+            best = (rank, choice)
+    if best is None:
+        raise CalibrationError(f"no panel and threshold meet {target.describe()}: {reasons[-1]}")
+    return best[1]
+
+
+def write_panel(
+    path: str | os.PathLike[str], *, threshold: float, k: int, min_agreement: float
+) -> str:
+    """Set ``scoring.threshold``, ``drafts.k`` and ``drafts.min_agreement`` in a policy file.
+
+    Written with ruamel.yaml (comments kept), then loaded before the file is written.
+
+    Returns:
+        The new text of the file.
+
+    Raises:
+        PolicyError: When the file is not a valid policy, before or after the edit.
+        ImportError: When ruamel.yaml (the ``cli`` extra) is not installed.
+    """
+    p = Path(path)
+    before = p.read_text(encoding="utf-8")
+    new = write_threshold(path, threshold)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    data = yaml.load(new)
+    drafts = data.get("drafts")
+    if not isinstance(drafts, dict):
+        drafts = CommentedMap()
+        data["drafts"] = drafts
+    drafts["k"] = k
+    drafts["min_agreement"] = min_agreement
+    out = io.StringIO()
+    yaml.dump(data, out)
+    text = out.getvalue()
+    try:
+        load_policy_offline(text)
+    except PolicyError as exc:
+        p.write_text(before, encoding="utf-8")  # leave the file as it was
+        raise PolicyError(f"the edited policy would not load: {exc}", file=str(p)) from exc
+    p.write_text(text, encoding="utf-8")
+    return text
 
 
 _UNSET_VAR = re.compile(r"environment variable ([A-Za-z_][A-Za-z0-9_]*) is not set")

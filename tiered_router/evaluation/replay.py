@@ -28,7 +28,7 @@ from tiered_router._types import BackendKind
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.evaluation.dataset import Dataset, Outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, PolicyError
-from tiered_router.policy import BackendConfig, LatencyModel
+from tiered_router.policy._schema import BackendConfig, LatencyModel
 from tiered_router.turn import Completion
 
 __all__ = ["ReplayBackend", "SimulatedClock", "replay_backend_factory", "simulated_latency"]

@@ -25,9 +25,10 @@ from tiered_router.evaluation.metrics import (
     percentile,
     random_curve,
 )
+from tiered_router.evaluation.panel import PanelStats, apply_panel, panel_models
 from tiered_router.evaluation.runner import PriceSource, Replay, run_rows
 from tiered_router.evaluation.sweep import PathOutcome, RowRun, SweepPoint, sweep
-from tiered_router.policy import Policy
+from tiered_router.policy._schema import Policy
 
 __all__ = ["EvalResult", "Summary", "evaluate", "summarize"]
 
@@ -97,7 +98,8 @@ class EvalResult:
         rows: Per-row runs.
         notes: Caveats of the data and the simulation.
         baselines: Random and prompt-length routers at the policy's frontier share
-            (:mod:`~tiered_router.evaluation.baselines`).
+            (:mod:`~tiered_router.evaluation.baselines`); with a draft panel, also at its cost.
+        panel: How the policy's draft panel decided (``None`` without ``drafts:``).
 
     """
 
@@ -111,6 +113,7 @@ class EvalResult:
     rows: tuple[RowRun, ...] = field(repr=False)
     notes: tuple[str, ...] = ()
     baselines: tuple[Baseline, ...] = ()
+    panel: PanelStats | None = None
 
     def to_dict(self, *, include_rows: bool = False) -> dict[str, Any]:
         """Return the result, JSON-ready (per-row runs only when asked)."""
@@ -135,6 +138,7 @@ class EvalResult:
             "random": [asdict(p) for p in self.random],
             "notes": list(self.notes),
             "baselines": [asdict(b) for b in self.baselines],
+            "panel": self.panel.to_dict() if self.panel is not None else None,
         }
         if include_rows:
             out["rows"] = [asdict(r) for r in self.rows]
@@ -258,6 +262,11 @@ def evaluate(
         recorded_latency=recorded_latency,
     )
     runs = run_rows(replay, progress=progress)
+    single = runs  # one fast draft and the gate: what the baselines route with
+    spec = panel_models(policy, dataset, replay.fast_model)
+    stats = None
+    if spec is not None:
+        runs, stats = apply_panel(replay, runs, spec)
     points = sweep(runs)
     summary = summarize(runs, points, policy.scoring.threshold)
     weak_costs = [r.fast_only_cost for r in runs]
@@ -277,6 +286,23 @@ def evaluate(
     else:
         latency_note += " from the policy backends' latency models (ttft + tokens / throughput)"
     notes.append(latency_note)
+    if stats is not None:
+        notes.append(
+            f"draft panel: k={stats.k} drafts of {', '.join(dict.fromkeys(stats.models))}, "
+            f"min_agreement {stats.min_agreement:g}; every draft's cost is counted; the "
+            "baselines route with one fast draft and the gate"
+            + (
+                f"; {stats.missing_drafts} rows had fewer than k drafts recorded (the missing "
+                "ones count as failed)"
+                if stats.missing_drafts
+                else ""
+            )
+        )
+    if policy.hedge is not None:
+        notes.append(
+            "hedge: not replayed (a recorded outcome has one latency, not a race); "
+            "benchmarks/bench_task.py measures hedging on simulated time"
+        )
     if summary.apgr is None:
         notes.append(
             "APGR / CPT not defined: the frontier model is not better than the fast model here"
@@ -299,8 +325,10 @@ def evaluate(
         rows=tuple(runs),
         notes=tuple(notes),
         baselines=baselines(
-            runs,
+            single,
             [row.turn.prompt_chars for row in dataset.rows],
             frontier_share=summary.frontier_call_share,
+            cost=summary.cost if stats is not None else None,
         ),
+        panel=stats,
     )

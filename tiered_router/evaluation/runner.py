@@ -22,7 +22,7 @@ from tiered_router.evaluation.replay import ReplayBackend, SimulatedClock
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.exceptions import AllTiersFailed, GateFailed
 from tiered_router.gate import QualityGate, Verdict
-from tiered_router.policy import GateConfig, Policy
+from tiered_router.policy._schema import GateConfig, Policy
 from tiered_router.pricing import cost_of
 from tiered_router.router import Router
 from tiered_router.scoring import Score, Scorer
@@ -146,7 +146,14 @@ class Replay:
         return cost_of(usage, config.price) if config is not None else 0.0
 
     def router(self, policy: Policy, *, scorer: Scorer | None = None) -> Router:
-        """Build a router over replay backends with its own simulated clock."""
+        """Build a router over replay backends with its own simulated clock.
+
+        The router takes one fast draft per turn: a policy's draft panel is replayed from the
+        recorded drafts afterwards (:func:`~tiered_router.evaluation.panel.apply_panel`), and
+        its hedge is not replayed (a recorded outcome has one latency, not a race).
+        """
+        if policy.drafts is not None or policy.hedge is not None:
+            policy = policy.model_copy(update={"drafts": None, "hedge": None})
         clock = SimulatedClock()
         gate = _RecordedGate(policy.gate, self.dataset)
         backends = {}
@@ -188,7 +195,7 @@ class Replay:
         try:
             trace = router.complete(row.turn).trace
         except (AllTiersFailed, GateFailed) as exc:
-            assert exc.trace is not None
+            assert isinstance(exc.trace, Trace)  # the engine's errors carry the turn's Trace
             trace = exc.trace
             error = f"{type(exc).__name__}: {exc}"
         tier = trace.tier if error is None else None

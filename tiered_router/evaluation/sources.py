@@ -46,7 +46,7 @@ from tiered_router.evaluation.dataset import (
     estimate_tokens,
     read_dataset,
 )
-from tiered_router.policy import Price
+from tiered_router.policy._schema import Price
 from tiered_router.turn import Usage
 
 __all__ = [

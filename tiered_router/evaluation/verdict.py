@@ -82,7 +82,8 @@ def judge(result: EvalResult) -> Verdict | None:
         return None
     best = max(result.baselines, key=lambda b: b.quality)
     margin = s.quality - best.quality
-    if s.routed_fast_share in (0.0, 1.0):
+    same_cost = any(b.name.endswith("(same cost)") for b in result.baselines)
+    if s.routed_fast_share in (0.0, 1.0) and result.panel is None:
         tier = "fast" if s.routed_fast_share == 1.0 else "frontier"
         what = f"the scores decide every turn for the {tier} tier on this data"
         if tier == "fast":
@@ -119,7 +120,8 @@ def judge(result: EvalResult) -> Verdict | None:
         outcome="better" if margin > 1e-9 else "equal",
         text=(
             f"verdict: the policy keeps {than} random and prompt length at the same "
-            f"frontier share (+{margin:.4f} over the better, {best.name})."
+            + ("frontier share and cost" if same_cost else "frontier share")
+            + f" (+{margin:.4f} over the {'best' if same_cost else 'better'}, {best.name})."
         ),
         best=best.name,
         margin=margin,

@@ -12,13 +12,18 @@ Built-in checks (by registered name): ``non_empty``, ``not_truncated``, ``no_ref
 ``repetition``, ``json_schema``, ``tool_arguments``, ``regex``, ``max_chars``. Custom
 checks are plain callables ``(completion, turn) -> str | Iterable[str] | None``, added with
 :func:`register_check` or passed to :class:`QualityGate` directly.
+
+Wing (docs/architecture.md): owns the checks, their registry and ``Verdict``; may import the
+root's shared values, ``calls`` (strict reader of text-form calls) and ``policy`` (its schema).
+A new check: a module here, registered in the default registry (``_registry``).
 """
 
 from __future__ import annotations
 
-from tiered_router.calls._text import lift_text_tool_calls, parse_text_tool_calls
+from tiered_router.calls._text import parse_text_tool_calls
 from tiered_router.gate._base import Check, CheckFactory, CheckResult, check_name
 from tiered_router.gate._gate import CheckSpec, QualityGate
+from tiered_router.gate._lifting import lift_text_tool_calls
 from tiered_router.gate._registry import (
     CheckRegistry,
     check_names,

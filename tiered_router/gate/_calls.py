@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tiered_router.calls._text import split_thinking
+from tiered_router.gate._lifting import unliftable_calls
 from tiered_router.gate._schema import parse_json
 from tiered_router.turn import Completion, Turn, message_text
 
@@ -178,6 +180,35 @@ def _tagged_call(text: str, spellings: Mapping[str, str]) -> tuple[int, str] | N
     return None
 
 
+_MARKUP = (
+    "<tool_call>",
+    "<tool_calls>",
+    "<function_call>",
+    "<seed:tool_call>",
+    "<function=",
+    "<invoke",
+    "<function_calls>",
+    "[TOOL_CALLS]",
+    "<|python_tag|>",
+    "<|tool_call|>",
+)
+
+
+def _markup(text: str) -> str | None:
+    """Call markup in the answer (after a leading ``<think>`` block) that was not lifted.
+
+    ``str.find`` per marker: a regex alternation costs ~20x more on 400 KB of brackets.
+    """
+    answer = split_thinking(text)[1]
+    markers = _MARKUP if "<" in answer else ("[TOOL_CALLS]",)
+    found = [i for i in (answer.find(m) for m in markers) if i >= 0]
+    if not found:
+        return None
+    start = min(found)
+    snippet = answer[start : start + _SNIPPET].split("\n", 1)[0]
+    return f"the draft wrote call markup ({snippet!r}) that was not read as calls"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallInTextCheck:
     """``tool_call_in_text``: a draft that made no call did not write one as text instead.
@@ -190,6 +221,13 @@ class ToolCallInTextCheck:
     ``<invoke name="get_weather">``, ``[TOOL_CALLS]get_weather``,
     ``<tool_call>get_weather<arg_key>``).
     The model meant to call the tool and described the call instead; nothing was called.
+
+    Fails too, whatever the call names, when the draft's answer is only calls that the
+    lifting rules refuse (a tool the turn does not offer, arguments that do not validate,
+    ``tool_choice`` not honoured; the reason says which), and when its answer (after a
+    leading ``<think>`` block) holds call markup that was not read as calls: a
+    ``<tool_call>``, ``<function=``, ``<invoke``, ``[TOOL_CALLS]`` or ``<|python_tag|>``
+    with prose around it. Such a draft tried to call and could not be honoured.
 
     Passes prose that only mentions a tool (``the get_weather function``,
     ``get_weather()``), drafts that called a tool, turns without tools and turns whose
@@ -205,6 +243,9 @@ class ToolCallInTextCheck:
             return None
         if turn.params.get("tool_choice") == "none":
             return None
+        refused = unliftable_calls(completion, turn)
+        if refused is not None:
+            return f"the draft wrote calls as text that cannot be made: {refused}"
         text = completion.text
         spellings = _spellings(tuple(t.name for t in turn.tools))
         found = (
@@ -213,7 +254,7 @@ class ToolCallInTextCheck:
             or _tagged_call(text, spellings)
         )
         if found is None:
-            return None
+            return _markup(text)
         start, tool = found
         snippet = text[start : start + _SNIPPET].split("\n", 1)[0]
         return (

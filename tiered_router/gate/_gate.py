@@ -6,15 +6,15 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.calls._text import lift_text_tool_calls
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, check_name
+from tiered_router.gate._lifting import lift_text_tool_calls
 from tiered_router.gate._registry import CheckRegistry, default_registry
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.policy import GateConfig
+    from tiered_router.policy._schema import GateConfig
 
 __all__ = ["CheckSpec", "QualityGate"]
 
@@ -104,11 +104,12 @@ class QualityGate:
         gate = QualityGate.from_config(policy.gate)
         ```
 
-    A draft whose whole text is tool calls to the turn's tools, in a common text format
+    A draft whose whole answer is tool calls to the turn's tools, in a common text format
     (``[get_weather(city='Paris')]``, ``{"name": ..., "arguments": ...}``,
-    ``<tool_call>...</tool_call>``, see :func:`~tiered_router.gate.parse_text_tool_calls`), is
-    judged as those calls: every check sees them as the draft's tool calls, so a right call
-    written as text passes and a wrong one fails for what is wrong with it.
+    ``<tool_call>...</tool_call>``, see :func:`~tiered_router.gate.parse_text_tool_calls`),
+    that pass the lifting rules (offered tools, ``tool_choice``, arguments that validate) is
+    judged as those calls. Text that is only calls but breaks a rule stays text, and
+    ``tool_call_in_text`` fails it with the rule it breaks.
 
     Args:
         checks: Check objects, registered names, ``(name, options)`` pairs or one-key
@@ -167,9 +168,11 @@ class QualityGate:
         """Return ``completion`` with tool calls written as its whole text made real calls.
 
         What :meth:`evaluate` judges: a draft for a turn with tools, with no native calls,
-        whose whole text is calls to declared tools, comes back with those calls, no text and
-        ``finish_reason="tool_calls"``. Any other draft, or any draft when the gate was built
-        with ``text_tool_calls=False``, comes back as it is (the same object). Pure.
+        whose whole answer is calls under the lifting rules (offered tools, ``tool_choice``,
+        arguments that validate; see :func:`~tiered_router.gate.lift_text_tool_calls`), comes
+        back with those calls, no text and ``finish_reason="tool_calls"``. Any other draft,
+        or any draft when the gate was built with ``text_tool_calls=False``, comes back as it
+        is (the same object). Pure.
         """
         if self._text_tool_calls and turn.tools and not completion.tool_calls:
             return lift_text_tool_calls(completion, turn)

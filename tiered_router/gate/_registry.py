@@ -12,7 +12,7 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.gate._base import Check, CheckFactory
@@ -34,6 +34,10 @@ from tiered_router.gate._text import (
 __all__ = ["CheckRegistry", "check_names", "default_registry", "register_check"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+
+if TYPE_CHECKING:
+    from tiered_router.policy._checks import Problems
+    from tiered_router.policy._schema import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,24 @@ class CheckRegistry:
         if name not in self._entries:
             raise KeyError(f"check {name!r} is not registered")
         del self._entries[name]
+
+    def policy_problems(self, policy: Policy) -> Problems:
+        """Every problem building ``policy.gate.checks`` from this registry would meet.
+
+        The gate's load-time check (:mod:`tiered_router.policy._checks`): each check is
+        built with its options, and each problem comes back with its path in the policy.
+        """
+        from tiered_router.policy._checks import from_error
+
+        problems: Problems = []
+        for i, item in enumerate(policy.gate.checks):
+            name, options = (item, {}) if isinstance(item, str) else next(iter(item.items()))
+            where = f"gate.checks[{i}]"
+            try:
+                self.create(name, options, where=where)
+            except PolicyError as exc:
+                problems += from_error(exc, ("gate", "checks", i), where)
+        return problems
 
     def create(
         self, name: str, options: Mapping[str, Any] | None = None, *, where: str = "gate.checks"

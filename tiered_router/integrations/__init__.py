@@ -11,6 +11,10 @@ Import from the submodule (``from tiered_router.integrations.langchain import
 TieredChatModel``) or from here (``from tiered_router.integrations import TieredChatModel``):
 either way the framework is imported on first use, never when ``tiered_router`` is, and a
 missing framework raises an ImportError that names the extra to install.
+
+Wing (docs/architecture.md): owns the framework adapters; may import the router, ``engine``,
+``openai``, ``routing``, ``trace`` and the root's shared values. Nothing in the package imports
+it; a new framework is a module here and an extra.
 """
 
 from __future__ import annotations

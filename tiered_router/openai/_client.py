@@ -56,7 +56,7 @@ from tiered_router.router import RoutedResult, Router
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
     from tiered_router.turn import Turn
 

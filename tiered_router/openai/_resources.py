@@ -9,7 +9,7 @@ around these.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tiered_router.exceptions import TieredRouterError
 from tiered_router.openai._streams import AsyncTieredStream, TieredStream
@@ -21,14 +21,28 @@ from tiered_router.openai._wire import (
     resolve_model,
     result_route,
 )
-from tiered_router.router import RoutedResult
+from tiered_router.router import RoutedResult, Router
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
 
     from tiered_router._types import Tier
-    from tiered_router.openai._client import _Base
     from tiered_router.turn import Turn
+
+
+class _Owner(Protocol):
+    """What the resources need of the client that owns them (``openai._client._Base``)."""
+
+    router: Router
+    last_result: RoutedResult | None
+    _options: dict[str, Any]
+
+    @property
+    def chat(self) -> Chat: ...
+
+    def _prepare(self, kwargs: Mapping[str, Any]) -> tuple[Turn, RequestOptions]: ...
+
+    def _passthrough(self) -> Any: ...
 
 
 __all__ = [
@@ -63,7 +77,7 @@ def translated(exc: BaseException) -> BaseException:
 class CompletionsBase:
     """What the sync and async ``chat.completions`` share: pass-through and arguments."""
 
-    def __init__(self, owner: _Base, inner: Any = None) -> None:
+    def __init__(self, owner: _Owner, inner: Any = None) -> None:
         self._owner = owner
         self._inner = inner
 
@@ -212,7 +226,7 @@ class AsyncCompletions(CompletionsBase):
 
 
 class Chat:
-    def __init__(self, owner: _Base, completions: Any, inner: Any = None) -> None:
+    def __init__(self, owner: _Owner, completions: Any, inner: Any = None) -> None:
         self._owner = owner
         self.completions = completions
         self._inner = inner
@@ -228,7 +242,7 @@ class Chat:
 class Beta:
     """``client.beta``: ``beta.chat.completions.parse`` routes, the rest passes through."""
 
-    def __init__(self, owner: _Base) -> None:
+    def __init__(self, owner: _Owner) -> None:
         self._owner = owner
         self.chat = owner.chat
 
@@ -241,7 +255,7 @@ class Beta:
 class Models:
     """``client.models``: ``list()`` names what the router serves; the rest passes through."""
 
-    def __init__(self, owner: _Base, *, asynchronous: bool) -> None:
+    def __init__(self, owner: _Owner, *, asynchronous: bool) -> None:
         self._owner = owner
         self._async = asynchronous
 

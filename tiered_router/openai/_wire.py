@@ -15,7 +15,7 @@ Nothing here imports ``openai``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +26,9 @@ from tiered_router.turn import Completion, CompletionChunk, Turn, Usage
 if TYPE_CHECKING:
     from tiered_router.engine._machine import RoutedResult
     from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.routing import Decision
+    from tiered_router.trace import Attempt
 
 __all__ = [
     "result_route",
@@ -180,14 +181,17 @@ def route_summary(
     escalated: bool,
     escalations: tuple[str, ...] = (),
     turn_id: str = "",
+    attempts: Sequence[Attempt] = (),
 ) -> dict[str, Any]:
     """Return the routing decision as a JSON object (``tiered_router`` on responses).
 
     Keys: ``tier`` and ``backend`` (who answered), ``escalated``, ``escalations``,
     ``decided_tier`` (where the router sent the turn first), ``score``, ``threshold``,
-    ``rule`` and ``turn_id``.
+    ``rule`` and ``turn_id``; with a draft panel or a hedge, also ``drafts`` (draft calls
+    made, cancelled ones included), ``cancelled`` (calls cancelled) and ``hedged`` (a
+    hedged frontier call was started).
     """
-    return {
+    route = {
         "tier": tier,
         "backend": backend,
         "escalated": escalated,
@@ -198,6 +202,13 @@ def route_summary(
         "rule": decision.rule,
         "turn_id": turn_id,
     }
+    drafts = sum(1 for a in attempts if a.role == "draft")
+    hedged = any(a.role == "hedge" for a in attempts)
+    if drafts or hedged:
+        route["drafts"] = drafts
+        route["cancelled"] = sum(1 for a in attempts if a.cancelled)
+        route["hedged"] = hedged
+    return route
 
 
 def result_route(result: RoutedResult, *, with_trace: bool = False) -> dict[str, Any]:
@@ -210,6 +221,7 @@ def result_route(result: RoutedResult, *, with_trace: bool = False) -> dict[str,
         escalated=result.escalated,
         escalations=trace.escalations,
         turn_id=trace.turn_id,
+        attempts=trace.attempts,
     )
     if with_trace:
         route["trace"] = trace.to_dict()
@@ -225,6 +237,7 @@ def stream_route(stream: RoutedStream | AsyncRoutedStream, policy: Policy) -> di
         backend=policy.backend_for(tier) if tier is not None else None,
         escalated=stream.escalated,
         turn_id=stream.turn_id,
+        attempts=stream.attempts,
     )
 
 

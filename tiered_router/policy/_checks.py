@@ -1,48 +1,40 @@
 """The second half of validating a policy: what the router would build from it.
 
-The schema (``policy.py``) checks shapes and types. This pass builds, or checks the way a
-build would, every piece :class:`~tiered_router.Router` makes from a policy: each gate check
-with its options (regexes compiled), the scorer (heuristic weight names, the learned
-scorer's weights file), and each backend's type with its type's own checks (preset, model,
-options; never the API key, which a backend checks when it first calls). So a policy that
-loads is one ``Router()`` accepts, and ``tiered-router validate`` says so without calling a
-model.
+The schema (``_schema``) checks shapes and types. This pass runs the load-time checks the
+wings that build from a policy provide, each through its own registry: the gate (each check
+with its options, regexes compiled: ``CheckRegistry.policy_problems``), the scorer
+(``scoring.scoring_problems``: heuristic weight names, the learned scorer's weights file) and
+the backends (``backends.registry.backend_problems``: each backend's type with its type's own
+checks; never the API key, which a backend checks when it first calls). The policy face
+(:func:`tiered_router.policy.load_policy`) hands them to the loader, so this module imports
+none of those wings, and a policy that loads is one ``Router()`` accepts.
 
 Each problem is returned with its path in the policy data, so the loader can name its line.
-The pieces are imported here, when a policy is checked, not when this module is imported.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tiered_router.exceptions import PolicyError
-
 if TYPE_CHECKING:
-    from tiered_router.gate import CheckRegistry
+    from tiered_router.exceptions import PolicyError
     from tiered_router.policy._base import Loc as _Loc
-    from tiered_router.policy._schema import BackendConfig, GateConfig, Policy, ScoringConfig
+    from tiered_router.policy._schema import Policy
 
-__all__ = ["check_policy"]
+__all__ = ["LoadCheck", "Problems", "check_policy", "from_error", "from_message"]
 
 _PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
-_PREFIXED = re.compile(r"(scoring(?:\.[A-Za-z_][A-Za-z0-9_]*)*): (.*)", re.DOTALL)
 
 Problems = list[tuple["_Loc", str]]
+LoadCheck = Callable[["Policy"], Problems]
+"""One wing's load-time check: every problem it would meet building from the policy."""
 
 
-def check_policy(policy: Policy, *, check_registry: CheckRegistry | None = None) -> Problems:
-    """Return every problem the router would meet building ``policy``, with its data path.
-
-    ``check_registry`` is where gate check names are looked up (the process-wide one when
-    ``None``).
-    """
-    return [
-        *_gate_problems(policy.gate, check_registry),
-        *_scoring_problems(policy.scoring),
-        *(p for name, c in policy.backends.items() for p in _backend_problems(name, c)),
-    ]
+def check_policy(policy: Policy, checks: Sequence[LoadCheck]) -> Problems:
+    """Return every problem ``checks`` find in ``policy``, each with its data path."""
+    return [problem for check in checks for problem in check(policy)]
 
 
 def _path(field: str | None, prefix: _Loc, dotted: str) -> _Loc:
@@ -60,53 +52,15 @@ def _path(field: str | None, prefix: _Loc, dotted: str) -> _Loc:
     return (*prefix, *parts)
 
 
-def _from_error(exc: PolicyError, prefix: _Loc, dotted: str) -> Problems:
+def from_error(exc: PolicyError, prefix: _Loc, dotted: str) -> Problems:
+    """The problems of a builder's :class:`PolicyError`, under ``prefix`` (``dotted``)."""
     return [(_path(field, prefix, dotted), message) for _, field, message in exc.problems]
 
 
-def _gate_problems(gate: GateConfig, registry: CheckRegistry | None) -> Problems:
-    from tiered_router.gate import default_registry
-
-    registry = registry if registry is not None else default_registry()
-    problems: Problems = []
-    for i, item in enumerate(gate.checks):
-        name, options = (item, {}) if isinstance(item, str) else next(iter(item.items()))
-        where = f"gate.checks[{i}]"
-        try:
-            registry.create(name, options, where=where)
-        except PolicyError as exc:
-            problems += _from_error(exc, ("gate", "checks", i), where)
-    return problems
-
-
-def _scoring_problems(scoring: ScoringConfig) -> Problems:
-    from tiered_router.policy._base import did_you_mean as _did_you_mean
-    from tiered_router.scoring import FEATURE_NAMES, build_scorer
-
-    if scoring.type == "heuristic" and scoring.weights:
-        known = sorted({*FEATURE_NAMES, "bias"})
-        unknown = [name for name in scoring.weights if name not in known]
-        if unknown:
-            return [
-                (("scoring", "weights", n), f"unknown feature {n!r}{_did_you_mean(n, known)}")
-                for n in unknown
-            ]
-    try:
-        build_scorer(scoring)
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        # build_scorer names the field first: "scoring.options.path: no such file ..."
-        match = _PREFIXED.fullmatch(str(exc))
-        if match is None:
-            return [(("scoring",), str(exc))]
-        return [(_path(match.group(1), (), ""), match.group(2))]
-    return []
-
-
-def _backend_problems(name: str, config: BackendConfig) -> Problems:
-    from tiered_router.backends.registry import check_backend
-
-    try:
-        check_backend(name, config)
-    except PolicyError as exc:
-        return _from_error(exc, ("backends", name), f"backends.{name}")
-    return []
+def from_message(message: str, section: str) -> Problems:
+    """One problem from a builder's message that may start with its field (``a.b: ...``)."""
+    prefixed = rf"({re.escape(section)}(?:\.[A-Za-z_][A-Za-z0-9_]*)*): (.*)"
+    match = re.fullmatch(prefixed, message, re.DOTALL)
+    if match is None:
+        return [((section,), message)]
+    return [(_path(match.group(1), (), ""), match.group(2))]

@@ -1,11 +1,12 @@
 """Loading a policy: YAML nodes with line numbers, ``${VAR}`` interpolation, one validation pass.
 
-:func:`load_policy` is the public entry (``tiered_router.load_policy``); ``policy.py`` stays
-the schema. YAML is read with PyYAML's ``SafeLoader`` only, within size limits
-(:data:`MAX_POLICY_CHARS`, :data:`MAX_DEPTH`, :data:`MAX_NODES`) checked before anything
-recurses over the data, so a deeply nested policy or an alias bomb is a clean
-:class:`~tiered_router.PolicyError`. After the schema, the policy is checked against what the
-router builds from it (``_policy_checks``), so a policy that loads is one ``Router()`` accepts.
+:func:`read_policy` does the work of :func:`tiered_router.policy.load_policy` (the public
+entry, which hands it the wings' load-time checks); ``_schema`` stays the schema. YAML is
+read with PyYAML's ``SafeLoader`` only, within size limits (:data:`MAX_POLICY_CHARS`,
+:data:`MAX_DEPTH`, :data:`MAX_NODES`) checked before anything recurses over the data, so a
+deeply nested policy or an alias bomb is a clean :class:`~tiered_router.PolicyError`. After
+the schema, the policy is checked against what the router builds from it (``_checks``), so a
+policy that loads is one ``Router()`` accepts.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -26,7 +27,7 @@ from tiered_router.policy._base import FieldErrors as _FieldErrors
 from tiered_router.policy._base import Loc as _Loc
 from tiered_router.policy._base import did_you_mean as _did_you_mean
 from tiered_router.policy._base import dotted as _dotted
-from tiered_router.policy._checks import check_policy
+from tiered_router.policy._checks import LoadCheck, check_policy
 from tiered_router.policy._limits import (
     MAX_DEPTH,
     MAX_NODES,
@@ -38,13 +39,11 @@ from tiered_router.policy._limits import (
 )
 from tiered_router.policy._schema import Policy
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_POLICY_CHARS", "load_policy"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_POLICY_CHARS", "read_policy"]
 
 
 if TYPE_CHECKING:
     import yaml
-
-    from tiered_router.gate import CheckRegistry
 
 
 _VAR = re.compile(r"\$\$\{|\$\{(?:(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\})?")
@@ -56,51 +55,32 @@ _KINDS = {"list": "a list", "str": "a string", "int": "a number", "float": "a nu
 _Problem = tuple[int | None, str | None, str]
 
 
-def load_policy(
+def read_policy(
     source: PolicySource | Policy,
     *,
     env: Mapping[str, str] | None = None,
-    check_registry: CheckRegistry | None = None,
+    checks: Sequence[LoadCheck] = (),
 ) -> Policy:
-    """Load, interpolate and validate a policy.
+    """Read, interpolate and validate a policy: the schema, then ``checks``.
 
-    Validation is one pass: the schema (unknown keys, wrong types, tiers naming missing
-    backends, ...), then what :class:`~tiered_router.Router` builds from the policy: every
-    gate check and its options (regexes compiled), the scorer (heuristic weight names, the
-    learned scorer's weights file), each backend's type, preset, model and options. API keys
-    are not needed here: a backend checks its key when it first makes a call. Custom gate
-    checks and backend types must be registered before the policy is loaded.
+    :func:`tiered_router.policy.load_policy` is the public entry: it hands in the load-time
+    checks of the gate, the scorer and the backends (their registries), so this module
+    imports none of them.
 
     Args:
-        source: A path to a policy file (``str`` or ``os.PathLike``; a ``str`` ending in
-            ``.yaml`` / ``.yml`` is always a path), YAML text (a ``str`` with a newline or a
-            ``:`` that is not an existing file), a mapping of the same shape, or a
-            :class:`~tiered_router.policy._schema.Policy` (returned as is).
-        env: Where ``${VAR}`` references are looked up; ``os.environ`` (read at call time)
-            when ``None``.
-        check_registry: Where ``gate.checks`` names are looked up: the process-wide
-            registry when ``None``; pass the private registry a gate will be built with.
-
-    Returns:
-        The validated policy.
+        source: A path, YAML text, a mapping or a :class:`Policy` (returned as is); see
+            :func:`tiered_router.policy.load_policy`.
+        env: Where ``${VAR}`` references are looked up; ``os.environ`` when ``None``.
+        checks: The load-time checks run on the validated policy, in order.
 
     Raises:
-        PolicyError: The file is missing or unreadable, the YAML is malformed or too large
-            or too deeply nested, a variable is unset, or the policy does not validate.
-            ``exc.problems`` lists every problem found, each with its line and dotted field
-            path; no secret value is ever shown.
+        PolicyError: Every problem found, each with its line and dotted field path.
         TypeError: ``source`` is none of the accepted types.
-
-    Example:
-        ```python
-        policy = load_policy("policy.yaml")
-        policy = load_policy("policy.yaml", env={"INCEPTION_API_KEY": "sk-..."})
-        ```
 
     """
     if isinstance(source, Policy):
         return source
-    loader = _Loader(os.environ if env is None else env, check_registry)
+    loader = _Loader(os.environ if env is None else env, checks)
     if isinstance(source, Mapping):
         return loader.load(source, file="<dict>")
     if isinstance(source, str) and not _is_path(source):
@@ -138,9 +118,9 @@ def _read(file: str) -> str:
 class _Loader:
     """One load: YAML nodes -> data, line of every path, ``${VAR}`` interpolation, validation."""
 
-    def __init__(self, env: Mapping[str, str], check_registry: CheckRegistry | None) -> None:
+    def __init__(self, env: Mapping[str, str], checks: Sequence[LoadCheck]) -> None:
         self.env = env
-        self.check_registry = check_registry
+        self.checks = checks
         self.lines: dict[_Loc, int] = {}
         self.templates: dict[_Loc, str] = {}
         self.resolved: dict[_Loc, str] = {}
@@ -258,7 +238,7 @@ class _Loader:
             self._collect(exc, data)
             # `from None`: pydantic's own message repeats the input values, secrets included
             raise self.error(file) from None
-        for path, message in check_policy(policy, check_registry=self.check_registry):
+        for path, message in check_policy(policy, self.checks):
             self._problem(path, message)
         if self.problems:
             raise self.error(file)

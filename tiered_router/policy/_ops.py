@@ -137,6 +137,9 @@ class TaskConfig(Model):
     """Recent measured latencies per backend that replace its latency model once there are any."""
     expected_output_tokens: int = Field(default=256, ge=1)
     """Output tokens assumed for a turn before any were measured on its backend."""
+    hedge: bool = True
+    """Whether the policy's ``hedge:`` may start frontier calls for this task's turns
+    (``false`` forbids hedging; hedge spend always counts in ``max_cost``)."""
 
 
 class StateConfig(Model):

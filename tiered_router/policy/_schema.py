@@ -3,7 +3,7 @@
 A policy names the backends, maps the two tiers onto them, configures the scorer and its
 threshold, lists the rules checked before the threshold, the gate's checks and what to do
 when a draft fails. This module is the schema alone: it imports nothing above it.
-:func:`tiered_router.load_policy` (in :mod:`tiered_router.policy._loader`) reads YAML, interpolates
+:func:`tiered_router.load_policy` (:mod:`tiered_router.policy._loader`) reads YAML, interpolates
 ``${VAR}`` / ``${VAR:-default}`` (``$${`` is a literal ``${``) and validates the policy once,
 against this schema and then against what :class:`~tiered_router.Router` would build (gate
 checks and their options, the scorer, backend types and presets); every problem is a
@@ -26,8 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -39,6 +39,7 @@ from pydantic import (
 
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
+from tiered_router.policy._drafts import DraftsConfig, HedgeConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -51,15 +52,14 @@ from tiered_router.policy._ops import (
     TaskConfig,
 )
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
     "BackendConfig",
     "BreakerConfig",
     "ClientLimits",
+    "DraftsConfig",
     "EscalationConfig",
     "GateConfig",
+    "HedgeConfig",
     "LatencyModel",
     "Policy",
     "Price",
@@ -74,6 +74,10 @@ __all__ = [
     "TaskConfig",
     "Tiers",
 ]
+
+LOADER: list[Callable[..., Policy]] = []
+"""Where :meth:`Policy.from_yaml` finds :func:`tiered_router.policy.load_policy`: the face
+puts it here when the package is first imported (the schema never imports the loader)."""
 
 
 class Price(Model):
@@ -117,8 +121,9 @@ class BackendConfig(Model):
     type: str = "openai"
     """Registered backend type (``openai`` for any OpenAI-compatible endpoint, ``replay``)."""
     preset: str | None = None
-    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``local-diffusion``,
-    ``dlmserve``, ``sglang``, ``vllm``."""
+    """A named preset that fills defaults: ``mercury-2``, ``openai``, ``dlmserve``,
+    ``sglang``, ``sglang-gemma``, ``vllm``, ``lmdeploy``, ``diffulex``, ``ollada``,
+    ``dfastllm``, ``local-diffusion`` (see ``docs/backends.md``)."""
     base_url: str | None = None
     """Endpoint base URL (``.../v1``); ``None`` uses the preset's or the SDK's default."""
     api_key: SecretStr | None = None
@@ -140,6 +145,14 @@ class BackendConfig(Model):
     """Token prices, for the cost in traces."""
     latency: LatencyModel | None = None
     """Expected latency, for evaluation and task latency budgets."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Requests the server runs at once (default: its preset's profile: SGLang in dLLM mode
+    1, vLLM's DiffusionGemma 8, dlmserve 8). With it, latency estimates count the queue
+    and a turn the queue would make miss its deadline goes to the frontier
+    (rule ``capacity.<backend>``)."""
+    canvas_tokens: int | None = Field(default=None, ge=1)
+    """Tokens one denoising canvas holds (DiffusionGemma: 256): estimates bill whole
+    canvases (default: its preset's profile)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Default chat.completions arguments (``temperature``, ``max_tokens``, ...)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
@@ -327,6 +340,12 @@ class Policy(Model):
     """Where breakers and task totals live: each process, or Redis shared by all."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Prices by model name that override the built-in table; a backend's own ``price`` wins."""
+    drafts: DraftsConfig | None = None
+    """Draft panels: ``k`` concurrent fast drafts whose agreement decides escalation (off
+    when not given)."""
+    hedge: HedgeConfig | None = None
+    """Hedged escalation: the frontier call started while the fast side is undecided (off
+    when not given)."""
 
     # where values came from ${VAR} references: {path: (reference, value it gave)}, so that
     # to_yaml() writes the references back instead of what they resolved to
@@ -352,6 +371,14 @@ class Policy(Model):
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
+        for i, name in enumerate(self.drafts.backends if self.drafts is not None else ()):
+            if name not in self.backends:
+                problems.append(
+                    (
+                        ("drafts", "backends", i),
+                        f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
+                    )
+                )
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
             if rule.name in first:
@@ -371,9 +398,7 @@ class Policy(Model):
         cls, source: PolicySource | Policy, *, env: Mapping[str, str] | None = None
     ) -> Policy:
         """Load a policy; the same as :func:`tiered_router.load_policy`."""
-        from tiered_router.policy._loader import load_policy
-
-        return load_policy(source, env=env)
+        return LOADER[0](source, env=env)
 
     def __eq__(self, other: object) -> bool:
         # where values came from (_templates) does not make two policies different

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import SecretStr
 
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy._base import Loc, dotted
 
-if TYPE_CHECKING:
-    from tiered_router.policy._schema import Policy
+
+class Policy(Protocol):
+    """What the writer reads of the schema's ``Policy`` (which imports this module)."""
+
+    version: int
+
+    def model_dump(self, *, mode: str, exclude_unset: bool) -> dict[str, Any]:
+        """Dump the policy's fields."""
+        ...
+
 
 __all__ = ["Templates", "policy_yaml"]
 

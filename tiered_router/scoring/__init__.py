@@ -5,6 +5,10 @@ Two ship with the package: :class:`HeuristicScorer` (explainable features, hand-
 that a policy may override; the default) and :class:`LearnedScorer` (the same features plus
 structure features of the request, weights trained on recorded outcomes; shipped weights
 included). ``docs/scoring.md`` compares them.
+
+Wing (docs/architecture.md): owns the scorers and their fitting; may import the root's
+shared values, ``policy`` (its schema) and ``evaluation``'s data sources (fitting only). A new
+scorer: a ``Scorer`` class, a ``scoring.type`` value, a branch in :func:`build_scorer`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from tiered_router.scoring.heuristic import (
 from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
-    from tiered_router.policy import ScoringConfig
+    from tiered_router.policy._checks import Problems
+    from tiered_router.policy._schema import Policy, ScoringConfig
     from tiered_router.scoring.learned import (
         LearnedModel,
         LearnedScorer,
@@ -44,6 +49,7 @@ __all__ = [
     "TransferScorer",
     "approx_tokens",
     "build_scorer",
+    "scoring_problems",
     "fit",
     "fit_model",
     "load_weights",
@@ -66,6 +72,32 @@ def __getattr__(name: str) -> object:
 _HEURISTIC_OPTIONS = frozenset({"max_reasons"})
 _LEARNED_OPTIONS = frozenset({"path", "max_reasons"})
 _TRANSFER_OPTIONS = frozenset({"path", "max_reasons", "up_front"})
+
+
+def scoring_problems(policy: Policy) -> Problems:
+    """Every problem building ``policy.scoring`` would meet (the scorer's load-time check).
+
+    Heuristic weight names are checked against :data:`FEATURE_NAMES`, then the scorer is
+    built (the learned scorer's weights file read); each problem comes back with its path.
+    """
+    from tiered_router.policy._base import did_you_mean
+    from tiered_router.policy._checks import from_message
+
+    scoring = policy.scoring
+    if scoring.type == "heuristic" and scoring.weights:
+        known = sorted({*FEATURE_NAMES, "bias"})
+        unknown = [name for name in scoring.weights if name not in known]
+        if unknown:
+            return [
+                (("scoring", "weights", n), f"unknown feature {n!r}{did_you_mean(n, known)}")
+                for n in unknown
+            ]
+    try:
+        build_scorer(scoring)
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        # build_scorer names the field first: "scoring.options.path: no such file ..."
+        return from_message(str(exc), "scoring")
+    return []
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:

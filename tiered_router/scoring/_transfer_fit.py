@@ -36,7 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tiered_router.evaluation.sources import load_data
-from tiered_router.scoring.features import focus_text, sigmoid
+from tiered_router.scoring.features import focus_text, request_chars, sigmoid
 from tiered_router.scoring.learned._train import _log1pexp, minimise
 from tiered_router.scoring.transfer import (
     FEATURES,
@@ -133,7 +133,7 @@ def sample_rows() -> frozenset[tuple[str, str]]:
 def features_of(turn: Turn) -> tuple[int, tuple[float, ...]]:
     """Block index and feature values (in :data:`FEATURES` order) of a turn."""
     block, overlap, overlap_max = _choice_features(focus_text(turn))
-    return block, (math.log1p(turn.prompt_chars), overlap, overlap_max)
+    return block, (math.log1p(request_chars(turn)), overlap, overlap_max)
 
 
 def _fit_block(

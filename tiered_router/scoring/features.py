@@ -48,6 +48,7 @@ __all__ = [
     "focus_index",
     "focus_text",
     "normalised_words",
+    "request_chars",
     "schema_complexity",
     "sigmoid",
     "text_signals",
@@ -127,6 +128,28 @@ def approx_tokens(turn: Turn) -> int:
         The approximate number of prompt tokens.
     """
     return (turn.prompt_chars + 3) // 4
+
+
+_CONTEXT_ROLES = frozenset({"system", "developer"})
+
+
+def request_chars(turn: Turn) -> int:
+    """Characters of the request: :attr:`Turn.prompt_chars` without system/developer messages.
+
+    An agent sends its system prompt (and its tool definitions, never counted) on every step
+    of a task: that is context, not difficulty, and a scorer that read it as length would send
+    every step of a loop with a long system prompt to the frontier.
+
+    Args:
+        turn: The turn.
+
+    Returns:
+        The number of characters of every other message's text and tool-call arguments.
+    """
+    context = sum(
+        len(message_text(msg)) for msg in turn.messages if msg.get("role") in _CONTEXT_ROLES
+    )
+    return turn.prompt_chars - context
 
 
 def focus_index(turn: Turn) -> int:

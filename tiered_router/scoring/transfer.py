@@ -5,7 +5,8 @@ most request features that separate hard from easy questions *within* one benchm
 (reasoning markers, numbers, stem structure, words, sentence embeddings) point the other
 way on another benchmark. What held across sources:
 
-- ``length``: the prompt's length, ``ln(1 + characters)`` of every message;
+- ``length``: the request's length, ``ln(1 + characters)`` of every message but the system
+  and developer messages (an agent repeats those on every step: context, not difficulty);
 - ``option_overlap`` and ``option_overlap_max`` (multiple-choice requests only): how alike
   the lettered answer options are (mean and largest word overlap, Jaccard); options that
   share most of their words ask for a fine distinction.
@@ -61,7 +62,7 @@ from typing import Any
 from tiered_router.scoring._base import Score
 from tiered_router.scoring._choices import option_overlap as _overlap
 from tiered_router.scoring._choices import split_options as _options
-from tiered_router.scoring.features import focus_text, sigmoid
+from tiered_router.scoring.features import focus_text, request_chars, sigmoid
 from tiered_router.turn import Turn
 
 __all__ = [
@@ -345,14 +346,15 @@ class TransferScorer:
         """Score one turn: pure and deterministic.
 
         Returns:
-            Value in [0, 1]; raw features (``prompt_chars``, the option overlaps, ``block``,
+            Value in [0, 1]; raw features (``prompt_chars`` and ``request_chars``, the
+            option overlaps, ``block``,
             and for tool turns, when their signal is on, ``targets`` and ``tool_fit``);
             signed contributions that add
             up to the value minus the block's value with every feature at 0; reasons.
         """
         text = focus_text(turn)
         block, overlap, overlap_max = _choice_features(text)
-        chars = turn.prompt_chars
+        chars = request_chars(turn)
         x = (math.log1p(chars), overlap, overlap_max)
         bias, weights = self._blocks[block]
         z = bias + sum(w * v for w, v in zip(weights, x, strict=True))
@@ -361,7 +363,8 @@ class TransferScorer:
         slope = (value - base) / (z - bias) if z != bias else value * (1.0 - value)
         contributions = {f: w * v * slope for f, w, v in zip(FEATURES, weights, x, strict=True)}
         features: dict[str, float] = {
-            "prompt_chars": float(chars),
+            "prompt_chars": float(turn.prompt_chars),
+            "request_chars": float(chars),
             "option_overlap": overlap,
             "option_overlap_max": overlap_max,
             "block": float(block),
@@ -393,7 +396,7 @@ class TransferScorer:
         self, contributions: Mapping[str, float], chars: int, overlap: float
     ) -> tuple[str, ...]:
         labels = {
-            "length": f"prompt {chars} characters",
+            "length": f"request {chars} characters",
             "option_overlap": f"options alike (word overlap {overlap:.2f})",
             "option_overlap_max": "two options nearly the same",
         }

@@ -12,13 +12,18 @@ client.chat.completions.create(model="auto", messages=[...])
 Endpoints: ``POST /v1/chat/completions`` (JSON and Server-Sent Events), ``GET /v1/models``,
 ``GET /healthz``, ``GET /readyz``, ``GET /metrics`` (Prometheus text). Responses carry the headers
 ``x-tiered-router-tier``, ``-escalated``, ``-score``, ``-backend``, ``-rule``, ``-turn-id``
-and ``-overhead-ms``. Needs the ``server`` extra (Starlette and uvicorn); see
+and ``-overhead-ms``. Needs the ``server`` extra (Starlette, uvicorn, prometheus_client); see
 ``docs/proxy.md``.
+
+Wing (docs/architecture.md): owns the proxy, its limits and its Prometheus metrics; may import
+the router, ``openai._wire``, ``engine``, ``backends``, ``otel``, ``trace``, ``policy`` and the
+root's shared values. Nothing imports it but the command line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -26,7 +31,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
 from tiered_router.server._settings import API_KEYS_ENV, ServerSettings, is_loopback
 
 if TYPE_CHECKING:
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from tiered_router._types import PolicySource
     from tiered_router.backends._base import Backend
     from tiered_router.otel import OTelSink
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
 
 __all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve"]
@@ -43,6 +48,7 @@ __all__ = ["API_KEYS_ENV", "ServerSettings", "create_app", "is_loopback", "serve
 logger = logging.getLogger("tiered_router.server")
 
 _POLICY_ENV = "TIERED_ROUTER_SERVE_POLICY"
+_MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # server._metrics.MULTIPROC_DIR_ENV
 GRACEFUL_SHUTDOWN_S = 30.0
 """Seconds in-flight requests get to finish after a shutdown signal."""
 
@@ -55,6 +61,11 @@ def _require_server_extra() -> None:
         from tiered_router.exceptions import missing_extra
 
         raise ImportError(missing_extra("server", "the proxy needs Starlette and uvicorn")) from exc
+    # found, not imported: a worker must import it only after PROMETHEUS_MULTIPROC_DIR is set
+    if importlib.util.find_spec("prometheus_client") is None:
+        from tiered_router.exceptions import missing_extra
+
+        raise ImportError(missing_extra("server", "the proxy needs prometheus_client"))
 
 
 def _file_name(policy: Policy | PolicySource) -> str:
@@ -168,18 +179,21 @@ def _configure_logging(log_level: str) -> None:
 
 @contextlib.contextmanager
 def _metrics_dir() -> Iterator[None]:
-    """A fresh directory for the workers' metrics (kept when the operator set one)."""
-    from tiered_router.server._workers import METRICS_DIR_ENV
+    """A fresh multiprocess directory for prometheus_client, removed at the end of the run.
 
-    if os.environ.get(METRICS_DIR_ENV):
+    The workers inherit ``PROMETHEUS_MULTIPROC_DIR`` and import prometheus_client after it
+    is set, so their numbers go to files there and any worker's scrape adds them up. An
+    operator's own ``PROMETHEUS_MULTIPROC_DIR`` is used as it is, and left in place.
+    """
+    if os.environ.get(_MULTIPROC_DIR_ENV):
         yield
         return
     directory = tempfile.mkdtemp(prefix="tiered-router-metrics-")
-    os.environ[METRICS_DIR_ENV] = directory
+    os.environ[_MULTIPROC_DIR_ENV] = directory
     try:
         yield
     finally:
-        os.environ.pop(METRICS_DIR_ENV, None)
+        os.environ.pop(_MULTIPROC_DIR_ENV, None)
         shutil.rmtree(directory, ignore_errors=True)
 
 

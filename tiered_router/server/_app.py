@@ -10,24 +10,24 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from tiered_router.router import Router
 from tiered_router.server._limits import ClientLimiter
-from tiered_router.server._metrics import Metrics
-from tiered_router.server._proxy import CHAT, Proxy
+from tiered_router.server._metrics import Metrics, worker_metrics
+from tiered_router.server._proxy import CHAT, COUNTED, Proxy
 from tiered_router.server._responses import not_found, server_error
 from tiered_router.server._settings import ServerSettings
-from tiered_router.server._workers import worker_metrics
 
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
     from tiered_router.trace import TraceSink
 
 __all__ = ["SERVE_GC_THRESHOLD", "build_app"]
 
 _CHAT_PATHS = frozenset({CHAT, "/chat/completions"})
+_PATHS = frozenset({*_CHAT_PATHS, "/v1/models", "/healthz", "/readyz", "/metrics"})
 
 
 def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backend]:
@@ -38,16 +38,20 @@ def _backends(policy: Policy, env: Mapping[str, str] | None) -> dict[str, Backen
     return {name: build_backend(name, policy.backends[name], env=env) for name in names}
 
 
-def _count_state_fallbacks(metrics: Metrics, router: Router, limiter: ClientLimiter) -> None:
-    """Copy the state store's fallback count (and task reads saved) into the metrics."""
-    state = router.state
-    fallbacks = int(getattr(state, "failures", 0)) + limiter.failures
-    inner = getattr(state, "store", None)
-    fallbacks += int(getattr(inner, "background_failures", 0))
-    metrics.state_fallbacks.values[()] = float(fallbacks)
-    saved = int(getattr(inner, "task_reads_saved", 0))
-    if saved:
-        metrics.task_reads_saved.values[()] = float(saved)
+def _track_state(metrics: Metrics, router: Router, limiter: ClientLimiter) -> None:
+    """Feed the state store's fallback count (and task reads saved) to the metrics."""
+
+    def fallbacks() -> float:
+        state = router.state
+        inner = getattr(state, "store", None)
+        count = int(getattr(state, "failures", 0)) + limiter.failures
+        return float(count + int(getattr(inner, "background_failures", 0)))
+
+    def saved() -> float:
+        return float(getattr(getattr(router.state, "store", None), "task_reads_saved", 0))
+
+    metrics.track(metrics.state_fallbacks, fallbacks)
+    metrics.track(metrics.task_reads_saved, saved)
 
 
 SERVE_GC_THRESHOLD = 10_000
@@ -82,9 +86,12 @@ class _ProxyApp(Starlette):
     adds one), takes Starlette's full path.
     """
 
-    def __init__(self, chat: Callable[[Request], Awaitable[Response]], **kwargs: Any) -> None:
+    def __init__(
+        self, chat: Callable[[Request], Awaitable[Response]], metrics: Metrics, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._chat = chat
+        self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -97,7 +104,19 @@ class _ProxyApp(Starlette):
             response = await self._chat(Request(scope, receive, send))
             await response(scope, receive, send)
             return
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        # every response is counted: the chat handler counts its own, the rest here
+        path = scope["path"] if scope["path"] in _PATHS else "other"
+        metrics = self._metrics
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not scope.get(COUNTED):
+                metrics.response(path, int(message["status"]))
+            await send(message)
+
+        await super().__call__(scope, receive, counting_send)
 
 
 def build_app(
@@ -115,7 +134,8 @@ def build_app(
     built.update(backends or {})
     router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
     proxy = Proxy(router, settings, metrics)
-    metrics.collectors.append(lambda m: _count_state_fallbacks(m, router, proxy.limiter))
+    _track_state(metrics, router, proxy.limiter)
+    metrics.track_dropped(sinks)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -134,6 +154,7 @@ def build_app(
 
     app = _ProxyApp(
         proxy.chat,
+        metrics,
         routes=[
             Route(CHAT, proxy.chat, methods=["POST"]),
             Route("/chat/completions", proxy.chat, methods=["POST"]),

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tiered_router.policy import ClientLimits
+    from tiered_router.policy._schema import ClientLimits
 
 __all__ = ["ClientLimiter", "client_id"]
 

@@ -33,7 +33,7 @@ from tiered_router.openai._wire import (
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
 from tiered_router.server._limits import ClientLimiter, client_id
-from tiered_router.server._metrics import Metrics
+from tiered_router.server._metrics import CONTENT_TYPE, Metrics
 from tiered_router.server._responses import (
     EventStream,
     access_log,
@@ -50,16 +50,16 @@ from tiered_router.server._validate import (
     check_header_value,
     has_lone_surrogate,
 )
+from tiered_router.trace import Trace
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.engine._streaming import AsyncRoutedStream
     from tiered_router.openai._wire import RequestOptions
-    from tiered_router.policy import Policy
-    from tiered_router.trace import Trace
+    from tiered_router.policy._schema import Policy
     from tiered_router.turn import Turn
 
-__all__ = ["CHAT", "Proxy"]
+__all__ = ["CHAT", "COUNTED", "Proxy"]
 
 logger = logging.getLogger("tiered_router.server")
 
@@ -81,6 +81,8 @@ _FORBIDDEN = frozenset(
 )
 _TRUE = frozenset({"true", "1", "yes"})
 CHAT = "/v1/chat/completions"
+COUNTED = "tiered_router.counted"
+"""Scope key set once a handler has counted its own response in ``http_responses_total``."""
 
 
 class _TooLarge(Exception):
@@ -143,13 +145,14 @@ class Proxy:
 
     async def chat(self, request: Request) -> Response:
         started = time.perf_counter()
-        self.metrics.in_flight += 1
+        self.metrics.in_flight.inc()
+        request.scope[COUNTED] = True  # the app does not count this response again
         try:
             response = await self._chat(request, started)
         except Exception as exc:  # counted and answered here, so /metrics sees every 500
             response = await server_error(request, exc)
         finally:
-            self.metrics.in_flight -= 1
+            self.metrics.in_flight.dec()
         self.metrics.response(CHAT, response.status_code)
         if not isinstance(response, EventStream):  # a stream logs when it ends
             trace = getattr(request.state, "trace", None)
@@ -245,7 +248,8 @@ class Proxy:
                     turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
                 )
         except (AllTiersFailed, GateFailed) as exc:
-            request.state.trace = exc.trace
+            request.state.trace = _trace_of(exc)
+            self._overhead(started, request.state.trace)
             return failure(exc)
         trace = request.state.trace = result.trace
         self.limiter.spent(client, trace.cost)
@@ -257,10 +261,15 @@ class Proxy:
             route=route,
         )
         content = _json.dumps(body)
-        overhead = time.perf_counter() - started - sum(a.latency_s for a in trace.attempts)
-        self.metrics.overhead.observe(max(overhead, 0.0))
-        headers = route_headers(route, overhead)
+        headers = route_headers(route, self._overhead(started, trace))
         return Response(content, headers=headers, media_type="application/json")
+
+    def _overhead(self, started: float, trace: Trace | None) -> float:
+        """Observe and return the time this request spent outside its upstream calls."""
+        upstream = sum(a.latency_s for a in trace.attempts) if trace is not None else 0.0
+        overhead = max(time.perf_counter() - started - upstream, 0.0)
+        self.metrics.overhead.observe(overhead)
+        return overhead
 
     def _task(self, turn: Turn) -> contextlib.AbstractAsyncContextManager[Any]:
         # a turn naming its task (tiered_router.task_id) runs in it: the task's totals,
@@ -285,12 +294,14 @@ class Proxy:
             stream = self.router.astream(
                 turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
             )
+        # a stream's overhead is the time before its first upstream call
         overhead = time.perf_counter() - started
+        self.metrics.overhead.observe(overhead)
         try:
             await stream.start()
         except (AllTiersFailed, GateFailed) as exc:
             response = failure(exc)
-            access_log(path, response.status_code, started, exc.trace)
+            access_log(path, response.status_code, started, _trace_of(exc))
             return response
         route = stream_route(stream, self.policy)
         renderer = ChunkRenderer(
@@ -313,7 +324,7 @@ class Proxy:
         *,
         client: str = "anonymous",
     ) -> AsyncIterator[bytes]:
-        self.metrics.in_flight += 1
+        self.metrics.in_flight.inc()
         chunks = stream.__aiter__()
         try:
             async for chunk in chunks:
@@ -337,7 +348,7 @@ class Proxy:
             detail = {"message": message, "type": kind, "param": None, "code": "stream_interrupted"}
             yield b"data: " + _json.dumps({"error": detail}) + b"\n\n"
         finally:
-            self.metrics.in_flight -= 1
+            self.metrics.in_flight.dec()
             await _close_stream(stream, chunks)
             access_log(request[0], 200, request[1], _stream_trace(stream), stream=True)
 
@@ -375,9 +386,12 @@ class Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
-        return Response(
-            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
-        )
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
+    """The failed turn's trace (the engine's errors carry a :class:`Trace`)."""
+    return exc.trace if isinstance(exc.trace, Trace) else None
 
 
 def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:

@@ -162,6 +162,10 @@ def route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]
     }
     if route["rule"]:
         headers["x-tiered-router-rule"] = str(route["rule"])
+    if "drafts" in route:  # a draft panel or a hedge: what the turn had in flight
+        headers["x-tiered-router-drafts"] = str(route["drafts"])
+        headers["x-tiered-router-cancelled"] = str(route["cancelled"])
+        headers["x-tiered-router-hedged"] = "true" if route["hedged"] else "false"
     return headers
 
 

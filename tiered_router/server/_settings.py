@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tiered_router.exceptions import PolicyError
-from tiered_router.policy import Policy
+from tiered_router.policy._schema import Policy
 
 __all__ = ["API_KEYS_ENV", "ServerSettings", "is_loopback"]
 

@@ -18,6 +18,10 @@ Example:
     router.breaker("mercury").state      # "closed"
     ```
 
+
+Wing (docs/architecture.md): owns breakers and task totals behind :class:`StateStore`; may
+import only the root's shared values and ``policy`` (its schema). A new store implements
+:class:`StateStore` and its async twins.
 """
 
 from __future__ import annotations

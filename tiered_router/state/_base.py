@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BreakerConfig
+    from tiered_router.policy._schema import BreakerConfig
 
 __all__ = [
     "Admission",

@@ -20,7 +20,7 @@ from tiered_router.state._base import (
 )
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BreakerConfig
+    from tiered_router.policy._schema import BreakerConfig
 
 __all__ = ["MemoryStateStore"]
 

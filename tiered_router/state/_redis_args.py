@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from tiered_router.state._base import Outcome, TaskDelta, TaskRules
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BreakerConfig
+    from tiered_router.policy._schema import BreakerConfig
 
 __all__ = ["BUCKETS", "allow_args", "record_args", "snapshot_args", "task_args"]
 

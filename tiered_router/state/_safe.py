@@ -21,7 +21,7 @@ from tiered_router.state._base import (
 from tiered_router.state._memory import MemoryStateStore
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BreakerConfig
+    from tiered_router.policy._schema import BreakerConfig
 
 __all__ = ["SafeStateStore", "Throttle"]
 

@@ -80,7 +80,7 @@ from tiered_router.state._safe import Throttle
 from tiered_router.state._task_cache import TaskCache, notes_channel
 
 if TYPE_CHECKING:
-    from tiered_router.policy import BreakerConfig, StateConfig
+    from tiered_router.policy._schema import BreakerConfig, StateConfig
 
 __all__ = ["RedisStateStore", "StateStoreUnavailable"]
 

@@ -19,6 +19,10 @@ Example:
         ...
     ```
 
+
+Wing (docs/architecture.md): owns the test doubles; may import ``backends``, ``policy``,
+``_http`` and the root's shared values, never the router (tests drive the router through
+these). Production code never imports it; the command line's ``demo`` does.
 """
 
 from __future__ import annotations

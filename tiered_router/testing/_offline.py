@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 
-from tiered_router.policy import Policy
-from tiered_router.policy._loader import load_policy
+from tiered_router.policy import load_policy
+from tiered_router.policy._schema import Policy
 
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource

@@ -31,7 +31,7 @@ from tiered_router.testing._reply import Reply, ReplyLike
 
 if TYPE_CHECKING:
     from tiered_router._types import PolicySource
-    from tiered_router.policy import Policy
+    from tiered_router.policy._schema import Policy
 
 __all__ = ["RecordedRequest", "ScriptedServer"]
 
@@ -59,7 +59,8 @@ class ScriptedServer:
     scripted model names plus ``"scripted"``. ``POST /v1/embeddings`` answers every input
     with a small deterministic vector (from a hash of the text), for code that embeds as well
     as chats. Unknown paths get a 404 and bodies that are not JSON objects a 400, both in
-    OpenAI's error shape.
+    OpenAI's error shape. A JSON (not streamed) request with ``n > 1`` takes one further
+    entry per extra choice, in order (a draft panel sampled in one request).
 
     Example:
         ```python
@@ -115,12 +116,7 @@ class ScriptedServer:
 
     @property
     def port(self) -> int:
-        """The bound port.
-
-        Raises:
-            RuntimeError: When the server is not running.
-
-        """
+        """The bound port (``RuntimeError`` when the server is not running)."""
         if self._port is None:
             raise RuntimeError("ScriptedServer is not running: call start() or use `with`")
         return self._port
@@ -428,6 +424,22 @@ class ScriptedServer:
             raise _Fail(500, f"scripted server: {exc}", "server_error", "scripted_callable_failed")
         return reply
 
+    async def _more_choices(self, body: dict[str, Any], ctx: Rendered, n: int) -> list[Any]:
+        # choices 1..n-1: one further scripted reply each (slow ones delay the answer; one
+        # that is not a completion ends the choices, so the answer has fewer than n)
+        choices: list[Any] = []
+        for index in range(1, n):
+            reply = self._resolve(self._next_entry(body.get("model")), body)
+            while reply.kind == "slow":
+                await asyncio.sleep(reply.delay_s)
+                reply = self._resolve(reply.then if reply.then is not None else self.default, body)
+            if reply.kind != "completion":
+                break
+            choice = dict(completion_body(reply, ctx)["choices"][0])
+            choice["index"] = index
+            choices.append(choice)
+        return choices
+
     def _record_error(self, exc: Exception) -> None:
         with self._lock:
             self._errors.append(exc)
@@ -465,7 +477,11 @@ class ScriptedServer:
             await send_events(writer, extra, events, keep_alive, finish=not drop)
             return not drop and keep_alive
         if not stream:
-            data = json.dumps(completion_body(reply, ctx)).encode()
+            payload = completion_body(reply, ctx)
+            n = body.get("n")
+            if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+                payload["choices"] += await self._more_choices(body, ctx, n)
+            data = json.dumps(payload).encode()
             if reply.chunk_delay_s > 0:
                 return await drip(writer, extra, data, keep_alive, reply)
             return await send(writer, 200, extra, data, keep_alive)

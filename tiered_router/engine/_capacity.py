@@ -1,0 +1,234 @@
+"""Queue- and canvas-aware latency, and the ``capacity.<backend>`` rule.
+
+A diffusion server that runs one request at a time (SGLang in dLLM mode, by default) looks
+fast until it is busy: at concurrency 100 SGLang's own cookbook measured a mean time to first
+token of 84 s. A canvas-based model bills whole canvases: a 20-token reply from
+DiffusionGemma costs the same 256-token canvas as a long one. So the expected seconds of a
+call on a backend are::
+
+    service = measured EWMA latency                       (once the backend has answered)
+            | ttft_s + ceil(tokens / canvas) * canvas / tokens_per_s      (before that)
+    wait    = ceil((in_flight - max_concurrency + 1) / max_concurrency) * service
+    total   = wait + service
+
+``in_flight`` is the router's own count of calls on that backend (:class:`InFlight`, kept by
+the router's latency tracker: held from the moment the dispatcher calls the backend until
+the engine records the attempt).
+When a fast turn's ``total`` would not fit in what is left of its deadline (or of its task's
+latency budget) the router sends it to the frontier tier before any call, with rule
+``capacity.<backend>``. A backend without ``max_concurrency`` is never queued.
+
+Example:
+    ```python
+    est = estimate(backend="llada", in_flight=3, max_concurrency=1, service_s=1.0)
+    est.total_s                        # 4.0: three ahead of it, then its own second
+    over_capacity(est, left_s=2.5)     # the reason string: it goes to the frontier
+    ```
+
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from tiered_router.engine._machine import TurnRun
+    from tiered_router.policy import LatencyModel
+
+__all__ = [
+    "InFlight",
+    "QueueEstimate",
+    "estimate",
+    "expected_call",
+    "over_capacity",
+    "route_by_capacity",
+    "service_seconds",
+]
+
+
+class _Measured(Protocol):
+    @property
+    def latency_s(self) -> float: ...
+
+
+class LatencyTracker(Protocol):
+    """What the capacity check reads of :class:`~tiered_router.engine._latency.LatencyTracker`.
+
+    (That module imports this one: the tracker keeps an :class:`InFlight` count.)
+    """
+
+    @property
+    def in_flight(self) -> InFlight:
+        """The calls in flight per backend."""
+        ...
+
+    def measured(self, backend: str) -> _Measured | None:
+        """The backend's measured averages, or ``None`` before its first call."""
+        ...
+
+
+class InFlight:
+    """The router's own count of calls in flight per backend (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"InFlight({dict(sorted(self._counts.items()))!r})"
+
+    def count(self, backend: str) -> int:
+        """Calls on ``backend`` now."""
+        return self._counts.get(backend, 0)
+
+    def acquire(self, backend: str) -> Callable[[], None]:
+        """Count one call on ``backend``; return its release (calling it twice is harmless)."""
+        with self._lock:
+            self._counts[backend] = self._counts.get(backend, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if not released:
+                    released = True
+                    self._counts[backend] -= 1
+
+        return release
+
+
+def service_seconds(
+    model: LatencyModel, *, output_tokens: int, canvas_tokens: int | None = None
+) -> float:
+    """Seconds one call takes by the latency model; a canvas server bills whole canvases."""
+    tokens = max(1, output_tokens)
+    if canvas_tokens:
+        tokens = math.ceil(tokens / canvas_tokens) * canvas_tokens
+    return model.ttft_s + tokens / model.tokens_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueEstimate:
+    """The expected seconds of one more call on a backend.
+
+    Attributes:
+        backend: The backend's name.
+        in_flight: Calls on it now (the router's own count).
+        max_concurrency: Calls it runs at once.
+        service_s: Seconds one call takes once it runs (measured, else the model).
+        wait_s: Seconds the call would wait for a slot.
+    """
+
+    backend: str
+    in_flight: int
+    max_concurrency: int
+    service_s: float
+    wait_s: float
+
+    @property
+    def total_s(self) -> float:
+        """Wait plus service."""
+        return self.wait_s + self.service_s
+
+
+def estimate(
+    *, backend: str, in_flight: int, max_concurrency: int, service_s: float
+) -> QueueEstimate:
+    """Return the queue-aware estimate of one more call (pure)."""
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
+    ahead = max(0, in_flight - max_concurrency + 1)
+    waves = math.ceil(ahead / max_concurrency)
+    return QueueEstimate(
+        backend=backend,
+        in_flight=in_flight,
+        max_concurrency=max_concurrency,
+        service_s=service_s,
+        wait_s=waves * service_s,
+    )
+
+
+def over_capacity(
+    est: QueueEstimate, *, left_s: float | None, what: str = "deadline"
+) -> str | None:
+    """Return why the call would not fit in ``left_s`` seconds, or ``None`` when it fits."""
+    if left_s is None or est.total_s <= left_s:
+        return None
+    return (
+        f"capacity.{est.backend}: {est.in_flight} call(s) in flight on {est.max_concurrency} "
+        f"slot(s): ~{est.wait_s:.2f} s queued + ~{est.service_s:.2f} s = "
+        f"~{est.total_s:.2f} s, {max(left_s, 0.0):.2f} s left of the turn's {what}"
+    )
+
+
+def _output_tokens(run: TurnRun) -> int:
+    params = run.turn.params
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = params.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return min(value, run.policy.task.expected_output_tokens)
+    return run.policy.task.expected_output_tokens
+
+
+def expected_call(run: TurnRun, backend: str, *, latency: LatencyTracker) -> QueueEstimate | None:
+    """The queue-aware estimate of one call on ``backend`` for ``run``'s turn.
+
+    ``None`` when the backend's ``max_concurrency`` is not known (its queue is not modelled).
+    """
+    config = run.ports.backend_config(backend)
+    if config is None or config.max_concurrency is None:
+        return None
+    measured = latency.measured(backend)
+    if measured is not None:
+        service = measured.latency_s
+    else:
+        from tiered_router.policy import LatencyModel
+
+        model = config.latency or LatencyModel()
+        service = service_seconds(
+            model, output_tokens=_output_tokens(run), canvas_tokens=config.canvas_tokens
+        )
+    return estimate(
+        backend=backend,
+        in_flight=latency.in_flight.count(backend),
+        max_concurrency=config.max_concurrency,
+        service_s=service,
+    )
+
+
+def route_by_capacity(run: TurnRun, *, latency: LatencyTracker) -> TurnRun:
+    """Send a fast turn to the frontier before any call when the fast queue would make it late.
+
+    Late means: the estimate (queue wait plus service) is past what is left of the turn's
+    deadline, or of its task's latency budget. A pinned turn, a turn whose frontier backend
+    cannot take it, and a backend without ``max_concurrency`` are left alone.
+
+    Returns:
+        ``run``, its decision changed (rule ``capacity.<backend>``) when over capacity.
+    """
+    decision = run.decision
+    if decision.tier != "fast" or decision.rule == "pinned" or not run.usable("frontier"):
+        return run
+    est = expected_call(run, decision.backend, latency=latency)
+    if est is None:
+        return run
+    why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
+    task = run.task
+    limit = getattr(task, "max_latency_s", None)
+    if why is None and isinstance(limit, (int, float)):
+        left = limit - float(getattr(task, "elapsed_s", 0.0))
+        why = over_capacity(est, left_s=left, what="task's latency budget")
+    if why is None:
+        return run
+    run.decision = replace(
+        decision,
+        tier="frontier",
+        backend=run.policy.backend_for("frontier"),
+        rule=f"capacity.{decision.backend}",
+        reasons=(why, *decision.reasons),
+    )
+    return run

@@ -1,0 +1,105 @@
+"""Driving one turn to its end: the engine's loop, with the fast side in flight when planned.
+
+The machine (:mod:`tiered_router.engine._machine`) says which tier comes next; the driver
+calls it through the :class:`~tiered_router.engine._dispatch.Dispatcher` and reports back,
+one attempt at a time. When the policy has ``drafts:`` or ``hedge:`` and the turn starts on
+the fast tier, the fast side runs first as a flight (:mod:`tiered_router.engine._flight`:
+a panel's drafts and a hedged frontier call at once), and the loop goes on from what the
+flight leaves. Without those sections the loop is the same as ever: one check of two
+policy fields is all they cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from tiered_router.engine._flight import Flight, FlightPlan, plan_flight
+from tiered_router.engine._flight_sync import SyncFlight
+from tiered_router.engine._hedge import Percentile
+from tiered_router.exceptions import BackendError
+
+if TYPE_CHECKING:
+    from tiered_router._types import Tier
+    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._machine import TurnRun
+    from tiered_router.turn import Completion
+
+__all__ = ["Driver"]
+
+
+class Driver:
+    """Runs turns to their end (async and sync), for the router and its shadow runs.
+
+    Args:
+        dispatch: The calls, breakers, retries and the trace's exit.
+        percentile: A backend's measured latency percentile (for ``hedge.after_percentile``).
+        acomplete: One async whole-completion call of a backend.
+        complete: Its sync twin.
+    """
+
+    def __init__(
+        self,
+        dispatch: Dispatcher,
+        *,
+        percentile: Percentile,
+        acomplete: Callable[[Backend, CompletionRequest], Awaitable[Completion]],
+        complete: Callable[[Backend, CompletionRequest], Completion],
+    ) -> None:
+        self._dispatch = dispatch
+        self._percentile = percentile
+        self._acomplete = acomplete
+        self._complete = complete
+        self.flight = Flight(dispatch, complete=acomplete)
+        self.sync_flight = SyncFlight(dispatch, complete=complete)
+
+    def plan(self, run: TurnRun) -> FlightPlan | None:
+        """The turn's fast side in flight (a panel, a hedge), ``None`` for the usual loop."""
+        return plan_flight(run, percentile=self._percentile)
+
+    async def adrive(self, run: TurnRun) -> None:
+        """Run the engine to the end of the turn (the trace is emitted on any other exit)."""
+        dispatch = self._dispatch
+        try:
+            nxt: Tier | None = run.first_tier()
+            flight = plan_flight(run, percentile=self._percentile)
+            if flight is not None:  # a panel or a hedge: the fast side's attempts at once
+                nxt = await self.flight.arun(run, flight)
+            while nxt is not None:
+                serving = nxt
+                try:
+                    completion, backend, started = await dispatch.acall(
+                        run, serving, self._acomplete
+                    )
+                except BackendError as exc:
+                    nxt = run.after_error(serving, exc)
+                    continue
+                nxt = run.after_draft(
+                    serving, backend.name, backend.model, completion, dispatch.clock() - started
+                )
+        except BaseException as exc:  # cancelled, or a bug: the trace is emitted all the same
+            await dispatch.aend(run, exc)
+            raise
+
+    def drive(self, run: TurnRun) -> None:
+        """Sync twin of :meth:`adrive`."""
+        dispatch = self._dispatch
+        try:
+            nxt: Tier | None = run.first_tier()
+            flight = plan_flight(run, percentile=self._percentile)
+            if flight is not None:
+                nxt = self.sync_flight.run(run, flight)
+            while nxt is not None:
+                serving = nxt
+                try:
+                    completion, backend, started = dispatch.call(run, serving, self._complete)
+                except BackendError as exc:
+                    nxt = run.after_error(serving, exc)
+                    continue
+                nxt = run.after_draft(
+                    serving, backend.name, backend.model, completion, dispatch.clock() - started
+                )
+        except BaseException as exc:
+            dispatch.end(run, exc)
+            raise

@@ -1,0 +1,207 @@
+"""Sync twin of :mod:`tiered_router.engine._flight`: a turn's attempts in flight on threads.
+
+Each attempt in flight (a panel's draft, the fast side, the hedge) runs on a thread of a
+pool made for the turn; the calling thread waits for them and reports to the machine as
+the async driver does. A sync HTTP call cannot be interrupted: a call the turn no longer
+wants is traced as cancelled at once, and its thread is left to end on its own (its
+answer is dropped and its breaker records it as neutral: :class:`~tiered_router.engine.
+_dispatch.Abandoned`), within the call's timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from tiered_router.engine._dispatch import Abandoned
+from tiered_router.engine._flight import (
+    FlightPlan,
+    calls,
+    cut_drafts,
+    hedge_answer,
+    hedged,
+    panel_turn,
+    record_loser,
+)
+from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan
+from tiered_router.exceptions import BackendError
+
+if TYPE_CHECKING:
+    from tiered_router._types import Tier
+    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.engine._dispatch import Dispatcher
+    from tiered_router.engine._machine import TurnRun
+    from tiered_router.turn import Completion
+
+__all__ = ["SyncFlight"]
+
+
+class SyncFlight:
+    """Runs a turn's concurrent attempts for the engine on threads (sync twin of ``Flight``).
+
+    Args:
+        dispatch: The calls, breakers and retries.
+        complete: One whole-completion call of a backend.
+    """
+
+    def __init__(
+        self, dispatch: Dispatcher, *, complete: Callable[[Backend, CompletionRequest], Completion]
+    ) -> None:
+        self._dispatch = dispatch
+        self._complete = complete
+
+    def run(self, run: TurnRun, plan: FlightPlan) -> Tier | None:
+        """Run the fast side (and the hedge) of ``run``; return the next tier, if any."""
+        panel, hedge_s = plan
+        workers = (panel.k if panel is not None else 1) + (1 if hedge_s is not None else 0) + 1
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tiered-router-flight")
+        stop = threading.Event()  # set: the calls in flight are no longer wanted
+        lock = threading.Lock()  # the machine is told one thing at a time
+        try:
+            if hedge_s is None:
+                return self._fast(run, panel, pool, stop, lock)
+            return self._race(run, panel, hedge_s, pool, stop, lock)
+        finally:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            run.roles.pop("frontier", None)
+
+    def _race(
+        self,
+        run: TurnRun,
+        panel: PanelPlan | None,
+        hedge_s: float,
+        pool: ThreadPoolExecutor,
+        stop: threading.Event,
+        lock: threading.Lock,
+    ) -> Tier | None:
+        fast_stop = threading.Event()
+        fast_begun = self._dispatch.clock()
+        fast = pool.submit(self._fast, run, panel, pool, fast_stop, lock)
+        done, _ = wait({fast}, timeout=hedge_s) if hedge_s > 0 else (set(), None)
+        if fast in done:
+            return fast.result()  # decided before the hedge was due
+        hedge_stop = threading.Event()
+        begun = self._dispatch.clock()
+        with lock:
+            run.roles["frontier"] = "hedge"
+        hedge = pool.submit(self._hedge, run, hedge_stop)
+        wait({fast, hedge}, return_when=FIRST_COMPLETED)
+        hedge_draft: bool | None = None
+        if hedge.done() and not fast.done():
+            with lock:
+                hedge_draft = hedged(run, hedge.result())
+                if hedge_draft:
+                    fast_stop.set()
+                    run.escalations.append("hedged")
+                    if panel is None:  # the single call cannot be interrupted: traced now
+                        self._cancelled(run, "fast", fast_begun)
+            if hedge_draft:
+                if panel is not None:
+                    fast.result()  # the panel traces what it had, within one poll
+                return None
+        nxt = fast.result()
+        if nxt != "frontier":
+            with lock:
+                if not hedge.done():
+                    hedge_stop.set()
+                    self._cancelled(run, "frontier", begun)
+                elif hedge_draft is None and hedge.result() is not None:
+                    record_loser(run, hedge.result())
+            return nxt
+        if hedge_draft is not None:
+            run.tried.add("frontier")
+            return None
+        return hedge_answer(run, hedge.result())
+
+    def _cancelled(self, run: TurnRun, tier: Tier, begun: float) -> None:
+        backend = self._dispatch.backend(run.policy.backend_for(tier))
+        latency = self._dispatch.clock() - begun
+        run.add_attempt(tier, backend.name, backend.model, latency, cancelled=True)
+
+    def _hedge(self, run: TurnRun, stop: threading.Event) -> Any:
+        try:
+            completion, backend, begun = self._dispatch.call(run, "frontier", self._complete)
+        except BackendError:
+            return None
+        if stop.is_set():
+            return None
+        return completion, backend, self._dispatch.clock() - begun
+
+    # -- the fast side ---------------------------------------------------------------------
+
+    def _fast(
+        self,
+        run: TurnRun,
+        plan: PanelPlan | None,
+        pool: ThreadPoolExecutor,
+        stop: threading.Event,
+        lock: threading.Lock,
+    ) -> Tier | None:
+        if plan is not None:
+            return self._panel(run, plan, pool, stop, lock)
+        begun = self._dispatch.clock()
+        try:
+            completion, backend, begun = self._dispatch.call(run, "fast", self._complete)
+        except BackendError as exc:
+            with lock:
+                return None if stop.is_set() else run.after_error("fast", exc)
+        latency = self._dispatch.clock() - begun
+        with lock:
+            if stop.is_set():  # the hedge answered first: the call is traced as cancelled
+                return None
+            return run.after_draft("fast", backend.name, backend.model, completion, latency)
+
+    def _panel(
+        self,
+        run: TurnRun,
+        plan: PanelPlan,
+        pool: ThreadPoolExecutor,
+        stop: threading.Event,
+        lock: threading.Lock,
+    ) -> Tier | None:
+        panel = Panel(plan, run.turn)
+        clock = self._dispatch.clock
+        begun = clock()
+        drop = threading.Event()
+        futures: dict[Future[Any], tuple[DraftSpec, ...]] = {
+            pool.submit(self._draft, run, specs, plan, drop): specs for specs in calls(plan)
+        }
+        pending = set(futures)
+        while pending and not panel.decided() and not stop.is_set():
+            done, pending = wait(pending, timeout=0.05, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: futures[f][0].index):
+                value, model, latency = future.result()
+                if value is not None:
+                    panel.take(futures[future], value, model, latency)
+        drop.set()
+        cut = cut_drafts(self._dispatch, [futures[f] for f in pending], clock() - begun)
+        with lock:
+            if stop.is_set():
+                panel.abandon(run, cut)
+                return None
+            return panel.settle(run, cut)
+
+    def _draft(
+        self,
+        run: TurnRun,
+        specs: tuple[DraftSpec, ...],
+        plan: PanelPlan,
+        drop: threading.Event,
+    ) -> tuple[Any, str, float]:
+        clock = self._dispatch.clock
+        spec = specs[0]
+        backend = self._dispatch.backend(spec.backend)
+        begun = clock()
+        try:
+            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
+            value: Any = self._dispatch.once(
+                run, spec.backend, request, self._complete, abandoned=drop.is_set
+            )
+        except BackendError as exc:
+            value = exc
+        except Abandoned:
+            value = None
+        return value, backend.model, clock() - begun

@@ -1,0 +1,106 @@
+"""What the caller may receive as tool calls: only offered tools, with JSON-object arguments.
+
+Whichever tier wrote a draft and however its calls were made (a native server's
+``tool_calls``, calls lifted from text by the gate or by a prompted-tools dialect), the
+engine checks the calls it is about to return: each must name a tool the turn offers and
+carry arguments that parse as a JSON object (strict JSON: no ``NaN``; an empty string,
+which servers send for a call without arguments, counts as ``{}``). A draft with any other
+call fails the gate (``tool_arguments``), even where the policy's gate would not have
+checked it, and is never returned with those calls: ``when_frontier_fails_gate: raise``
+raises ``GateFailed``, ``return`` returns its text without the calls (``finish_reason``
+``stop``; the attempt's conversions say so). Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tiered_router.gate._schema import parse_json
+from tiered_router.gate._verdict import CheckFailure, Verdict
+from tiered_router.turn import Completion, CompletionChunk, Turn
+
+__all__ = ["DROPPED_CALLS", "CallHold", "call_problems", "checked_verdict", "without_calls"]
+
+DROPPED_CALLS = "tool calls to tools not offered, or with arguments not JSON, dropped"
+"""The conversion recorded when a returned draft's calls were taken off."""
+
+_CHECK = "tool_arguments"
+
+
+def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
+    """Why ``completion``'s tool calls may not reach the caller (empty when they may)."""
+    if not completion.tool_calls:
+        return ()
+    offered = {tool.name for tool in turn.tools or ()}
+    problems = []
+    for i, call in enumerate(completion.tool_calls):
+        if call.name not in offered:
+            known = ", ".join(sorted(offered)) or "none"
+            problems.append(f"tool_calls[{i}]: {call.name!r} is not an offered tool ({known})")
+            continue
+        if not call.arguments.strip():
+            continue
+        try:
+            args = parse_json(call.arguments)
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            problems.append(f"tool_calls[{i}] ({call.name}): arguments are not a JSON object")
+    return tuple(problems)
+
+
+def checked_verdict(verdict: Verdict | None, problems: tuple[str, ...]) -> Verdict | None:
+    """``verdict``, failed for ``problems`` when it did not fail on the calls already."""
+    if not problems or (verdict is not None and _CHECK in verdict.failed_checks):
+        return verdict
+    failures = tuple(CheckFailure(check=_CHECK, reason=p) for p in problems)
+    if verdict is None:
+        return Verdict(passed=False, failures=failures, checks=(_CHECK,))
+    checks = verdict.checks if _CHECK in verdict.checks else (*verdict.checks, _CHECK)
+    return Verdict(passed=False, failures=(*verdict.failures, *failures), checks=checks)
+
+
+def without_calls(completion: Completion) -> Completion:
+    """``completion`` with its tool calls taken off: its text is what the caller gets."""
+    return replace(
+        completion,
+        tool_calls=(),
+        finish_reason="stop",
+        conversions=(*completion.conversions, DROPPED_CALLS),
+    )
+
+
+class CallHold:
+    """Holds a live stream's chunks from its first tool-call fragment on.
+
+    Text streams straight through; tool calls reach the caller only once the whole draft
+    is known, and only when :func:`call_problems` finds nothing wrong with them. Servers
+    write calls at the end of a reply, so little is held.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: list[CompletionChunk] | None = None
+
+    def feed(self, chunk: CompletionChunk) -> list[CompletionChunk]:
+        """The chunks to send now for ``chunk`` (none once holding)."""
+        if self._held is None and not chunk.tool_calls:
+            return [chunk]
+        if self._held is None:
+            self._held = []
+        self._held.append(chunk)
+        return []
+
+    def release(self, problems: tuple[str, ...]) -> list[CompletionChunk]:
+        """The held chunks: as they came, or without their calls when there are problems."""
+        held, self._held = self._held or [], None
+        if not problems:
+            return held
+        out = []
+        for chunk in held:
+            finish = "stop" if chunk.finish_reason == "tool_calls" else chunk.finish_reason
+            chunk = replace(chunk, tool_calls=(), finish_reason=finish)
+            if chunk.text or chunk.finish_reason or chunk.usage or chunk.reasoning:
+                out.append(chunk)
+        return out

@@ -1,0 +1,38 @@
+"""The panels wing: whether several fast drafts of one turn give the same answer.
+
+A panel sends a turn to several fast drafts and accepts an answer only when enough of them
+agree. This wing holds the pure part: the answer key of one draft (:func:`answer_key`,
+what "the same answer" means, see docs/panels.md) and the count of a panel's keys
+(:func:`tally`: agreement, majority, and when the outcome is decided so that the engine can
+cancel the drafts still running). No I/O, no clock, no randomness; it imports only the root's
+values (``turn``, ``_limits``) and the calls wing's readers.
+
+Example:
+    ```python
+    from tiered_router.panels import answer_key, tally
+
+    keys = [answer_key(draft, turn) for draft in drafts]
+    result = tally(keys, k=3, min_agreement=0.67)
+    if result.decided and result.agreed:
+        accepted = drafts[result.members[0]]
+    ```
+"""
+
+from __future__ import annotations
+
+from tiered_router.panels._final import final_answer, normalise_answer
+from tiered_router.panels._keys import AnswerKey, AnswerKind, answer_key
+from tiered_router.panels._tally import Tally, needed_votes, tally
+from tiered_router.panels._values import canonical
+
+__all__ = [
+    "AnswerKey",
+    "AnswerKind",
+    "Tally",
+    "answer_key",
+    "canonical",
+    "final_answer",
+    "needed_votes",
+    "normalise_answer",
+    "tally",
+]

@@ -1,0 +1,117 @@
+"""The policy's verification sections: draft panels (``drafts:``) and hedged calls (``hedge:``).
+
+A panel sends ``k`` fast drafts of one turn concurrently and accepts the majority answer
+when enough of them give it (:mod:`tiered_router.panels` says what "the same answer" is);
+otherwise the turn escalates with reason ``drafts_disagree``. A hedge starts the frontier
+call while the fast side is still undecided; the first acceptable answer wins. Both are off
+unless their section is given. The full reference is ``docs/policy.md``.
+
+Example:
+    ```yaml
+    drafts:
+      k: 3                        # fast drafts per turn, sent concurrently
+      backends: [mercury]         # sampled k times; several names are used in turn
+      min_agreement: 0.67         # share of drafts that must give the majority answer
+      variants:                   # per-draft instructions (mixed prompts beat repeated ones)
+        - ""
+        - "Think step by step before you answer."
+      when: [tools, json, answer] # which turns get a panel; the others get one draft
+    hedge:
+      after_s: 1.5                # start the frontier call 1.5 s into the fast side...
+      band: 0.05                  # ...or at once when the score is this close to the threshold
+    ```
+
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from tiered_router.policy._base import FieldErrors, Loc, Model
+
+__all__ = ["PANEL_TURNS", "DraftsConfig", "HedgeConfig", "PanelTurn"]
+
+PanelTurn = Literal["tools", "json", "answer", "all"]
+"""A kind of turn that gets a panel: ``tools`` (tools offered), ``json`` (a JSON
+``response_format``), ``answer`` (the prompt asks for a checkable final answer: options,
+a number, ``\\boxed{}``, "the answer is"), ``all`` (every fast turn)."""
+
+PANEL_TURNS: tuple[PanelTurn, ...] = ("tools", "json", "answer", "all")
+_DEFAULT_WHEN: tuple[PanelTurn, ...] = ("tools", "json", "answer")
+
+
+class DraftsConfig(Model):
+    """Draft panels: verify fast drafts by their agreement (see the module docstring).
+
+    With one backend (and no ``variants``) the panel samples the same prompt ``k`` times; on
+    a server that decodes greedily (SGLang's LLaDA2 / SDAR ignore ``temperature``) the
+    drafts would be identical and their agreement would say nothing, so such a policy is
+    refused at load: give ``variants`` or a second backend.
+    """
+
+    k: int = Field(default=1, ge=1, le=16)
+    """Fast drafts per turn, sent concurrently (1: a single draft, no panel)."""
+    backends: list[str] = Field(default_factory=list)
+    """Fast backends drafting, used in turn (draft ``i`` goes to ``backends[i % len]``); empty:
+    the fast tier's backend, sampled ``k`` times."""
+    min_agreement: float = Field(default=0.67, gt=0, le=1)
+    """Share of the ``k`` drafts that must give the majority answer for it to be accepted
+    (compared to two decimals: 2 of 3 meets 0.67)."""
+    variants: list[str] = Field(default_factory=list)
+    """Per-draft instructions added to the system prompt (draft ``i`` gets
+    ``variants[i % len]``; ``""`` leaves its prompt as it is)."""
+    when: list[PanelTurn] = Field(default_factory=lambda: list(_DEFAULT_WHEN))
+    """Which fast turns get a panel (any listed kind matches); the others get one draft."""
+    early: bool = True
+    """Decide as soon as the outcome cannot change (with ``k: 3``, two equal drafts accept)
+    and cancel the drafts still running (they are traced as cancelled)."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    """Sampling temperature sent with each draft (``None``: the turn's own, or the server's)."""
+    n: bool = True
+    """Sample a same-prompt panel (one backend, no variants) in one request with ``n = k``
+    where the backend's dialect takes ``n``; ``false`` sends ``k`` requests (early decision
+    can then cancel the slow ones)."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DraftsConfig:
+        problems: list[tuple[Loc, str]] = []
+        if len(set(self.backends)) != len(self.backends):
+            problems.append((("backends",), "names a backend twice; list each once"))
+        if len(self.variants) > self.k:
+            problems.append(
+                (("variants",), f"{len(self.variants)} variants for k={self.k} drafts: at most k")
+            )
+        if problems:
+            raise FieldErrors(problems)
+        return self
+
+
+class HedgeConfig(Model):
+    """Hedged escalation: start the frontier call while the fast side is undecided.
+
+    At least one trigger is needed. With several, the earliest applies: ``band`` (at once
+    when the turn's score is within ``band`` of the threshold), ``after_s`` (a fixed delay),
+    ``after_percentile`` (the fast backend's measured latency at that percentile; until it
+    has ``min_samples`` calls, ``after_s`` or no hedge). The first acceptable answer wins;
+    the other call is cancelled and traced, its cost counted when its usage arrived.
+    """
+
+    after_s: float | None = Field(default=None, ge=0)
+    """Start the frontier call this many seconds after the fast side started."""
+    after_percentile: float | None = Field(default=None, gt=0, lt=100)
+    """Start it when the fast side has run longer than this percentile of the fast backend's
+    measured latencies (``95``: the 95th percentile)."""
+    min_samples: int = Field(default=20, ge=1)
+    """Measured fast calls needed before ``after_percentile`` applies."""
+    band: float | None = Field(default=None, ge=0, le=1)
+    """Start the frontier call at once when ``|score - threshold| <= band``."""
+
+    @model_validator(mode="after")
+    def _some_trigger(self) -> HedgeConfig:
+        if self.after_s is None and self.after_percentile is None and self.band is None:
+            raise FieldErrors(
+                [((), "give at least one trigger: after_s, after_percentile or band")]
+            )
+        return self
