@@ -200,3 +200,18 @@ def test_the_proxy_runs_on_a_stand_in_upstream(command: list[str], tmp_path: Pat
     shown = log.read_text()
     assert "scripted upstream" in shown or "stand-in upstream" in shown
     assert "Traceback" not in shown
+
+
+def test_serving_a_stand_in_without_the_server_extra_names_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    for args in (
+        ["demo", "--serve"],
+        ["serve", str(ROOT / "examples" / "policy.yaml"), "--stand-in"],
+    ):
+        result = CliRunner().invoke(build_app(), args)
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            'error: the proxy needs uvicorn, from the server extra: pip install ".[server]"'
+        )

@@ -393,8 +393,9 @@ def serve(
     """
     with _errors(policy):
         if stand_in:
-            from tiered_router.cli._stand_in import stand_in_policy
+            from tiered_router.cli._stand_in import require_server, stand_in_policy
 
+            require_server()
             with stand_in_policy(policy) as (path, upstream):
                 typer.echo(
                     f"stand-in upstream on {upstream.base_url}: every backend of {policy} "
