@@ -23,14 +23,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage
-from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
-
 from tiered_router import PolicyError, Router
-from tiered_router.integrations.langchain import TieredChatModel
+from tiered_router.exceptions import install_command
 from tiered_router.testing import Reply, ScriptedServer
+
+try:
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from tiered_router.integrations.langchain import TieredChatModel
+except ImportError as exc:  # the extra is not installed: say which, not a traceback
+    raise SystemExit(f"{exc.name or exc} is missing: {install_command('langchain')}") from None
 
 POLICY = """
 version: 1

@@ -22,12 +22,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from agents import Agent, RunConfig, Runner, function_tool
 from pydantic import BaseModel
 
 from tiered_router import PolicyError, Router
-from tiered_router.integrations.openai_agents import TieredModelProvider
+from tiered_router.exceptions import install_command
 from tiered_router.testing import Reply, ScriptedServer
+
+try:
+    from agents import Agent, RunConfig, Runner, function_tool
+
+    from tiered_router.integrations.openai_agents import TieredModelProvider
+except ImportError as exc:  # the extra is not installed: say which, not a traceback
+    raise SystemExit(f"{exc.name or exc} is missing: {install_command('openai-agents')}") from None
 
 POLICY = """
 version: 1

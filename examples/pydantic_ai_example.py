@@ -24,11 +24,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_ai import Agent
 
 from tiered_router import PolicyError, Router
-from tiered_router.integrations.pydantic_ai import TieredPydanticAIModel
+from tiered_router.exceptions import install_command
 from tiered_router.testing import Reply, ScriptedServer
+
+try:
+    from pydantic_ai import Agent
+
+    from tiered_router.integrations.pydantic_ai import TieredPydanticAIModel
+except ImportError as exc:  # the extra is not installed: say which, not a traceback
+    raise SystemExit(f"{exc.name or exc} is missing: {install_command('pydantic-ai')}") from None
 
 POLICY = """
 version: 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -94,8 +95,6 @@ def _run_block(
 
 
 def _run_readme_cli(tmp_path: Path, mp: pytest.MonkeyPatch) -> None:
-    import re
-
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"Use the CLI .*?```bash\n(.*?)```", readme, re.S)
     assert match is not None
@@ -183,9 +182,36 @@ def test_the_proxy_runs_on_a_stand_in_upstream(command: list[str], tmp_path: Pat
             answer = response.json()["choices"][0]["message"]["content"]
             assert answer.startswith("A stand-in answer from ")
             assert response.headers["x-tiered-router-tier"] in ("fast", "frontier")
+            # proxy.md says how many lines a routed request logs: count them
+            claim = re.search(
+                r"logs (\w+) lines per routed chat request",
+                (ROOT / "docs" / "proxy.md").read_text(),
+            )
+            assert claim is not None
+            turn = response.json()["id"].removeprefix("chatcmpl-tr-")
+            deadline = time.monotonic() + 5
+            while log.read_text().count(turn) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            lines = [line for line in log.read_text().splitlines() if turn in line]
+            assert len(lines) == {"one": 1, "two": 2, "three": 3}[claim.group(1)], lines
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
     shown = log.read_text()
     assert "scripted upstream" in shown or "stand-in upstream" in shown
     assert "Traceback" not in shown
+
+
+def test_serving_a_stand_in_without_the_server_extra_names_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if the extra were not installed
+    for args in (
+        ["demo", "--serve"],
+        ["serve", str(ROOT / "examples" / "policy.yaml"), "--stand-in"],
+    ):
+        result = CliRunner().invoke(build_app(), args)
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            'error: the proxy needs uvicorn, from the server extra: pip install ".[server]"'
+        )

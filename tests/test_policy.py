@@ -798,7 +798,7 @@ def test_example_policies_say_what_the_docs_say() -> None:
     )
     assert (fast.price.input_per_mtok, fast.price.output_per_mtok) == (0.25, 0.75)
     assert fast.api_key is not None and fast.api_key.get_secret_value() == SECRET
-    assert [r.name for r in policy.rules] == ["final-answer"]
+    assert [r.name for r in policy.rules] == ["final-answer", "agent-step"]
     assert policy.backends[policy.tiers.frontier].kind == "autoregressive"
 
     local = load_policy(ROOT / "examples" / "local_diffusion.yaml", env={"OPENAI_API_KEY": "k"})

@@ -189,8 +189,10 @@ def run_demo(
 def serve_demo(*, host: str | None, port: int | None, trace_file: Path | None) -> None:
     """Serve the proxy with the demo's policy, every backend on a local scripted upstream."""
     from tiered_router.cli._policy_cmds import _errors, serve
-    from tiered_router.cli._stand_in import stand_in_policy
+    from tiered_router.cli._stand_in import require_server, stand_in_policy
 
+    with _errors():
+        require_server()
     with _errors(), stand_in_policy(DEMO_POLICY) as (path, upstream):
         from tiered_router.policy._ops import DEFAULT_PORT
 

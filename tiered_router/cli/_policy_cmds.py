@@ -386,14 +386,16 @@ def serve(
 ) -> None:
     """Serve the OpenAI-compatible proxy (needs the server extra).
 
-    One line per chat request is logged at info: status, tier, score, rule, escalated,
-    latency and cost. ``--stand-in`` serves the policy with every backend pointed at a local
-    scripted upstream: try the proxy with no keys.
+    Two lines per routed chat request are logged at info: the router's line for the turn,
+    then the proxy's (status, tier, score, rule, escalated, latency and cost).
+    ``--stand-in`` serves the policy with every backend pointed at a local scripted
+    upstream: try the proxy with no keys.
     """
     with _errors(policy):
         if stand_in:
-            from tiered_router.cli._stand_in import stand_in_policy
+            from tiered_router.cli._stand_in import require_server, stand_in_policy
 
+            require_server()
             with stand_in_policy(policy) as (path, upstream):
                 typer.echo(
                     f"stand-in upstream on {upstream.base_url}: every backend of {policy} "

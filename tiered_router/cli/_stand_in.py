@@ -22,7 +22,23 @@ if TYPE_CHECKING:
     from tiered_router._types import PolicySource
     from tiered_router.policy import Policy
 
-__all__ = ["stand_in_policy"]
+__all__ = ["require_server", "stand_in_policy"]
+
+
+def require_server() -> None:
+    """Raise the server extra's ImportError before a stand-in upstream is started for nothing.
+
+    Raises:
+        ImportError: When a package of the ``server`` extra is missing (the message names it).
+
+    """
+    import importlib.util
+
+    from tiered_router.exceptions import missing_extra
+
+    for module in ("starlette", "uvicorn", "prometheus_client"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(missing_extra("server", f"the proxy needs {module}"))
 
 
 @contextmanager

@@ -215,8 +215,9 @@ def serve(
 ) -> None:
     """Serve the proxy with uvicorn until interrupted; in-flight requests finish on shutdown.
 
-    Each chat request logs one line at INFO (status, tier, score, rule, escalated, latency,
-    cost) on the ``tiered_router.server`` logger, which replaces uvicorn's access log.
+    Each routed chat request logs two lines at INFO: the router's line for the turn (the
+    ``tiered_router.router`` logger), then the proxy's (status, tier, score, rule, escalated,
+    latency, cost) on the ``tiered_router.server`` logger, which replaces uvicorn's access log.
 
     Args:
         policy: The policy (a path when ``workers`` > 1).
