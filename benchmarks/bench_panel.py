@@ -46,7 +46,7 @@ from tiered_router.evaluation import evaluate, find_data_dir
 from tiered_router.evaluation._bfcl_judge import load_questions, rejudge_text_calls
 from tiered_router.evaluation.baselines import baselines
 from tiered_router.evaluation.dataset import Dataset, EvalRow, Outcome
-from tiered_router.evaluation.panel import apply_panel, panel_models
+from tiered_router.evaluation.panel import apply_panel, panel_models, single_draft
 from tiered_router.evaluation.results import summarize
 from tiered_router.evaluation.runner import Replay, run_rows
 from tiered_router.evaluation.sources import load_bfcl
@@ -120,7 +120,7 @@ def _record(label: str, models: list[str], strong: str, result: Any) -> dict[str
 
 def _exact_panel(dataset: Dataset, models: list[str], strong: str) -> Any:
     policy = _policy(models, strong, k=len(models), agreement=1.0)
-    replay = Replay.bind(policy, dataset)
+    replay = Replay.bind(single_draft(policy), dataset)
     single = run_rows(replay)
     spec = panel_models(policy, dataset, replay.fast_model)
     assert spec is not None

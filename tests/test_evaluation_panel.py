@@ -215,3 +215,12 @@ def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
     written = load_policy(policy)
     assert written.drafts is not None and written.drafts.k == 2
     assert "wrote drafts.k: 2" in cal.output
+
+
+def test_turns_drafts_when_leaves_out_keep_one_draft() -> None:
+    policy = load_policy(POLICY + "drafts: {k: 3, min_agreement: 0.67, when: [json]}\n")
+    result = evaluate(policy, dataset())
+    assert result.panel is not None and result.panel.single_draft_rows == 10
+    assert result.panel.agreed == 0 and result.summary.quality == pytest.approx(0.6)
+    alone = evaluate(load_policy(POLICY), dataset()).summary
+    assert result.summary.cost == pytest.approx(alone.cost)

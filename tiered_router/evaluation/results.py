@@ -25,7 +25,7 @@ from tiered_router.evaluation.metrics import (
     percentile,
     random_curve,
 )
-from tiered_router.evaluation.panel import PanelStats, apply_panel, panel_models
+from tiered_router.evaluation.panel import PanelStats, apply_panel, panel_models, single_draft
 from tiered_router.evaluation.runner import PriceSource, Replay, run_rows
 from tiered_router.evaluation.sweep import PathOutcome, RowRun, SweepPoint, sweep
 from tiered_router.policy._schema import Policy
@@ -254,7 +254,7 @@ def evaluate(
 
     """
     replay = Replay.bind(
-        policy,
+        single_draft(policy),  # a drafts: panel is replayed from the recorded drafts below
         dataset,
         fast_model=fast_model,
         frontier_model=frontier_model,
