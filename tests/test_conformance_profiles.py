@@ -280,7 +280,29 @@ def test_dlmserve_always_gets_max_tokens(server: ScriptedServer) -> None:
     server.script([Reply.text("ok")])
     done = backend.complete(CompletionRequest(messages=[USER], timeout_s=5))
     assert server.requests[-1].body["max_tokens"] == 256
-    assert "max_tokens: not given -> 256" in done.conversions
+    assert "max_tokens: not given -> 256 (the turn's estimate)" in done.conversions
+
+
+def test_dlmserve_gets_the_turns_estimate_through_the_router(server: ScriptedServer) -> None:
+    policy = {
+        "version": 1,
+        "backends": {
+            "llada": {"preset": "dlmserve", "base_url": server.base_url},
+            "big": {"base_url": server.base_url, "model": "big", "api_key": KEY},
+        },
+        "tiers": {"fast": "llada", "frontier": "big"},
+        "scoring": {"threshold": 1.0},
+        "task": {"expected_output_tokens": 96},
+    }
+    server.script([Reply.text("ok"), Reply.text("ok")])
+    with Router(policy) as router:
+        result = router.complete(Turn(messages=[USER]))
+        router.complete(Turn(messages=[USER], params={"max_tokens": 40}))
+    assert result.tier == "fast"
+    assert [r.body["max_tokens"] for r in server.requests] == [96, 40]
+    assert "max_tokens: not given -> 96 (the turn's estimate)" in (
+        result.trace.attempts[0].conversions
+    )
 
 
 def test_diffulex_streams_in_block_append_mode(server: ScriptedServer) -> None:

@@ -72,6 +72,16 @@ def test_the_same_call_in_any_format_gives_the_same_key(other: Completion) -> No
     assert key(other) == reference
 
 
+def test_a_call_shown_in_a_fence_is_not_a_call() -> None:
+    # the lifting rules (docs/gate.md): a fenced call is an example, never lifted, so it is
+    # not the answer a real call gives and cannot vote with one
+    fenced = Completion(
+        text='```json\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n```'
+    )
+    assert key(fenced).kind != "tool_calls"
+    assert key(fenced) != key(native(("get_weather", '{"city": "Paris", "days": 3}')))
+
+
 @pytest.mark.parametrize(
     "other",
     [

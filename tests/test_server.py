@@ -499,5 +499,5 @@ def test_a_panel_turn_reports_its_drafts_in_headers_and_metrics(server: Scripted
     assert raw.headers["x-tiered-router-cancelled"] == "0"
     assert raw.headers["x-tiered-router-hedged"] == "false"
     assert raw.parse().choices[0].message.content == "The answer is 4."
-    assert 'tiered_router_panels_total{result="agreed"} 1' in metrics
-    assert 'tiered_router_concurrent_calls_total{role="draft",outcome="answered"} 3' in metrics
+    assert 'tiered_router_panels_total{result="agreed"} 1.0' in metrics
+    assert 'tiered_router_concurrent_calls_total{outcome="answered",role="draft"} 3.0' in metrics

@@ -161,7 +161,9 @@ def _route(url: str, proxies: Mapping[str, str]) -> _Route:
     proxy = proxies.get(scheme) or proxies.get("all")
     if not proxy or scheme not in ("http", "https"):
         return _Route(target)
-    if urllib.request.proxy_bypass_environment(f"{target.host}:{target.port}", proxies):
+    # urllib's reading of NO_PROXY, the one httpx2 and requests follow (not in typeshed)
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(f"{target.host}:{target.port}", proxies):
         return _Route(target)
     if "://" not in proxy:  # HTTP_PROXY=host:3128, as urllib and httpx2 read it
         proxy = f"http://{proxy}"

@@ -24,6 +24,9 @@ class CompletionRequest:
         timeout_s: Time left for this call (the smaller of the backend timeout and what is
             left of the turn's deadline); ``None`` for no limit.
         turn_id: The turn's id, for logs.
+        output_tokens: Output tokens the router expects of the turn (the policy's
+            ``task.expected_output_tokens``); a server that must be told a length
+            (dlmserve's canvas) is sent it when the request has no ``max_tokens``.
 
     """
 
@@ -33,9 +36,12 @@ class CompletionRequest:
     params: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float | None = None
     turn_id: str = ""
+    output_tokens: int | None = None
 
     @classmethod
-    def from_turn(cls, turn: Turn, *, timeout_s: float | None = None) -> CompletionRequest:
+    def from_turn(
+        cls, turn: Turn, *, timeout_s: float | None = None, output_tokens: int | None = None
+    ) -> CompletionRequest:
         """Build the request for ``turn``."""
         return cls(
             messages=turn.messages,
@@ -44,6 +50,7 @@ class CompletionRequest:
             params=turn.params,
             timeout_s=timeout_s,
             turn_id=turn.id,
+            output_tokens=output_tokens,
         )
 
 

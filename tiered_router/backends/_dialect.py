@@ -126,8 +126,9 @@ class DialectProfile:
             ``gen_length``).
         streams: Whether the server streams; ``False`` makes a stream a JSON call whose
             answer is handed out as chunks (ollada answers JSON to ``stream: true``).
-        default_max_tokens: ``max_tokens`` sent when the request has none (dlmserve
-            answers 128 tokens without it).
+        default_max_tokens: ``max_tokens`` sent when the request has none and the router
+            gave no estimate (the request's ``output_tokens``): dlmserve answers 128 tokens
+            without one.
         tool_turn_effort: On a turn with tools, a ``reasoning_effort`` of ``instant`` or
             ``none`` is raised to this value (Mercury 2's instant mode has no tool calls).
         fixed: Profile fields a policy may not override (``{profile: vllm,

@@ -235,7 +235,11 @@ def _messages(
 
 
 def shape(
-    profile: DialectProfile, body: Mapping[str, Any], *, backend: str = "?"
+    profile: DialectProfile,
+    body: Mapping[str, Any],
+    *,
+    backend: str = "?",
+    output_tokens: int | None = None,
 ) -> tuple[dict[str, Any], Plan]:
     """Convert a chat-completions request body to ``profile``'s dialect.
 
@@ -244,6 +248,8 @@ def shape(
         body: The flat request body (``model``, ``messages``, ``tools``, every parameter
             and provider field); it is not changed.
         backend: The backend's name, for errors.
+        output_tokens: The turn's expected output tokens: the ``max_tokens`` sent to a
+            server that needs one (``default_max_tokens``) when the body has none.
 
     Returns:
         The body to send, and the :class:`Plan` for its reply.
@@ -324,7 +330,7 @@ def shape(
         notes.append("max_completion_tokens -> max_tokens")
     if out.get("n") == 1 and not profile.multiple_choices:
         out.pop("n")
-    _shape_fields(profile, out, notes, tool_turn=bool(tools))
+    _shape_fields(profile, out, notes, tool_turn=bool(tools), output_tokens=output_tokens)
     dropped = sorted(k for k in out if not profile.accepts(k))
     for key in dropped:
         out.pop(key)
@@ -345,7 +351,12 @@ _LOW_EFFORT = frozenset({"instant", "none", "minimal"})
 
 
 def _shape_fields(
-    profile: DialectProfile, out: dict[str, Any], notes: list[str], *, tool_turn: bool
+    profile: DialectProfile,
+    out: dict[str, Any],
+    notes: list[str],
+    *,
+    tool_turn: bool,
+    output_tokens: int | None,
 ) -> None:
     """Field values as the server's code takes them: greedy, ranges, efforts, forced fields."""
     if profile.greedy:
@@ -375,8 +386,8 @@ def _shape_fields(
             f"({old} has no tool calls)"
         )
     if profile.default_max_tokens is not None and out.get("max_tokens") is None:
-        out["max_tokens"] = profile.default_max_tokens
-        notes.append(f"max_tokens: not given -> {profile.default_max_tokens}")
+        out["max_tokens"] = output_tokens or profile.default_max_tokens
+        notes.append(f"max_tokens: not given -> {out['max_tokens']} (the turn's estimate)")
     for key, value in profile.forced.items():
         if key in out and out[key] != value:
             notes.append(f"{key}: {out[key]!r} -> {value!r} (forced by the {profile.name} dialect)")

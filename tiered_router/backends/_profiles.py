@@ -199,8 +199,8 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             ranges=MappingProxyType({"temperature": (0.0, 2.0)}),
             multiple_choices=False,
             diffusion_params=_DLMSERVE_DIFFUSION,
-            # the request model's default is 128 tokens; the router's expected output
-            # (task.expected_output_tokens, 256 by default) is sent instead
+            # the request model's default is 128 tokens; the turn's estimate (the policy's
+            # task.expected_output_tokens) is sent instead, 256 without one
             default_max_tokens=256,
             max_concurrency=8,
             # LLaDA-8B-Instruct, INT4, batch 1 (dlmserve 0.1.1 README: 32.9 tok/s; 146.8 at

@@ -68,7 +68,12 @@ class RequestShaping:
         frame: dict[str, Any] = {
             k: kwargs.pop(k) for k in ("extra_headers", "timeout") if k in kwargs
         }
-        body, plan = _dialect_shape.shape(self.dialect, {**kwargs, **extra_body}, backend=self.name)
+        body, plan = _dialect_shape.shape(
+            self.dialect,
+            {**kwargs, **extra_body},
+            backend=self.name,
+            output_tokens=request.output_tokens,
+        )
         sdk_params = _convert.sdk_param_names()
         out: dict[str, Any] = {}
         extra: dict[str, Any] = {}

@@ -1,4 +1,4 @@
-"""Client-side ``stop`` on a stream, applied as the chunks arrive.
+"""What a backend streams of a reply it must finish: client-side ``stop``, prompted tools.
 
 A server that cannot take ``stop`` (dlmserve, Diffulex, ollada, the fallback profile) gets
 its stop sequences applied to the reply by the backend. On a stream, the text is passed on
@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from tiered_router.turn import CompletionChunk
 if TYPE_CHECKING:
     from tiered_router.backends._dialect_shape import Plan
 
-__all__ = ["ReplyStream", "StopStream"]
+__all__ = ["ReplyStream", "StopStream", "opens_as_prose"]
 
 
 class StopStream:
@@ -66,13 +67,27 @@ class StopStream:
         return [CompletionChunk(text=held)] if held and not self.stopped else []
 
 
+_PROSE = re.compile(r"\s*[^\W_][\w'’-]*[ \t]+[^\W_]")
+"""A reply that opens with a word, a space and another word ("It is", "Let me"): no answer
+made only of calls starts so (tags, JSON, fences and wrappers open with punctuation, and a
+Python-style call with ``name(``), so such a reply is never lifted and may be streamed."""
+
+
+def opens_as_prose(text: str) -> bool:
+    """Whether ``text`` opens as prose, so it cannot be an answer made only of tool calls."""
+    return _PROSE.match(text) is not None
+
+
 class ReplyStream:
     """What a backend passes on of a stream, given the reply's plan.
 
-    Prompted tools need the whole text before calls can be read from it, so those streams
-    are held and handed out as one finished chunk at the end; client-side ``stop`` is
-    applied as the chunks arrive (:class:`StopStream`); anything else passes straight
-    through. The first chunk passed on carries the request's conversions.
+    Prompted tool calls are lifted only when they are the whole answer
+    (:mod:`tiered_router.calls._text`), so a reply with prompted tools is held until its
+    opening shows what it is: one that opens as prose (:func:`opens_as_prose`) can hold no
+    liftable call and streams from then on; any other is read whole and handed out as one
+    finished chunk (its calls lifted). Client-side ``stop`` is applied as the chunks arrive
+    (:class:`StopStream`); anything else passes straight through. The first chunk passed on
+    carries the request's conversions.
 
     Args:
         plan: The reply's plan (from the dialect's ``shape``).
@@ -85,23 +100,33 @@ class ReplyStream:
         self.seen = 0
         self.finished = False
         self._held: list[CompletionChunk] = []
-        self._cut = StopStream(plan.stop) if plan.stop and not plan.tools else None
+        self._cut = StopStream(plan.stop) if plan.stop else None
+        self._holding = bool(plan.tools)
         self._sent = 0
 
     def feed(self, chunk: CompletionChunk) -> list[CompletionChunk]:
         """Take one chunk from the server; return the chunks to pass on now."""
         self.seen += 1
         self.finished = self.finished or chunk.finish_reason is not None
-        if self.plan.tools:
-            self._held.append(chunk)
+        if not self._holding:
+            return self._pass([chunk])
+        self._held.append(chunk)
+        if chunk.tool_calls or not opens_as_prose("".join(c.text for c in self._held)):
             return []
-        return self._mark(self._cut.feed(chunk) if self._cut is not None else [chunk])
+        self._holding = False
+        held, self._held = self._held, []
+        return self._pass(held)
 
     def end(self) -> list[CompletionChunk]:
         """The chunks still to pass on when the server's stream has ended."""
-        if self.plan.tools:
-            return [self.plan.finish_chunks(self._held, backend=self.backend)]
+        if self._holding:
+            return self._mark([self.plan.finish_chunks(self._held, backend=self.backend)])
         return self._mark(self._cut.flush() if self._cut is not None else [])
+
+    def _pass(self, chunks: list[CompletionChunk]) -> list[CompletionChunk]:
+        if self._cut is None:
+            return self._mark(chunks)
+        return self._mark([out for chunk in chunks for out in self._cut.feed(chunk)])
 
     def _mark(self, out: list[CompletionChunk]) -> list[CompletionChunk]:
         if out and self._sent == 0:

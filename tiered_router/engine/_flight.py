@@ -19,7 +19,6 @@ the turn has its answer). The sync twin is :mod:`tiered_router.engine._flight_sy
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,8 @@ from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan, draft_turn,
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
@@ -80,6 +81,8 @@ class Flight:
 
     async def arun(self, run: TurnRun, plan: FlightPlan) -> Tier | None:
         """Run the fast side (and the hedge) of ``run``; return the next tier, if any."""
+        import asyncio
+
         panel, hedge_s = plan
         fast = asyncio.ensure_future(self._afast(run, panel))
         if hedge_s is None:
@@ -106,6 +109,8 @@ class Flight:
         hedge: asyncio.Future[Any],
         started: list[bool],
     ) -> Tier | None:
+        import asyncio
+
         await asyncio.wait({fast, hedge}, return_when=asyncio.FIRST_COMPLETED)
         hedge_draft: bool | None = None  # None: no answer; else whether the gate accepted it
         if hedge.done() and not fast.done():
@@ -160,6 +165,8 @@ class Flight:
         return await self._apanel(run, plan)
 
     async def _apanel(self, run: TurnRun, plan: PanelPlan) -> Tier | None:
+        import asyncio
+
         panel = Panel(plan, run.turn)
         clock = self._dispatch.clock
         begun = clock()
@@ -246,6 +253,8 @@ def record_loser(run: TurnRun, outcome: Any) -> None:
 
 async def _acancel(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` and wait until it has finished (its call traced, its breaker released)."""
+    import asyncio
+
     if task.done():
         return
     task.cancel()
@@ -254,6 +263,8 @@ async def _acancel(task: asyncio.Future[Any]) -> None:
 
 
 async def _acancel_all(tasks: set[Any]) -> None:
+    import asyncio
+
     for task in tasks:
         task.cancel()
     if tasks:

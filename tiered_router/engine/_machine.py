@@ -227,7 +227,11 @@ class TurnRun:
         if left is not None and left <= 0:
             raise BackendTimeout("the turn's deadline has passed", backend=name)
         timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
-        return CompletionRequest.from_turn(turn or self.turn, timeout_s=timeout)
+        return CompletionRequest.from_turn(
+            turn or self.turn,
+            timeout_s=timeout,
+            output_tokens=self.policy.task.expected_output_tokens,
+        )
 
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any

@@ -298,6 +298,11 @@ def evaluate(
                 else ""
             )
         )
+    if policy.hedge is not None:
+        notes.append(
+            "hedge: not replayed (a recorded outcome has one latency, not a race); "
+            "benchmarks/bench_task.py measures hedging on simulated time"
+        )
     if summary.apgr is None:
         notes.append(
             "APGR / CPT not defined: the frontier model is not better than the fast model here"

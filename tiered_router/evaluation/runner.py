@@ -146,7 +146,14 @@ class Replay:
         return cost_of(usage, config.price) if config is not None else 0.0
 
     def router(self, policy: Policy, *, scorer: Scorer | None = None) -> Router:
-        """Build a router over replay backends with its own simulated clock."""
+        """Build a router over replay backends with its own simulated clock.
+
+        The router takes one fast draft per turn: a policy's draft panel is replayed from the
+        recorded drafts afterwards (:func:`~tiered_router.evaluation.panel.apply_panel`), and
+        its hedge is not replayed (a recorded outcome has one latency, not a race).
+        """
+        if policy.drafts is not None or policy.hedge is not None:
+            policy = policy.model_copy(update={"drafts": None, "hedge": None})
         clock = SimulatedClock()
         gate = _RecordedGate(policy.gate, self.dataset)
         backends = {}

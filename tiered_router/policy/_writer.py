@@ -22,7 +22,10 @@ from tiered_router.policy._base import Loc, dotted
 class Policy(Protocol):
     """What the writer reads of the schema's ``Policy`` (which imports this module)."""
 
-    version: int
+    @property
+    def version(self) -> int:
+        """The policy format's version."""
+        ...
 
     def model_dump(self, *, mode: str, exclude_unset: bool) -> dict[str, Any]:
         """Dump the policy's fields."""

@@ -171,6 +171,13 @@ class Metrics:
             self.overhead,
             self.in_flight,
         )
+        # series whose labels are known up front start at 0, so a scrape shows them before
+        # the first panel or hedge (a multiprocess scrape shows only series that exist)
+        for result in ("agreed", "disagreed", "not_comparable"):
+            self._child(self.panels, result)
+        for role in ("draft", "hedge"):
+            for outcome in ("answered", "failed", "cancelled"):
+                self._child(self.concurrent_calls, role, outcome)
         self.workers: Gauge | None = None
         """Worker processes alive (each sets 1; with ``multiprocess_dir`` only)."""
         if multiprocess_dir is not None:
