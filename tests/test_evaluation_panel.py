@@ -168,11 +168,23 @@ def test_missing_drafts_count_as_failed_and_are_noted() -> None:
     assert any("fewer than k drafts" in n for n in result.notes)
 
 
-def test_a_drafts_backend_without_outcomes_is_an_error() -> None:
+def test_a_panel_the_data_cannot_replay_is_said_and_left_out() -> None:
     text = POLICY.replace("  big:", "  nope: {model: nope}\n  big:")
     policy = load_policy(text + "drafts: {k: 2, backends: [fast, nope]}\n")
-    with pytest.raises(DatasetError, match="drafts backend 'nope'"):
-        evaluate(policy, dataset())
+    result = evaluate(policy, dataset())
+    assert result.panel is None and result.summary.quality == pytest.approx(0.6)
+    assert any("drafts backend 'nope'" in n and "not replayed" in n for n in result.notes)
+    rows = tuple(
+        dataclasses.replace(
+            r,
+            outcomes={**r.outcomes, "fast": dataclasses.replace(r.outcomes["fast"], samples=())},
+        )
+        for r in dataset().rows
+    )
+    bare = dataclasses.replace(dataset(), rows=rows)
+    result = evaluate(load_policy(POLICY + "drafts: {k: 3}\n"), bare)
+    assert result.panel is None
+    assert any("records no samples of fast" in n for n in result.notes)
 
 
 def test_calibrate_sweeps_k_and_min_agreement() -> None:

@@ -27,13 +27,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tiered_router.engine._panel import panel_kinds
 from tiered_router.evaluation.dataset import Dataset, DatasetError, EvalRow, Outcome
 from tiered_router.evaluation.replay import simulated_latency
 from tiered_router.evaluation.runner import Replay
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.gate import QualityGate
-from tiered_router.panels import AnswerKey, answer_key, normalise_answer, tally
+from tiered_router.panels import AnswerKey, answer_key, normalise_answer, panel_kinds, tally
 from tiered_router.policy import Policy
 
 __all__ = [
