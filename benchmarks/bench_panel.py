@@ -46,7 +46,7 @@ from tiered_router.evaluation import evaluate, find_data_dir
 from tiered_router.evaluation._bfcl_judge import load_questions, rejudge_text_calls
 from tiered_router.evaluation.baselines import baselines
 from tiered_router.evaluation.dataset import Dataset, EvalRow, Outcome
-from tiered_router.evaluation.panel import apply_panel, panel_models
+from tiered_router.evaluation.panel import apply_panel, panel_models, single_draft
 from tiered_router.evaluation.results import summarize
 from tiered_router.evaluation.runner import Replay, run_rows
 from tiered_router.evaluation.sources import load_bfcl
@@ -120,7 +120,7 @@ def _record(label: str, models: list[str], strong: str, result: Any) -> dict[str
 
 def _exact_panel(dataset: Dataset, models: list[str], strong: str) -> Any:
     policy = _policy(models, strong, k=len(models), agreement=1.0)
-    replay = Replay.bind(policy, dataset)
+    replay = Replay.bind(single_draft(policy), dataset)
     single = run_rows(replay)
     spec = panel_models(policy, dataset, replay.fast_model)
     assert spec is not None
@@ -135,7 +135,11 @@ def _exact_panel(dataset: Dataset, models: list[str], strong: str) -> Any:
 
 
 def run(data_dir: Path, which: str) -> list[dict[str, Any]]:
-    """Return one record per (router, drafting models, strong model)."""
+    """Return one record per (router, drafting models, strong model).
+
+    A strong model less accurate than every one of its cheap models (on all rows) is no
+    frontier for them: it gets one record saying so (``router: "skipped"``).
+    """
     full, _ = rejudge_text_calls(load_bfcl(data_dir), load_questions(data_dir))
     rows = tuple(r for r in full.rows if which == "all" or part(r.id) == which)
     cost = {
@@ -143,6 +147,7 @@ def run(data_dir: Path, which: str) -> list[dict[str, Any]]:
         for m in full.models
         if m in full.prices
     }
+    accuracy = {m: sum(r.outcomes[m].quality for r in full.rows) / len(full.rows) for m in cost}
     out: list[dict[str, Any]] = []
     for strong in sorted(cost, key=cost.__getitem__):
         cheap = sorted(
@@ -150,6 +155,17 @@ def run(data_dir: Path, which: str) -> list[dict[str, Any]]:
             key=cost.__getitem__,
         )
         if len(cheap) < 2:
+            continue
+        if all(accuracy[strong] < accuracy[m] for m in cheap):
+            out.append(
+                {
+                    "router": "skipped",
+                    "strong": strong,
+                    "pair": cheap,
+                    "why": f"{strong} ({accuracy[strong]:.3f}) is less accurate than each of "
+                    + ", ".join(f"{m} ({accuracy[m]:.3f})" for m in cheap),
+                }
+            )
             continue
         for a, b in itertools.combinations(cheap, 2):
             part_rows = dataclasses.replace(full, rows=rows)
@@ -206,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
+        if r["router"] == "skipped":
+            continue
         margin = r.get("margin_over_random_points")
         met = r.get("met")
         print(
@@ -219,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         got = [r for r in records if r["router"] == label]
         if got:
             print(f"{label}: {sum(bool(r.get('met')) for r in got)} of {len(got)} meet all targets")
+    for r in records:
+        if r["router"] == "skipped":
+            print(f"skipped as a strong model: {r['why']}")
     print(f"({time.perf_counter() - started:.1f} s)")
     return 0
 

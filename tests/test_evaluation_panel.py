@@ -168,11 +168,23 @@ def test_missing_drafts_count_as_failed_and_are_noted() -> None:
     assert any("fewer than k drafts" in n for n in result.notes)
 
 
-def test_a_drafts_backend_without_outcomes_is_an_error() -> None:
+def test_a_panel_the_data_cannot_replay_is_said_and_left_out() -> None:
     text = POLICY.replace("  big:", "  nope: {model: nope}\n  big:")
     policy = load_policy(text + "drafts: {k: 2, backends: [fast, nope]}\n")
-    with pytest.raises(DatasetError, match="drafts backend 'nope'"):
-        evaluate(policy, dataset())
+    result = evaluate(policy, dataset())
+    assert result.panel is None and result.summary.quality == pytest.approx(0.6)
+    assert any("drafts backend 'nope'" in n and "not replayed" in n for n in result.notes)
+    rows = tuple(
+        dataclasses.replace(
+            r,
+            outcomes={**r.outcomes, "fast": dataclasses.replace(r.outcomes["fast"], samples=())},
+        )
+        for r in dataset().rows
+    )
+    bare = dataclasses.replace(dataset(), rows=rows)
+    result = evaluate(load_policy(POLICY + "drafts: {k: 3}\n"), bare)
+    assert result.panel is None
+    assert any("records no samples of fast" in n for n in result.notes)
 
 
 def test_calibrate_sweeps_k_and_min_agreement() -> None:
@@ -215,3 +227,12 @@ def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
     written = load_policy(policy)
     assert written.drafts is not None and written.drafts.k == 2
     assert "wrote drafts.k: 2" in cal.output
+
+
+def test_turns_drafts_when_leaves_out_keep_one_draft() -> None:
+    policy = load_policy(POLICY + "drafts: {k: 3, min_agreement: 0.67, when: [json]}\n")
+    result = evaluate(policy, dataset())
+    assert result.panel is not None and result.panel.single_draft_rows == 10
+    assert result.panel.agreed == 0 and result.summary.quality == pytest.approx(0.6)
+    alone = evaluate(load_policy(POLICY), dataset()).summary
+    assert result.summary.cost == pytest.approx(alone.cost)

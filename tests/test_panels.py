@@ -94,6 +94,10 @@ def test_a_call_shown_in_a_fence_is_not_a_call() -> None:
             ("get_weather", '{"city": "Paris", "days": 3}'), ("get_weather", '{"city": "Rome"}')
         ),
         Completion(text='[get_weather(city="Paris", days=5)]'),
+        # a call shown in a Markdown fence is an example, not a call (the calls wing's rule)
+        Completion(
+            text='```json\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n```'
+        ),
     ],
 )
 def test_a_different_call_gives_a_different_key(other: Completion) -> None:

@@ -279,6 +279,7 @@ PINNED: dict[str, frozenset[str]] = {
             "final_answer",
             "needed_votes",
             "normalise_answer",
+            "panel_kinds",
             "Tally",
             "tally",
         }

@@ -17,7 +17,6 @@ the next tier:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,7 @@ from tiered_router.exceptions import (
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, tally
+from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -38,12 +37,6 @@ if TYPE_CHECKING:
     from tiered_router.turn import Completion, Turn
 
 __all__ = ["DraftSpec", "Panel", "PanelPlan", "draft_turn", "panel_kinds", "plan_panel"]
-
-# a prompt that asks for a checkable final answer: options, a number, a boxed answer
-_ANSWER_ASK = re.compile(
-    r"(?im)^\s*\(?[A-E][).:]\s|\\boxed|answer is|final answer|^answer:|####|"
-    r"how many|how much|what is the (?:value|sum|product|total)"
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,23 +70,6 @@ class PanelPlan:
     def k(self) -> int:
         """The panel's size."""
         return len(self.drafts)
-
-
-def panel_kinds(turn: Turn) -> frozenset[str]:
-    """The ``drafts.when`` kinds a turn is (pure): ``tools``, ``json``, ``answer``, ``all``."""
-    kinds = {"all"}
-    if turn.tools:
-        kinds.add("tools")
-    fmt = turn.response_format
-    if isinstance(fmt, dict) and str(fmt.get("type", "")).startswith("json"):
-        kinds.add("json")
-    for message in reversed(turn.messages):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str) and _ANSWER_ASK.search(content):
-                kinds.add("answer")
-            break
-    return frozenset(kinds)
 
 
 def plan_panel(

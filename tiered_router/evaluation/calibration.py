@@ -153,12 +153,20 @@ def calibrate_panel(
         CalibrationError: When no panel and threshold meet the target.
         ValueError: When the policy has no ``drafts:`` panel.
     """
-    from tiered_router.evaluation.panel import panel_grid, panel_models, recorded_drafts
+    from tiered_router.evaluation.panel import (
+        panel_grid,
+        panel_models,
+        recorded_drafts,
+        single_draft,
+    )
     from tiered_router.evaluation.runner import Replay, run_rows
     from tiered_router.evaluation.sweep import CalibrationError, sweep
 
     replay = Replay.bind(
-        policy, dataset, fast_model=result.fast_model, frontier_model=result.frontier_model
+        single_draft(policy),
+        dataset,
+        fast_model=result.fast_model,
+        frontier_model=result.frontier_model,
     )
     spec = panel_models(policy, dataset, replay.fast_model)
     if spec is None:

@@ -32,10 +32,17 @@ from tiered_router.evaluation.replay import simulated_latency
 from tiered_router.evaluation.runner import Replay
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.gate import QualityGate
-from tiered_router.panels import AnswerKey, answer_key, normalise_answer, tally
+from tiered_router.panels import AnswerKey, answer_key, normalise_answer, panel_kinds, tally
 from tiered_router.policy import Policy
 
-__all__ = ["PanelSpec", "PanelStats", "apply_panel", "draft_key", "panel_models"]
+__all__ = [
+    "PanelSpec",
+    "PanelStats",
+    "apply_panel",
+    "draft_key",
+    "panel_models",
+    "single_draft",
+]
 
 DISAGREE = "drafts_disagree"
 """The escalation reason of a panel whose drafts disagree."""
@@ -50,12 +57,14 @@ class PanelSpec:
         min_agreement: Share of the ``k`` drafts that must give the majority answer.
         models: The recorded model of draft ``i`` (length ``k``).
         backend: The policy backend name the drafts' latency model comes from.
+        when: The ``drafts.when`` kinds of turn that get a panel (the others keep one draft).
     """
 
     k: int
     min_agreement: float
     models: tuple[str, ...]
     backend: str = ""
+    when: tuple[str, ...] = ("all",)
 
     def with_size(self, k: int, min_agreement: float) -> PanelSpec:
         """The same drafting models (in turn) for another ``k`` and ``min_agreement``."""
@@ -85,6 +94,7 @@ class PanelStats:
         not_comparable: Rows the panel could not judge (fell back to the gate).
         missing_drafts: Rows where the data had fewer than ``k`` drafts.
         draft_cost: Cost of every draft, US dollars.
+        single_draft_rows: Rows ``drafts.when`` leaves to one draft.
     """
 
     k: int
@@ -95,12 +105,22 @@ class PanelStats:
     not_comparable: int
     missing_drafts: int
     draft_cost: float
+    single_draft_rows: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """Return the figures, JSON-ready."""
         out = dataclasses.asdict(self)
         out["models"] = list(self.models)
         return out
+
+
+def single_draft(policy: Policy) -> Policy:
+    """The policy without its panel.
+
+    The router the panel replay starts from (one fast draft and the gate per row), and what
+    the baselines route with.
+    """
+    return policy.model_copy(update={"drafts": None})
 
 
 def panel_models(policy: Policy, dataset: Dataset, fast_model: str) -> PanelSpec | None:
@@ -131,7 +151,13 @@ def panel_models(policy: Policy, dataset: Dataset, fast_model: str) -> PanelSpec
             models.append(model)
     if len(set(models)) == 1 and drafts.k == 1:
         return None  # one draft of one model: the ordinary fast path
-    spec = PanelSpec(k=1, min_agreement=drafts.min_agreement, models=(models[0],), backend=names[0])
+    spec = PanelSpec(
+        k=1,
+        min_agreement=drafts.min_agreement,
+        models=(models[0],),
+        backend=names[0],
+        when=tuple(drafts.when),
+    )
     return dataclasses.replace(spec, models=tuple(models)).with_size(drafts.k, drafts.min_agreement)
 
 
@@ -193,6 +219,10 @@ def apply_panel(
         row = replay.dataset.get(run.row_id)
         if row is None:
             raise DatasetError(f"{replay.dataset.name}: no row {run.row_id!r}")
+        if not panel_kinds(row.turn).intersection(spec.when):
+            counts["single"] += 1
+            out.append(run)  # a turn drafts.when leaves out: one draft, as the engine does
+            continue
         drafts = _drafts(row, spec)
         present = [d for d in drafts if d is not None]
         counts["missing"] += len(present) < spec.k
@@ -232,6 +262,7 @@ def apply_panel(
         not_comparable=counts["not_comparable"],
         missing_drafts=counts["missing"],
         draft_cost=draft_cost,
+        single_draft_rows=counts["single"],
     )
     return out, stats
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tiered_router.evaluation.baselines import Baseline, baselines
-from tiered_router.evaluation.dataset import Dataset
+from tiered_router.evaluation.dataset import Dataset, DatasetError
 from tiered_router.evaluation.metrics import (
     CurvePoint,
     GateConfusion,
@@ -25,7 +25,13 @@ from tiered_router.evaluation.metrics import (
     percentile,
     random_curve,
 )
-from tiered_router.evaluation.panel import PanelStats, apply_panel, panel_models
+from tiered_router.evaluation.panel import (
+    PanelStats,
+    apply_panel,
+    panel_models,
+    recorded_drafts,
+    single_draft,
+)
 from tiered_router.evaluation.runner import PriceSource, Replay, run_rows
 from tiered_router.evaluation.sweep import PathOutcome, RowRun, SweepPoint, sweep
 from tiered_router.policy._schema import Policy
@@ -254,7 +260,7 @@ def evaluate(
 
     """
     replay = Replay.bind(
-        policy,
+        single_draft(policy),  # a drafts: panel is replayed from the recorded drafts below
         dataset,
         fast_model=fast_model,
         frontier_model=frontier_model,
@@ -263,8 +269,18 @@ def evaluate(
     )
     runs = run_rows(replay, progress=progress)
     single = runs  # one fast draft and the gate: what the baselines route with
-    spec = panel_models(policy, dataset, replay.fast_model)
     stats = None
+    panel_note = None
+    try:
+        spec = panel_models(policy, dataset, replay.fast_model)
+    except DatasetError as exc:  # the data has no drafts for this panel: say so, replay one
+        spec, panel_note = None, f"the drafts: panel is not replayed ({exc})"
+    if spec is not None and len(set(spec.models)) == 1 and recorded_drafts(dataset, spec) < 2:
+        panel_note = (
+            f"the drafts: panel is not replayed: {dataset.name} records no samples of "
+            f"{spec.models[0]} (a panel needs several drafts per turn)"
+        )
+        spec = None
     if spec is not None:
         runs, stats = apply_panel(replay, runs, spec)
     points = sweep(runs)
@@ -286,6 +302,8 @@ def evaluate(
     else:
         latency_note += " from the policy backends' latency models (ttft + tokens / throughput)"
     notes.append(latency_note)
+    if panel_note is not None:
+        notes.append(panel_note)
     if stats is not None:
         notes.append(
             f"draft panel: k={stats.k} drafts of {', '.join(dict.fromkeys(stats.models))}, "

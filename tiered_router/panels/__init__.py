@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from tiered_router.panels._final import final_answer, normalise_answer
 from tiered_router.panels._keys import AnswerKey, AnswerKind, answer_key
+from tiered_router.panels._kinds import panel_kinds
 from tiered_router.panels._tally import Tally, needed_votes, tally
 from tiered_router.panels._values import canonical
 
@@ -34,5 +35,6 @@ __all__ = [
     "final_answer",
     "needed_votes",
     "normalise_answer",
+    "panel_kinds",
     "tally",
 ]
