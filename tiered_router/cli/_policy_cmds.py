@@ -7,6 +7,7 @@ the SDK, the server) happen inside the commands, so ``--help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -391,33 +392,22 @@ def serve(
     ``--stand-in`` serves the policy with every backend pointed at a local scripted
     upstream: try the proxy with no keys.
     """
-    with _errors(policy):
+    with _errors(policy), contextlib.ExitStack() as scope:
+        target: Path = policy
         if stand_in:
             from tiered_router.cli._stand_in import require_server, stand_in_policy
 
             require_server()
-            with stand_in_policy(policy) as (path, upstream):
-                typer.echo(
-                    f"stand-in upstream on {upstream.base_url}: every backend of {policy} "
-                    "points at it (scripted answers; no keys, no network)",
-                    err=True,
-                )
-                serve(
-                    path,
-                    host=host,
-                    port=port,
-                    workers=workers,
-                    max_body_bytes=max_body_bytes,
-                    log_level=log_level,
-                    trace_file=trace_file,
-                    record=record,
-                    otel=otel,
-                )
-            return
+            target, upstream = scope.enter_context(stand_in_policy(policy))
+            typer.echo(
+                f"stand-in upstream on {upstream.base_url}: every backend of {policy} "
+                "points at it (scripted answers; no keys, no network)",
+                err=True,
+            )
         from tiered_router.server import serve as serve_proxy
 
         serve_proxy(
-            policy,
+            target,
             host=host,
             port=port,
             workers=workers,
