@@ -199,3 +199,49 @@ def test_the_tracker_estimate_adds_the_queue_and_bills_canvases() -> None:
     release()
     tracker.record("g", 0.5, 10)  # measured: replaces the model, the queue still counts
     assert tracker.expected("g", model, output_tokens=20, canvas_tokens=256) == 0.5
+
+
+def test_a_panels_drafts_each_count_in_flight(server: ScriptedServer) -> None:
+    # three drafts on one backend are three calls its queue has to serve, not one
+    def reply(body: dict[str, Any]) -> Reply:
+        if body.get("model") == "drafter":
+            return Reply.slow(0.6, Reply.text("The answer is 4."))
+        return Reply.text("The answer is 4.")
+
+    server.default = reply
+    config = {
+        "version": 1,
+        "backends": {
+            "drafter": {
+                "base_url": server.base_url,
+                "model": "drafter",
+                "api_key": "k",
+                "kind": "diffusion",
+                "max_retries": 0,
+                "max_concurrency": 8,
+            },
+            "big": {"base_url": server.base_url, "model": "big", "api_key": "k"},
+        },
+        "tiers": {"fast": "drafter", "frontier": "big"},
+        "scoring": {"threshold": 1.0},
+        "gate": {"checks": ["non_empty"]},
+        "drafts": {"k": 3, "when": ["all"], "n": False, "early": False},
+    }
+    router = Router(config)
+    seen: list[int] = []
+
+    async def run() -> Any:
+        turn = asyncio.ensure_future(
+            router.acomplete(Turn(messages=[{"role": "user", "content": "2 + 2?"}]))
+        )
+        deadline = time.monotonic() + 5
+        while len(server.requests_for("drafter")) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        seen.append(router.latency.in_flight.count("drafter"))
+        return await turn
+
+    result = asyncio.run(run())
+    assert result.tier == "fast" and result.trace.panel is not None
+    assert seen == [3]
+    assert router.latency.in_flight.count("drafter") == 0
+    router.close()

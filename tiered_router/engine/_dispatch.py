@@ -174,17 +174,22 @@ class Dispatcher:
 
         A panel's draft: no retries (a failed draft is a missing vote, and the panel's
         deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
+        Each draft counts in the backend's in-flight calls (the queue estimate) while it runs.
         """
         backend = self.backend(name)
-        async with self.breaker(name).aguard() as guard:
-            if not guard.allowed and await self._may_route_around(run, "fast"):
-                raise BackendUnavailable("circuit breaker is open", backend=name)
-            try:
-                return await once(backend, request)
-            except (BackendError, AssertionError):
-                raise
-            except Exception as exc:
-                raise unexpected_error(exc, name) from exc
+        release = self.in_flight.acquire(name)
+        try:
+            async with self.breaker(name).aguard() as guard:
+                if not guard.allowed and await self._may_route_around(run, "fast"):
+                    raise BackendUnavailable("circuit breaker is open", backend=name)
+                try:
+                    return await once(backend, request)
+                except (BackendError, AssertionError):
+                    raise
+                except Exception as exc:
+                    raise unexpected_error(exc, name) from exc
+        finally:
+            release()
 
     def once(
         self,
@@ -197,18 +202,22 @@ class Dispatcher:
     ) -> _T:
         """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
         backend = self.backend(name)
-        with self.breaker(name).guard() as guard:
-            if not guard.allowed and self._may_route_around_sync(run, "fast"):
-                raise BackendUnavailable("circuit breaker is open", backend=name)
-            try:
-                value = once(backend, request)
-            except (BackendError, AssertionError):
-                raise
-            except Exception as exc:
-                raise unexpected_error(exc, name) from exc
-            if abandoned():
-                raise Abandoned
-            return value
+        release = self.in_flight.acquire(name)
+        try:
+            with self.breaker(name).guard() as guard:
+                if not guard.allowed and self._may_route_around_sync(run, "fast"):
+                    raise BackendUnavailable("circuit breaker is open", backend=name)
+                try:
+                    value = once(backend, request)
+                except (BackendError, AssertionError):
+                    raise
+                except Exception as exc:
+                    raise unexpected_error(exc, name) from exc
+                if abandoned():
+                    raise Abandoned
+                return value
+        finally:
+            release()
 
     def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
         """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
