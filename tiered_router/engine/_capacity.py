@@ -55,7 +55,7 @@ class _Measured(Protocol):
     def latency_s(self) -> float: ...
 
 
-class LatencyTracker(Protocol):
+class TrackerView(Protocol):
     """What the capacity check reads of :class:`~tiered_router.engine._latency.LatencyTracker`.
 
     (That module imports this one: the tracker keeps an :class:`InFlight` count.)
@@ -174,7 +174,7 @@ def _output_tokens(run: TurnRun) -> int:
     return run.policy.task.expected_output_tokens
 
 
-def expected_call(run: TurnRun, backend: str, *, latency: LatencyTracker) -> QueueEstimate | None:
+def expected_call(run: TurnRun, backend: str, *, latency: TrackerView) -> QueueEstimate | None:
     """The queue-aware estimate of one call on ``backend`` for ``run``'s turn.
 
     ``None`` when the backend's ``max_concurrency`` is not known (its queue is not modelled).
@@ -200,7 +200,7 @@ def expected_call(run: TurnRun, backend: str, *, latency: LatencyTracker) -> Que
     )
 
 
-def route_by_capacity(run: TurnRun, *, latency: LatencyTracker) -> TurnRun:
+def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
     """Send a fast turn to the frontier before any call when the fast queue would make it late.
 
     Late means: the estimate (queue wait plus service) is past what is left of the turn's
