@@ -19,46 +19,22 @@ the turn has its answer). The sync twin is :mod:`tiered_router.engine._flight_sy
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._hedge import Percentile, hedge_delay
-from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan, draft_turn, plan_panel
+from tiered_router.engine._panel import DraftSpec, FlightPlan, Panel, PanelPlan, draft_turn
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
-    import asyncio
-
     from tiered_router._types import Tier
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
     from tiered_router.engine._machine import TurnRun
     from tiered_router.turn import Completion, Turn
 
-__all__ = ["Flight", "FlightPlan", "plan_flight"]
-
-FlightPlan = tuple["PanelPlan | None", "float | None"]
-"""A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
-
-
-def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
-    """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
-    policy = run.policy
-    if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
-        return None
-    if not run.escalate:  # a shadow run: one call, as documented
-        return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
-    )
-    hedge = hedge_delay(run, percentile=percentile)
-    if panel is None and hedge is None:
-        return None
-    return panel, hedge
+__all__ = ["Flight"]
 
 
 _Draft = tuple["Completion | BackendError", str, float]
@@ -83,8 +59,6 @@ class Flight:
 
     async def arun(self, run: TurnRun, plan: FlightPlan) -> Tier | None:
         """Run the fast side (and the hedge) of ``run``; return the next tier, if any."""
-        import asyncio
-
         panel, hedge_s = plan
         fast = asyncio.ensure_future(self._afast(run, panel))
         if hedge_s is None:
@@ -111,8 +85,6 @@ class Flight:
         hedge: asyncio.Future[Any],
         started: list[bool],
     ) -> Tier | None:
-        import asyncio
-
         await asyncio.wait({fast, hedge}, return_when=asyncio.FIRST_COMPLETED)
         hedge_draft: bool | None = None  # None: no answer; else whether the gate accepted it
         if hedge.done() and not fast.done():
@@ -167,8 +139,6 @@ class Flight:
         return await self._apanel(run, plan)
 
     async def _apanel(self, run: TurnRun, plan: PanelPlan) -> Tier | None:
-        import asyncio
-
         panel = Panel(plan, run.turn)
         clock = self._dispatch.clock
         begun = clock()
@@ -255,8 +225,6 @@ def record_loser(run: TurnRun, outcome: Any) -> None:
 
 async def _acancel(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` and wait until it has finished (its call traced, its breaker released)."""
-    import asyncio
-
     if task.done():
         return
     task.cancel()
@@ -265,8 +233,6 @@ async def _acancel(task: asyncio.Future[Any]) -> None:
 
 
 async def _acancel_all(tasks: set[Any]) -> None:
-    import asyncio
-
     for task in tasks:
         task.cancel()
     if tasks:

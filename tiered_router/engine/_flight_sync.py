@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._dispatch import Abandoned
 from tiered_router.engine._flight import (
-    FlightPlan,
     calls,
     cut_drafts,
     hedge_answer,
@@ -25,7 +24,7 @@ from tiered_router.engine._flight import (
     panel_turn,
     record_loser,
 )
-from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan
+from tiered_router.engine._panel import DraftSpec, FlightPlan, Panel, PanelPlan
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:

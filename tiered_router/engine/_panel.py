@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from tiered_router.engine._hedge import Percentile, hedge_delay
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
@@ -36,7 +37,16 @@ if TYPE_CHECKING:
     from tiered_router.policy import Policy
     from tiered_router.turn import Completion, Turn
 
-__all__ = ["DraftSpec", "Panel", "PanelPlan", "draft_turn", "panel_kinds", "plan_panel"]
+__all__ = [
+    "DraftSpec",
+    "FlightPlan",
+    "Panel",
+    "PanelPlan",
+    "draft_turn",
+    "panel_kinds",
+    "plan_flight",
+    "plan_panel",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,3 +351,26 @@ def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:
     if key is None:
         return None
     return {"kind": key.kind, "value": key.value, "detail": key.detail}
+
+
+FlightPlan = tuple["PanelPlan | None", "float | None"]
+"""A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
+
+
+def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
+    """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
+    policy = run.policy
+    if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
+        return None
+    if not run.escalate:  # a shadow run: one call, as documented
+        return None
+    panel = plan_panel(
+        policy,
+        run.turn,
+        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
+        multiple_choices=getattr(run.ports, "multiple_choices", None),
+    )
+    hedge = hedge_delay(run, percentile=percentile)
+    if panel is None and hedge is None:
+        return None
+    return panel, hedge
