@@ -128,3 +128,50 @@ def test_an_answer_that_came_while_the_loop_was_busy_is_not_a_timeout(
     steps, took = asyncio.run(main())
     assert steps == 2
     assert took >= 0.3  # the loop really was busy past the bound
+
+
+def test_a_redis_without_the_scripts_gets_them_while_the_loop_is_busy(
+    redis_server: RedisServer,
+) -> None:
+    """A cold or restarted Redis (no scripts) under a loaded process: calls still go through.
+
+    The loop is held 30 ms at a time, again and again, as a cold burst's first turns do.
+    Loading a script is three round trips; under one 50 ms bound for all of them the load
+    was cut short on every call, three failures took Redis down, and no step was recorded.
+    """
+    import time
+
+    import redis
+
+    from tiered_router.state import TaskDelta, TaskRules
+
+    with redis.Redis.from_url(redis_server.url) as admin:
+        admin.script_flush()
+
+    async def main() -> tuple[list[int], int]:
+        store = RedisStateStore(
+            redis_server.url, prefix="cold", timeout_s=0.05, retry_s=60, confirm_writes=True
+        )
+        busy = True
+
+        async def hog() -> None:
+            while busy:
+                await asyncio.sleep(0)
+                time.sleep(0.03)
+
+        hogging = asyncio.ensure_future(hog())
+        steps = []
+        try:
+            for _ in range(5):
+                record = await store.atask_record("t", TaskDelta(cost=0.1), rules=TaskRules())
+                steps.append(record.steps)
+        finally:
+            busy = False
+            await hogging
+        failures = int(store.background_failures)
+        await store.aclose()
+        return steps, failures
+
+    steps, failures = asyncio.run(main())
+    assert steps == [1, 2, 3, 4, 5]
+    assert failures == 0

@@ -278,8 +278,7 @@ class RedisLink:
         except ERRORS as exc:
             raise self.failed(exc) from exc
         try:
-            async with _Bound(self.timeout_s):
-                reply = await self._run(connection, scripts[script], keys, args)
+            reply = await self._exchange(connection, scripts[script], keys, args)
         except BaseException as exc:
             # an answer may still be on its way: this connection cannot carry another
             await connection.disconnect(nowait=True)
@@ -292,24 +291,33 @@ class RedisLink:
         self.succeeded()
         return reply
 
-    @staticmethod
-    async def _run(
-        connection: Any, script: Any, keys: Sequence[str], args: Sequence[object]
+    async def _exchange(
+        self, connection: Any, script: Any, keys: Sequence[str], args: Sequence[object]
     ) -> Any:
         """``EVALSHA`` of ``script`` on ``connection``; loads the script if Redis lacks it.
 
-        The one operation that is no script (``task_read``) is a plain ``HGETALL`` of
-        ``keys[0]``; its reply stays the flat list of fields and values.
+        Each round trip has a bound of its own: the call ``timeout_s``, and loading the
+        script (a Redis that never ran it, or restarted) ``connect_timeout_s``, because it
+        is set-up, as opening a connection is. Under one bound for all three round trips, a
+        busy loop let the first through (:class:`_Bound`) and cut the load short every
+        time, so a cold or restarted Redis stayed without the script while the process
+        was loaded. The one operation that is no script (``task_read``) is a plain
+        ``HGETALL`` of ``keys[0]``; its reply stays the flat list of fields and values.
         """
         if not hasattr(script, "sha"):
-            await connection.send_command("HGETALL", keys[0])
-            return await connection.read_response()
+            async with _Bound(self.timeout_s):
+                await connection.send_command("HGETALL", keys[0])
+                return await connection.read_response()
         try:
-            await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            return await connection.read_response()
+            async with _Bound(self.timeout_s):
+                await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                return await connection.read_response()
         except NoScriptError:
+            pass
+        async with _Bound(self.connect_timeout_s):
             await connection.send_command("SCRIPT", "LOAD", script.script)
             await connection.read_response()
+        async with _Bound(self.timeout_s):
             await connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
             return await connection.read_response()
 
