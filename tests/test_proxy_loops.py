@@ -174,3 +174,55 @@ def test_serve_on_a_taken_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     # the backend pointing at the proxy's own address was warned about first
     assert any("backend 'fast'" in line and "own address" in line for line in lines[:-1])
+
+
+def test_a_loop_through_two_proxies_is_refused_where_it_comes_back(
+    server: ScriptedServer,
+) -> None:
+    """A's fast backend is proxy B, and B's is proxy A: the loop ends at A's second hop.
+
+    A request through A goes to B (header: A), B sends it back to A (header: A, B), and A
+    refuses it with 508: B's fast call fails, B's frontier answers, A returns that answer.
+    With the last proxy's id alone in the header, neither proxy ever saw its own id, and
+    one request fanned out between the two until the deadline.
+    """
+    port_a, port_b = free_port(), free_port()
+    server.script([Reply.text("from B's frontier")] * 4, model="frontier-model")
+    policies = []
+    for other in (port_b, port_a):
+        policy = make_policy(server, retries=(0, 0), resilience={"deadline_s": 8})
+        policy["backends"]["fast"]["base_url"] = f"http://127.0.0.1:{other}/v1"
+        policy["backends"]["fast"]["model"] = "auto"
+        policies.append(policy)
+    app_a, app_b = (create_app(p, env={}) for p in policies)
+    id_a, id_b = app_a.state.settings.hop_id, app_b.state.settings.hop_id
+    with serving(app_a, port_a) as url_a, serving(app_b, port_b):
+        started = time.monotonic()
+        response = chat(url_a)
+        took = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "from B's frontier"
+    assert took < 5
+    # one frontier call reached the upstream: B's, naming A then B
+    assert [r.headers.get(HOP) for r in server.requests] == [f"{id_a}, {id_b}"]
+
+
+def test_a_request_names_every_proxy_it_came_through_and_too_many_is_a_loop(
+    server: ScriptedServer,
+) -> None:
+    from tiered_router.server._hops import MAX_HOPS
+
+    server.script([Reply.text("hello")], model="fast-model")
+    settings = ServerSettings(port=0)
+    app = create_app(make_policy(server), settings=settings, env={})
+    with serving(app, free_port()) as url:
+        forwarded = chat(url, **{HOP: "p1, p2"})
+        too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS + 1))})
+        returned = chat(url, **{HOP: f"{settings.hop_id}, p2"})
+    assert forwarded.status_code == 200, forwarded.text
+    assert [r.headers.get(HOP) for r in server.requests] == [f"p1, p2, {settings.hop_id}"]
+    assert too_many.status_code == 508
+    assert too_many.json()["error"]["code"] == "loop_detected"
+    assert f"more than {MAX_HOPS}" in too_many.json()["error"]["message"]
+    assert returned.status_code == 508
+    assert "came back through 1 other" in returned.json()["error"]["message"]

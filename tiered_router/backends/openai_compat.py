@@ -302,12 +302,15 @@ class OpenAICompatBackend(RequestShaping):
         timeout = kwargs.get("timeout")
         body, extra_headers = _wire.body_of(kwargs)
         key = self._api_key()
+        # a call's own extra_headers replace the backend's headers of the same name (as
+        # the openai SDK's extra_headers replace its default_headers)
+        own = {name.lower() for name in extra_headers}
         headers = (
             ("content-type", "application/json"),
             ("accept", "text/event-stream" if stream else "application/json"),
             ("user-agent", "tiered-router"),
             ("authorization", f"Bearer {key}"),
-            *self._headers.items(),
+            *((k, v) for k, v in self._headers.items() if k.lower() not in own),
             *extra_headers.items(),
         )
         if self._parsed_url is None:

@@ -6,10 +6,13 @@ calls itself again, until the deadline: one client request fanning out into a hu
 
 - every upstream request the proxy sends carries ``x-tiered-router-hop: <id>``, the id of
   this proxy (one per ``serve``, shared by its workers; :func:`with_hop`);
+- a request that came through other proxies forwards their ids too, comma-separated, with
+  this proxy's last (:func:`forward_chain`), so a loop through several proxies
+  (A -> B -> A) is seen by the first proxy it comes back to;
 - a request that arrives carrying the proxy's own id is refused at once with 508
-  ``loop_detected`` in OpenAI's error shape (:func:`is_own_hop`); the calling side sees a
-  backend error (retried, counted by that backend's breaker, escalated) and the other tier
-  answers;
+  ``loop_detected`` in OpenAI's error shape (:func:`hops_of`), and so is one that has
+  come through more than ``MAX_HOPS`` proxies; the calling side sees a backend error
+  (retried, counted by that backend's breaker, escalated) and the other tier answers;
 - ``serve`` and ``validate`` warn when a backend's URL is the proxy's own address
   (:func:`calls_itself`).
 
@@ -31,16 +34,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HOP_HEADER",
+    "MAX_HOPS",
     "PortInUse",
     "calls_itself",
     "check_port_free",
-    "is_own_hop",
+    "forward_chain",
+    "hops_of",
     "new_hop_id",
     "with_hop",
 ]
 
 HOP_HEADER = "x-tiered-router-hop"
-"""The header naming the proxy a request came through."""
+"""The header naming the proxies a request came through, oldest first."""
+MAX_HOPS = 8
+"""Proxies a request may have come through; one more is refused as a loop."""
 
 _ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -62,11 +69,23 @@ def with_hop(policy: Policy, hop_id: str) -> Policy:
     return policy.model_copy(update={"backends": backends})
 
 
-def is_own_hop(value: str | None, hop_id: str) -> bool:
-    """Whether a request's hop header (one id, or several comma-separated) names this proxy."""
+def hops_of(value: str | None) -> list[str]:
+    """The proxy ids in a hop header (one id, or several comma-separated), oldest first."""
     if not value:
-        return False
-    return hop_id in (part.strip() for part in value.split(","))
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def forward_chain(value: str | None, hop_id: str) -> str | None:
+    """The hop header to send upstream for a request that arrived with ``value``.
+
+    ``None`` when the request came straight from a client: the backend's own header
+    (:func:`with_hop`, this proxy's id alone) is right then.
+    """
+    hops = hops_of(value)
+    if not hops:
+        return None
+    return ", ".join([*hops, hop_id])
 
 
 def _same_host(bound: str, target: str) -> bool:

@@ -33,7 +33,7 @@ from tiered_router.openai._wire import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
-from tiered_router.server._hops import HOP_HEADER, is_own_hop
+from tiered_router.server._hops import HOP_HEADER, MAX_HOPS, forward_chain, hops_of
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
 from tiered_router.server._responses import (
@@ -176,14 +176,9 @@ class Proxy:
         return limit if asked is None else min(asked, limit)
 
     async def _chat(self, request: Request, started: float) -> Response:
-        if is_own_hop(request.headers.get(HOP_HEADER), self.settings.hop_id):
-            return error(
-                508,
-                "this request came from this proxy itself: a backend's base_url is the "
-                "proxy's own address (change that backend's base_url or the proxy's port)",
-                error_type="invalid_request_error",
-                code="loop_detected",
-            )
+        looped = self._loop(request.headers.get(HOP_HEADER))
+        if looped is not None:
+            return looped
         denied = self._denied(request)
         if denied is not None:
             return denied
@@ -247,6 +242,11 @@ class Proxy:
                 if signals.get(name) is not None:
                     check_header_value(f"tiered_router.{name}", signals[name])
             turn, options = parse_request(data, signals=signals)
+            chain = forward_chain(request.headers.get(HOP_HEADER), self.settings.hop_id)
+            if chain is not None:  # came through other proxies: name them all upstream
+                turn = turn.with_updates(
+                    params={**turn.params, "extra_headers": {HOP_HEADER: chain}}
+                )
         except InvalidRequest as exc:
             return error(400, str(exc), param=exc.param, code=exc.code)
         except ValueError as exc:
@@ -280,6 +280,30 @@ class Proxy:
         content = _json.dumps(body)
         headers = route_headers(route, self._overhead(started, trace))
         return Response(content, headers=headers, media_type="application/json")
+
+    def _loop(self, header: str | None) -> Response | None:
+        """508 ``loop_detected`` for a request that came back to this proxy, else ``None``."""
+        hops = hops_of(header)
+        if self.settings.hop_id in hops:
+            if hops[-1] == self.settings.hop_id:
+                message = (
+                    "this request came from this proxy itself: a backend's base_url is the "
+                    "proxy's own address (change that backend's base_url or the proxy's port)"
+                )
+            else:
+                message = (
+                    f"this request left this proxy and came back through {len(hops) - 1} "
+                    "other tiered-router proxies: their backends point at one another "
+                    "(change one backend's base_url)"
+                )
+        elif len(hops) > MAX_HOPS:
+            message = (
+                f"this request came through {len(hops)} tiered-router proxies, more than "
+                f"{MAX_HOPS}: their backends point at one another"
+            )
+        else:
+            return None
+        return error(508, message, error_type="invalid_request_error", code="loop_detected")
 
     def _overhead(self, started: float, trace: Trace | None) -> float:
         """Observe and return the time this request spent outside its upstream calls."""
