@@ -165,10 +165,21 @@ def _trace_sinks(trace_file: str | os.PathLike[str] | None) -> list[TraceSink]:
     return [JSONLSink(trace_file)]
 
 
-def _configure_logging(log_level: str) -> None:
-    """Send tiered_router's log lines (one per request at INFO) to stderr, as uvicorn's are."""
-    import logging
+def _turn_line(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is the router's INFO line for a routed turn.
 
+    In ``serve`` the proxy's request line (:func:`._responses.access_log`) says all it says
+    and more, so its handler leaves the router's out below ``debug``: one line per request.
+    """
+    return record.name == "tiered_router.router" and record.levelno == logging.INFO
+
+
+def _configure_logging(log_level: str) -> None:
+    """Send tiered_router's log lines (one per request at INFO) to stderr, as uvicorn's are.
+
+    The handler is added only where the operator configured none on the package; below
+    ``debug`` it drops the router's own turn line, which the proxy's request line repeats.
+    """
     level = logging.getLevelName(log_level.upper())
     package = logging.getLogger("tiered_router")
     if not isinstance(level, int):
@@ -177,6 +188,8 @@ def _configure_logging(log_level: str) -> None:
     if not package.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        if level > logging.DEBUG:
+            handler.addFilter(lambda record: not _turn_line(record))
         package.addHandler(handler)
 
 

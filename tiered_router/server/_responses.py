@@ -147,7 +147,8 @@ def access_log(
         return
     d = trace.decision
     logger.info(
-        "POST %s %d%s tier=%s score=%.2f rule=%s escalated=%s latency_ms=%.1f cost=%.6f turn=%s",
+        "POST %s %d%s tier=%s score=%.2f rule=%s escalated=%s attempts=%d latency_ms=%.1f "
+        "cost=%.6f turn=%s",
         path,
         status,
         " stream" if stream else "",
@@ -155,6 +156,7 @@ def access_log(
         d.score,
         d.rule or "-",
         "true" if trace.escalated else "false",
+        len(trace.attempts),
         latency_ms,
         trace.cost,
         trace.turn_id,
