@@ -117,3 +117,49 @@ def test_the_proxy_counts_the_traces_its_file_dropped(server: ScriptedServer) ->
         metrics = parse_metrics(http.get(f"{url}/metrics", headers=auth).text)
     assert sink.dropped == 3
     assert metrics["tiered_router_traces_dropped_total"] == 3
+
+
+def test_another_writer_between_a_short_write_and_its_cut_leaves_no_torn_line(
+    server: ScriptedServer, tmp_path: Path
+) -> None:
+    """Two sinks on one file: one is cut short and cuts its part back; the other waits.
+
+    The first writer (here a thread with its own descriptor, as another process's sink
+    would have) wrote part of a record and is about to cut it back to the last newline.
+    Had the second sink appended its record in between, that cut would keep the part glued
+    in front of it. Each sink's write and cut hold an exclusive ``flock`` on the file, so
+    the second record comes after the cut, whole.
+    """
+    import fcntl
+    import threading
+
+    server.default = Reply.text("hello")
+    with Router(make_policy(server)) as router:
+        trace = router.complete(Turn([{"role": "user", "content": "Say hi."}])).trace
+    path = tmp_path / "traces.jsonl"
+    path.write_bytes(b'{"earlier": "record"}\n')
+    part_written = threading.Event()
+
+    def cut_short_writer() -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, b'{"turn_id": "cut sh')  # the OS cut this record short
+            part_written.set()
+            threading.Event().wait(0.5)  # finding the last newline takes a moment
+            data = path.read_bytes()
+            os.ftruncate(fd, data.rfind(b"\n") + 1)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    first = threading.Thread(target=cut_short_writer)
+    first.start()
+    assert part_written.wait(10)
+    sink = JSONLSink(path)
+    sink.emit(trace)
+    first.join(10)
+    sink.close()
+    lines = path.read_bytes().decode().splitlines()
+    assert [json.loads(line).get("turn_id") for line in lines] == [None, trace.turn_id]
+    assert sink.dropped == 0

@@ -8,12 +8,13 @@ as their type and message, and messages never contain keys.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -21,6 +22,11 @@ from tiered_router._types import Tier
 from tiered_router.gate._verdict import Verdict
 from tiered_router.routing import Decision
 from tiered_router.turn import Usage
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "Attempt",
@@ -240,6 +246,28 @@ class MemorySink:
             self.traces.clear()
 
 
+@contextlib.contextmanager
+def _file_lock(fd: int) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``fd``'s file where the OS and the file system have one.
+
+    A file system without ``flock`` (some network mounts answer ``ENOLCK``) writes unlocked,
+    as Windows does: one writer per file is then safe, and a trace is never dropped for
+    want of a lock.
+    """
+    locked = False
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            locked = True
+        except OSError:
+            pass
+    try:
+        yield
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 class JSONLSink:
     """Appends one JSON line per trace to a file.
 
@@ -247,7 +275,10 @@ class JSONLSink:
     records from several processes never interleave. The file never holds a torn line: a
     write the OS cuts short (a full disk, a file-size limit) is not finished with a second
     write, which other processes' records could come between; the file is cut back to its
-    last complete line instead and the record counted as dropped. A process killed
+    last complete line instead and the record counted as dropped. Where ``fcntl`` exists
+    (POSIX), each write and its cut hold an exclusive ``flock`` on the file, so another
+    process's sink cannot append between a short write and its cut (which would leave the
+    part glued to that record); elsewhere a single writer per file is safe. A process killed
     mid-write can still leave a partial last line: the next process that opens the file
     ends it with a newline first, so the next record is never glued to it. Records are not
     fsynced by default (a killed process loses nothing already written; a machine crash can
@@ -286,12 +317,17 @@ class JSONLSink:
 
     def _open(self) -> int:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        size = os.fstat(fd).st_size
-        if size:
-            with open(self.path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    os.write(fd, b"\n")  # end a partial record left by a killed process
+        try:
+            with _file_lock(fd):
+                size = os.fstat(fd).st_size
+                if size:
+                    with open(self.path, "rb") as f:
+                        f.seek(size - 1)
+                        if f.read(1) != b"\n":
+                            os.write(fd, b"\n")  # end a partial record of a killed process
+        except OSError:
+            os.close(fd)
+            raise
         return fd
 
     def emit(self, trace: Trace) -> None:
@@ -301,10 +337,11 @@ class JSONLSink:
             try:
                 if self._fd is None:
                     self._fd = self._open()
-                written = os.write(self._fd, data)
-                if written < len(data):
-                    self._cut_torn_line()
-                    raise OSError(f"short write: {written} of {len(data)} bytes")
+                with _file_lock(self._fd):
+                    written = os.write(self._fd, data)
+                    if written < len(data):
+                        self._cut_torn_line()
+                        raise OSError(f"short write: {written} of {len(data)} bytes")
                 if self.fsync:
                     os.fsync(self._fd)
             except OSError as exc:
