@@ -10,6 +10,9 @@ HTTP is then checked:
 - dfastllm 0.0.4: its own request model;
 - ollada 0.3.0: its own request model (and its real app below, over HTTP);
 - vLLM 0.33.0, Diffulex, Mercury 2: the rule tables of ``server_rules`` (file and lines cited);
+- the generic ``openai`` profile (OpenAI's API itself, and servers that take its fields as
+  they are): the openai SDK's own request type, ``CompletionCreateParams`` (its streaming and
+  non-streaming ``TypedDict``), validated by pydantic, with no key it does not declare;
 - dlmserve: ``test_conformance_dlmserve.py``.
 
 Each server also gets its negative control: the same shapes sent unshaped (the generic
@@ -32,8 +35,9 @@ from sglang_kit import validate as sglang_validate
 
 from tiered_router import Router, Turn
 from tiered_router.backends import CompletionRequest, OpenAICompatBackend
-from tiered_router.backends._dialect import TOOL_FIELDS, DialectProfile
+from tiered_router.backends._dialect import OPENAI_FIELDS, TOOL_FIELDS, DialectProfile
 from tiered_router.backends._profiles import DIALECTS
+from tiered_router.backends.presets import PRESETS
 from tiered_router.backends.registry import build_backend
 from tiered_router.policy import BackendConfig
 from tiered_router.testing import Reply, ScriptedServer
@@ -52,9 +56,12 @@ def _close() -> Iterator[None]:
 
 def make(preset: str, base_url: str, **fields: Any) -> OpenAICompatBackend:
     fields.setdefault("model", "mercury-2" if preset == "mercury-2" else "served-model")
+    # the openai-api profile is the openai preset's; the generic openai profile is that of
+    # an endpoint no preset knows
+    name = {"openai-api": "openai", "openai": None}.get(preset, preset)
     backend = build_backend(
         "b",
-        BackendConfig(preset=preset, base_url=base_url, **fields),
+        BackendConfig(preset=name, base_url=base_url, **fields),
         env={"INCEPTION_API_KEY": KEY, "OPENAI_API_KEY": KEY},
     )
     assert isinstance(backend, OpenAICompatBackend)
@@ -101,7 +108,56 @@ def _ollada(body: dict[str, Any]) -> list[str]:
     return sorted(set(body) - {"model", "messages", "options"})
 
 
+def _materialised(value: Any) -> Any:
+    """``value`` with pydantic's lazy ``ValidatorIterator``s (``Iterable[...]`` fields) run."""
+    if isinstance(value, Iterator):  # pydantic's lazy validator of an Iterable[...] field
+        return [_materialised(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _materialised(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_materialised(v) for v in value]
+    return value
+
+
+def _openai(body: dict[str, Any]) -> list[str]:
+    """The openai SDK's request type for ``body``: raises on a wrong value, names unknown keys.
+
+    A ``TypedDict`` lets unknown keys through pydantic, so they are named here; the ones the
+    API would take are only those the SDK's type declares (``extra_body`` aside, which is the
+    caller's own business and no shape uses).
+    """
+    import typing
+
+    from openai.types import chat
+    from openai.types.chat import completion_create_params as params
+    from pydantic import TypeAdapter
+
+    kind = params.CompletionCreateParamsStreaming
+    if not body.get("stream"):
+        kind = params.CompletionCreateParamsNonStreaming  # type: ignore[assignment]
+    # each message against the SDK's type for its role: pydantic-core 2.x panics on the
+    # lazy content-part iterables inside the ChatCompletionMessageParam union
+    by_role: dict[str, Any] = {
+        "system": chat.ChatCompletionSystemMessageParam,
+        "developer": chat.ChatCompletionDeveloperMessageParam,
+        "user": chat.ChatCompletionUserMessageParam,
+        "assistant": chat.ChatCompletionAssistantMessageParam,
+        "tool": chat.ChatCompletionToolMessageParam,
+    }
+    for message in body["messages"]:
+        _materialised(TypeAdapter(by_role[message["role"]]).validate_python(message))
+    _materialised(TypeAdapter(kind).validate_python({**body, "messages": []}))
+    return sorted(set(body) - set(typing.get_type_hints(kind)))
+
+
+def _openai_vendor(body: dict[str, Any]) -> list[str]:
+    """The generic profile sends a caller's vendor fields on purpose (unknown server)."""
+    return [k for k in _openai(body) if k in OPENAI_FIELDS]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "openai-api": _openai,
+    "openai": _openai_vendor,
     "vllm": lambda b: rules.refusals(rules.VLLM + rules.VLLM_IGNORED, b),
     "sglang": _sglang,
     "sglang-gemma": _sglang_gemma,
@@ -149,7 +205,7 @@ def _refused(profile: str, body: dict[str, Any]) -> bool:
         return True
 
 
-@pytest.mark.parametrize("profile", sorted(CHECKS))
+@pytest.mark.parametrize("profile", sorted(REFUSED_RAW))
 def test_the_unshaped_requests_are_refused(server: ScriptedServer, profile: str) -> None:
     if profile.startswith("sglang"):
         load_sglang()
@@ -236,6 +292,51 @@ def test_vllm_pins_temperature_nests_diffusion_fields_and_keeps_images(
             server.base_url,
             options={"dialect": {"profile": "vllm", "response_format": "json_schema"}},
         )
+
+
+def test_openai_api_drops_a_vendor_field_its_api_would_refuse(server: ScriptedServer) -> None:
+    """A caller's field for another tier never reaches api.openai.com to fail the frontier.
+
+    The openai preset's profile (``openai-api``) sends only what the SDK's request type
+    declares; an endpoint no preset knows (the generic ``openai`` profile) still gets a
+    caller's vendor fields, as the SDK's ``extra_body`` would send them.
+    """
+    params = {"temperature": 0.2, "num_denoising_steps": 16, "top_k": 5}
+    bodies, conversions = {}, {}
+    for profile in ("openai-api", "openai"):
+        server.script([Reply.text("ok")])
+        done = make(profile, server.base_url).complete(
+            CompletionRequest(messages=[USER], params=params, timeout_s=5)
+        )
+        bodies[profile], conversions[profile] = server.requests[-1].body, done.conversions
+    assert _openai(bodies["openai-api"]) == []
+    assert bodies["openai-api"]["temperature"] == 0.2
+    assert any("num_denoising_steps" in c and "top_k" in c for c in conversions["openai-api"])
+    assert _openai(bodies["openai"]) == ["num_denoising_steps", "top_k"]  # sent on purpose
+    assert PRESETS["openai"].dialect == "openai-api"
+
+
+def test_openai_fields_are_the_sdks_request_fields() -> None:
+    """OPENAI_FIELDS is what the installed SDK's request type declares, frame aside."""
+    import typing
+
+    from openai.types.chat import completion_create_params as params
+
+    declared = set(typing.get_type_hints(params.CompletionCreateParamsStreaming))
+    assert declared - {"model", "messages", "stream"} == set(OPENAI_FIELDS)
+
+
+def test_the_openai_sdk_check_refuses_what_the_sdk_type_refuses() -> None:
+    """The negative control of the openai checks: a wrong value raises, an unknown key is named."""
+    from pydantic import ValidationError
+
+    good = {"model": "m", "messages": [USER]}
+    assert _openai(good) == []
+    assert _openai({**good, "num_keep": 4}) == ["num_keep"]
+    with pytest.raises(ValidationError):
+        _openai({**good, "messages": [{"role": "user", "content": 3}]})
+    with pytest.raises(ValidationError):
+        _openai({**good, "tool_choice": {"type": "function"}})
 
 
 def test_sglang_declares_greedy_decoding_and_one_slot(server: ScriptedServer) -> None:

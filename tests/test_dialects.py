@@ -61,7 +61,8 @@ def test_resolve_dialect_names_mappings_and_errors() -> None:
 def test_policy_options_pick_the_dialect_and_check_diffusion_fields() -> None:
     config = BackendConfig(preset="dlmserve", options={"dialect": "local-diffusion"})
     assert dialect_for(config).name == "local-diffusion"
-    assert dialect_for(BackendConfig(model="gpt-5.2")).name == "openai"
+    assert dialect_for(BackendConfig(model="gpt-5.2")).name == "openai-api"  # the openai preset
+    assert dialect_for(BackendConfig(model="m", base_url="http://10.0.0.9/v1")).name == "openai"
     with pytest.raises(PolicyError, match="options.dialect"):
         dialect_for(BackendConfig(preset="dlmserve", options={"dialect": "nope"}), backend="x")
     policy = {

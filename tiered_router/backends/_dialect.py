@@ -215,11 +215,14 @@ OPENAI_FIELDS = frozenset(
         "max_tokens",
         "metadata",
         "modalities",
+        "moderation",
         "n",
         "parallel_tool_calls",
         "prediction",
         "presence_penalty",
         "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
         "reasoning_effort",
         "response_format",
         "safety_identifier",
@@ -238,7 +241,8 @@ OPENAI_FIELDS = frozenset(
         "web_search_options",
     }
 )
-"""OpenAI's chat-completions request fields beyond the frame (the openai SDK's ``create``)."""
+"""OpenAI's chat-completions request fields beyond the frame (the openai SDK's ``create``,
+``openai/types/chat/completion_create_params.py`` of openai 3.57; a test compares the two)."""
 
 
 # -- checks ------------------------------------------------------------------------------------

@@ -192,7 +192,8 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             model=None,
             kind="autoregressive",
             api_key_env="OPENAI_API_KEY",
-            latency=DIALECTS["openai"].latency,
+            dialect="openai-api",
+            latency=DIALECTS["openai-api"].latency,
             hosts=("api.openai.com",),
         ),
         "local-diffusion": Preset(
