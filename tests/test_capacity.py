@@ -132,7 +132,7 @@ def test_a_burst_on_a_one_slot_backend_sends_the_queue_to_the_frontier(
     assert router.latency.in_flight.count("llada") == 0  # every hold released
     # the measured latency replaces the model: 0.5 s a call now, so two fit in 1.5 s
     measured = router.latency.measured("llada")
-    assert measured is not None and 0.5 <= measured.latency_s < 0.75
+    assert measured is not None and 0.5 <= measured.latency_s < 1.0  # 0.5 s plus a loaded machine
     results = asyncio.run(burst())
     assert [r.tier for r in results].count("fast") == int(1.5 // measured.latency_s)
     router.close()

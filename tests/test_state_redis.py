@@ -716,7 +716,7 @@ def test_a_sent_record_redis_does_not_answer_in_time_is_counted_and_logged(
         with _pausing(redis_server) as watcher:
             returned, waited, failures = asyncio.run(main(watcher))
     assert returned == 2
-    assert waited < 0.1  # the turn did not wait for the paused Redis
+    assert waited < 0.3  # the turn did not wait for the paused Redis (600 ms)
     assert failures == 1
     assert "did not confirm a record of task 't'" in caplog.text
 
