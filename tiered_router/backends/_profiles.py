@@ -165,25 +165,26 @@ _DFASTLLM = frozenset(
     }
 )
 
+_GENERIC = DialectProfile(
+    name="openai",
+    params=OPENAI_PARAMS,
+    vendor_fields=True,
+    latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
+    checked="the openai SDK's own request types",
+)
+
 DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
     {
-        "openai": DialectProfile(
-            name="openai",
-            params=OPENAI_PARAMS,
-            vendor_fields=True,
-            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
-            checked="the openai SDK's own request types",
-        ),
-        "openai-api": DialectProfile(
+        "openai": _GENERIC,
+        # OpenAI's own API answers 400 "Unrecognized request argument supplied: <name>" to
+        # any field outside its set (open-webui/open-webui#14520: num_keep;
+        # xlinx/sd-webui-decadetw-auto-prompt-llm#29: top_k; coroot/coroot#698), so a vendor
+        # field a caller adds for another tier (a diffusion server's num_denoising_steps) is
+        # dropped and recorded, never sent to fail the frontier
+        "openai-api": replace(
+            _GENERIC,
             name="openai-api",
-            params=OPENAI_PARAMS,
-            # OpenAI's own API answers 400 "Unrecognized request argument supplied: <name>"
-            # to any field outside its set (open-webui/open-webui#14520: num_keep;
-            # xlinx/sd-webui-decadetw-auto-prompt-llm#29: top_k; coroot/coroot#698), so a
-            # vendor field a caller adds for another tier (a diffusion server's
-            # num_denoising_steps) is dropped and recorded, never sent to fail the frontier
             vendor_fields=False,
-            latency=LatencyModel(ttft_s=0.5, tokens_per_s=100.0),
             checked="the openai SDK's own request types, with no field they do not declare",
         ),
         "mercury-2": DialectProfile(
