@@ -212,7 +212,7 @@ def test_a_request_names_every_proxy_it_came_through_and_too_many_is_a_loop(
 ) -> None:
     from tiered_router.server._hops import MAX_HOPS
 
-    server.script([Reply.text("hello")] * 2, model="fast-model")
+    server.script([Reply.text("hello")] * 3, model="fast-model")
     settings = ServerSettings(port=0)
     app = create_app(make_policy(server), settings=settings, env={})
     with serving(app, free_port()) as url:
@@ -224,12 +224,15 @@ def test_a_request_names_every_proxy_it_came_through_and_too_many_is_a_loop(
             )
         assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
         assert server.requests[-1].headers.get(HOP) == f"p0, {settings.hop_id}"
+        junk = chat(url, **{HOP: f"p9, send this upstream, {'x' * 65},,"})
+        assert junk.status_code == 200
+        assert server.requests[-1].headers.get(HOP) == f"p9, {settings.hop_id}"  # ids only
         forwarded = chat(url, **{HOP: "p1, p2"})
         too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS + 1))})
         returned = chat(url, **{HOP: f"{settings.hop_id}, p2"})
     assert forwarded.status_code == 200, forwarded.text
     assert server.requests[-1].headers.get(HOP) == f"p1, p2, {settings.hop_id}"
-    assert len(server.requests) == 2  # the refused ones made no upstream call
+    assert len(server.requests) == 3  # the refused ones made no upstream call
     assert too_many.status_code == 508
     assert too_many.json()["error"]["code"] == "loop_detected"
     assert f"more than {MAX_HOPS}" in too_many.json()["error"]["message"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -69,11 +70,20 @@ def with_hop(policy: Policy, hop_id: str) -> Policy:
     return policy.model_copy(update={"backends": backends})
 
 
+_HOP_ID = re.compile(r"[0-9A-Za-z_.-]{1,64}")
+
+
 def hops_of(value: str | None) -> list[str]:
-    """The proxy ids in a hop header (one id, or several comma-separated), oldest first."""
+    """The proxy ids in a hop header (one id, or several comma-separated), oldest first.
+
+    A part that is no proxy id (empty, over 64 characters, or other than letters, digits,
+    ``_``, ``.`` and ``-``) is left out, so a client cannot have the proxy forward text of
+    its choosing upstream; at most ``MAX_HOPS + 1`` ids are read.
+    """
     if not value:
         return []
-    return [part.strip() for part in value.split(",") if part.strip()]
+    hops = [part.strip() for part in value.split(",")]
+    return [h for h in hops if _HOP_ID.fullmatch(h)][: MAX_HOPS + 1]
 
 
 def forward_chain(value: str | None, hop_id: str) -> str | None:
