@@ -211,10 +211,10 @@ def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
         ``run``, its decision changed (rule ``capacity.<backend>``) when over capacity.
     """
     decision = run.decision
-    if decision.tier != "fast" or decision.rule == "pinned" or not run.usable("frontier"):
+    if decision.tier != "fast" or decision.rule == "pinned":
         return run
-    est = expected_call(run, decision.backend, latency=latency)
-    if est is None:
+    est = expected_call(run, decision.backend, latency=latency)  # None: no queue modelled
+    if est is None or not run.usable("frontier"):
         return run
     why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
     task = run.task
