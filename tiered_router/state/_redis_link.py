@@ -12,7 +12,9 @@ different reasons:
 - the command itself, once written on a connection, is bounded by ``timeout_s`` (50 ms by
   default). The bound is measured on the event loop, so an answer that arrived while the
   loop was busy elsewhere is read before the bound is taken to have run out
-  (:class:`_Bound`): a loaded proxy's own lag does not count as a slow Redis.
+  (:class:`_Bound`): a loaded proxy's own lag does not count as a slow Redis. Loading a
+  script Redis lacks (its first use, or after a restart) is set-up, bounded like a
+  connection (:meth:`RedisLink._exchange`).
 
 redis-py's own retries are off. A failed command raises :class:`StateStoreUnavailable` (its
 turn uses in-process state), but Redis is taken to be down only after ``_DOWN_AFTER``
