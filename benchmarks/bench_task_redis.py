@@ -163,7 +163,18 @@ def burst(up_port: int, redis_url: str, size: int) -> dict[str, Any]:
             await router.aclose()
         return size, lost
 
-    turns, lost = asyncio.run(main())
+    import logging
+
+    # what the store said when something fell back (one warning per 30 s), for a failed row
+    said: list[str] = []
+    catcher = logging.Handler(logging.WARNING)
+    catcher.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    store_log = logging.getLogger("tiered_router.state")
+    store_log.addHandler(catcher)
+    try:
+        turns, lost = asyncio.run(main())
+    finally:
+        store_log.removeHandler(catcher)
     return {
         "part": "burst",
         "workers": 0,
@@ -173,6 +184,7 @@ def burst(up_port: int, redis_url: str, size: int) -> dict[str, Any]:
         "steps": steps_in_redis(redis_url, "burst", [task_id]),
         "fallbacks": lost,
         "rps": 0.0,
+        "said": said[:3],
     }
 
 
@@ -223,6 +235,10 @@ def main() -> None:
             f"{r['steps']:>6} {r['fallbacks']:>9.0f} {r['rps']:>7.0f}  "
             f"{'yes' if r['exact'] else 'NO'}"
         )
+    for r in rows:
+        for line in r.get("said") or ():
+            if not r["exact"]:
+                print(f"  {r['part']} {r['concurrency']}: {line}")
     exact = sum(r["exact"] for r in rows)
     print(f"\n{exact} of {len(rows)} runs exact (steps in Redis == turns sent, 0 fallbacks)")
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from tiered_router.exceptions import TieredRouterError
 from tiered_router.state._base import (
     Admission,
     BreakerSnapshot,
@@ -78,11 +79,14 @@ class SafeStateStore:
             self.failures += 1
         if not self._warnings.due():
             return
+        # our own errors' messages name where and why, never a secret (StateStoreUnavailable:
+        # "Redis state store at host:port failed: TimeoutError"); others' only their type
+        why = f"{type(exc).__name__}: {exc}" if isinstance(exc, TieredRouterError) else ""
         logger.warning(
             "state store %s failed in %s (%s); using in-process state",
             type(self.store).__name__,
             op,
-            type(exc).__name__,
+            why or type(exc).__name__,
         )
 
     def _run(self, op: str, primary: Callable[[], _T], fallback: Callable[[], _T]) -> _T:
