@@ -314,6 +314,12 @@ def test_openai_api_drops_a_vendor_field_its_api_would_refuse(server: ScriptedSe
     assert any("num_denoising_steps" in c and "top_k" in c for c in conversions["openai-api"])
     assert _openai(bodies["openai"]) == ["num_denoising_steps", "top_k"]  # sent on purpose
     assert PRESETS["openai"].dialect == "openai-api"
+    # the escape hatch backends.md gives for a field newer than the SDK: the generic profile
+    server.script([Reply.text("ok")])
+    make("openai-api", server.base_url, options={"dialect": "openai"}).complete(
+        CompletionRequest(messages=[USER], params={"brand_new_field": 1}, timeout_s=5)
+    )
+    assert server.requests[-1].body["brand_new_field"] == 1
 
 
 def test_openai_fields_are_the_sdks_request_fields() -> None:
