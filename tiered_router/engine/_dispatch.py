@@ -209,9 +209,13 @@ class Dispatcher:
                     raise BackendUnavailable("circuit breaker is open", backend=name)
                 try:
                     value = once(backend, request)
-                except (BackendError, AssertionError):
+                except (BackendError, AssertionError) as exc:
+                    if abandoned():  # no longer wanted: its failure says nothing of the backend
+                        raise Abandoned from exc
                     raise
                 except Exception as exc:
+                    if abandoned():
+                        raise Abandoned from exc
                     raise unexpected_error(exc, name) from exc
                 if abandoned():
                     raise Abandoned
@@ -280,30 +284,58 @@ class Dispatcher:
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def call(
-        self, run: TurnRun, tier: Tier, once: Callable[[Backend, CompletionRequest], _T]
+        self,
+        run: TurnRun,
+        tier: Tier,
+        once: Callable[[Backend, CompletionRequest], _T],
+        *,
+        abandoned: Callable[[], bool] | None = None,
     ) -> Call[_T]:
-        """Sync twin of :meth:`acall`."""
+        """Sync twin of :meth:`acall`.
+
+        ``abandoned`` (a hedge or the fast side of a race, on a thread): once it says so,
+        the call is no longer wanted and the turn has traced it as cancelled. The call then
+        raises :class:`Abandoned`: no retry starts, no in-flight count is taken or kept,
+        and neither its answer nor its failure reaches the breaker (neutral, as a cancelled
+        async call).
+        """
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
         breaker = self.breaker(name)
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
         )
+        gone = abandoned or (lambda: False)
         for attempt in loop:
             with attempt:
+                if gone():
+                    raise Abandoned
                 started = self.clock()
                 try:
                     request = run.request(name)
                     run.hold(name, self.in_flight.acquire)
+                    if gone():  # decided while the hold was taken: give it back
+                        run.release_hold(name)
+                        raise Abandoned
                     with breaker.guard() as guard:
                         if not guard.allowed and self._may_route_around_sync(run, tier):
                             raise BackendUnavailable("circuit breaker is open", backend=name)
                         try:
-                            return once(backend, request), backend, started
-                        except (BackendError, AssertionError):
+                            value = once(backend, request)
+                        except (BackendError, AssertionError) as exc:
+                            if gone():
+                                raise Abandoned from exc
                             raise
                         except Exception as exc:
+                            if gone():
+                                raise Abandoned from exc
                             raise unexpected_error(exc, name) from exc
+                        if gone():
+                            raise Abandoned
+                        return value, backend, started
+                except Abandoned:
+                    run.release_hold(name)
+                    raise
                 except BackendError as exc:
                     run.record_error(tier, name, backend.model, exc, self.clock() - started)
                     raise

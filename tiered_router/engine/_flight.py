@@ -153,10 +153,17 @@ class Flight:
                     panel.take(tasks[task], *task.result())
         except BaseException:
             await _acancel_all(pending)
-            if "fast" in run.cancelling:  # a hedge answered first
-                panel.abandon(run, self._cut(tasks, pending, clock() - begun))
+            pending = _take_late(panel, tasks, pending)
+            # a hedge answered first, or the turn was cut short: either way every draft is
+            # traced (the ones that answered with their cost, the others as cancelled)
+            cut = self._cut(tasks, pending, clock() - begun)
+            if "fast" in run.cancelling:
+                panel.abandon(run, cut)
+            else:
+                panel.abandon(run, cut, reason="the turn was cut short")
             raise
         await _acancel_all(pending)
+        pending = _take_late(panel, tasks, pending)
         return panel.settle(run, self._cut(tasks, pending, clock() - begun))
 
     def _cut(
@@ -175,6 +182,20 @@ class Flight:
         except BackendError as exc:
             return exc, backend.model, clock() - begun
         return completion, backend.model, clock() - begun
+
+
+def _take_late(
+    panel: Panel, tasks: dict[Any, tuple[DraftSpec, ...]], pending: set[Any]
+) -> set[Any]:
+    """Take the drafts that answered before they could be cancelled; return the others.
+
+    A draft can end between the panel's last look and the cancelling of the rest: it has an
+    answer (and a cost), so it is an arrival, not a cut draft.
+    """
+    late = [t for t in pending if t.done() and not t.cancelled() and t.exception() is None]
+    for task in sorted(late, key=lambda t: tasks[t][0].index):
+        panel.take(tasks[task], *task.result())
+    return pending - set(late)
 
 
 def calls(plan: PanelPlan) -> list[tuple[DraftSpec, ...]]:

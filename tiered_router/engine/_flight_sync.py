@@ -5,7 +5,8 @@ pool made for the turn; the calling thread waits for them and reports to the mac
 the async driver does. A sync HTTP call cannot be interrupted: a call the turn no longer
 wants is traced as cancelled at once, and its thread is left to end on its own (its
 answer is dropped and its breaker records it as neutral: :class:`~tiered_router.engine.
-_dispatch.Abandoned`), within the call's timeout.
+_dispatch.Abandoned`), within the call's timeout; it starts no retry and keeps no in-flight
+count.
 """
 
 from __future__ import annotations
@@ -76,13 +77,28 @@ class SyncFlight:
         stop: threading.Event,
         lock: threading.Lock,
     ) -> Tier | None:
-        fast_stop = threading.Event()
+        fast_stop, hedge_stop = threading.Event(), threading.Event()
+        try:
+            return self._race_on(run, panel, hedge_s, pool, lock, fast_stop, hedge_stop)
+        finally:  # however the race ended, a call still running is no longer wanted
+            fast_stop.set()
+            hedge_stop.set()
+
+    def _race_on(
+        self,
+        run: TurnRun,
+        panel: PanelPlan | None,
+        hedge_s: float,
+        pool: ThreadPoolExecutor,
+        lock: threading.Lock,
+        fast_stop: threading.Event,
+        hedge_stop: threading.Event,
+    ) -> Tier | None:
         fast_begun = self._dispatch.clock()
         fast = pool.submit(self._fast, run, panel, pool, fast_stop, lock)
         done, _ = wait({fast}, timeout=hedge_s) if hedge_s > 0 else (set(), None)
         if fast in done:
             return fast.result()  # decided before the hedge was due
-        hedge_stop = threading.Event()
         begun = self._dispatch.clock()
         with lock:
             run.roles["frontier"] = "hedge"
@@ -122,8 +138,10 @@ class SyncFlight:
 
     def _hedge(self, run: TurnRun, stop: threading.Event) -> Any:
         try:
-            completion, backend, begun = self._dispatch.call(run, "frontier", self._complete)
-        except BackendError:
+            completion, backend, begun = self._dispatch.call(
+                run, "frontier", self._complete, abandoned=stop.is_set
+            )
+        except (BackendError, Abandoned):
             return None
         if stop.is_set():
             return None
@@ -143,7 +161,11 @@ class SyncFlight:
             return self._panel(run, plan, pool, stop, lock)
         begun = self._dispatch.clock()
         try:
-            completion, backend, begun = self._dispatch.call(run, "fast", self._complete)
+            completion, backend, begun = self._dispatch.call(
+                run, "fast", self._complete, abandoned=stop.is_set
+            )
+        except Abandoned:
+            return None  # the hedge answered first; the call is traced as cancelled
         except BackendError as exc:
             with lock:
                 return None if stop.is_set() else run.after_error("fast", exc)
@@ -176,6 +198,14 @@ class SyncFlight:
                 if value is not None:
                     panel.take(futures[future], value, model, latency)
         drop.set()
+        # a draft that answered after the last look (but before the drop) is an answer with
+        # a cost, not a cut draft, as on the async path
+        late = sorted((f for f in pending if f.done()), key=lambda f: futures[f][0].index)
+        for future in late:
+            value, model, latency = future.result()
+            if value is not None:
+                panel.take(futures[future], value, model, latency)
+        pending -= set(late)
         cut = cut_drafts(self._dispatch, [futures[f] for f in pending], clock() - begun)
         with lock:
             if stop.is_set():

@@ -152,6 +152,14 @@ class TurnRun:
         if backend not in self._holds:
             self._holds[backend] = acquire(backend)
 
+    def release_hold(self, backend: str) -> None:
+        """Stop counting ``backend``'s call as in flight without recording an attempt.
+
+        For a sync call given up after the turn traced it (:class:`~tiered_router.engine.
+        _dispatch.Abandoned`).
+        """
+        self._release(backend)
+
     def _release(self, backend: str | None = None) -> None:
         for name in [backend] if backend is not None else list(self._holds):
             release = self._holds.pop(name, None)

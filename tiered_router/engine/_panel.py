@@ -212,14 +212,24 @@ class Panel:
 
     # -- settling into the turn ----------------------------------------------------------
 
-    def abandon(self, run: TurnRun, cancelled: list[tuple[DraftSpec, str, float]]) -> None:
-        """Record the drafts of a panel the turn no longer needs (a hedge answered first)."""
+    def abandon(
+        self,
+        run: TurnRun,
+        cancelled: list[tuple[DraftSpec, str, float]],
+        *,
+        reason: str = "the hedged frontier call answered first",
+    ) -> None:
+        """Record the drafts of a panel the turn no longer needs.
+
+        A hedge answered first, or the turn itself was cut short (the caller cancelled it):
+        the drafts that answered are traced with their cost, the others as cancelled.
+        """
         index_of = self._record_all(run, {}, cancelled)
         result = self.tally()
         run.panel = {
             **self._summary(result, index_of, bool(self.arrivals)),
             "agreed": False,
-            "reason": "the hedged frontier call answered first",
+            "reason": reason,
         }
 
     def _record_all(
