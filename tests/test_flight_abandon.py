@@ -109,4 +109,3 @@ def test_a_caller_cancelling_a_panel_gets_every_draft_traced(server: ScriptedSer
     answered = [d for d in drafts if not d.cancelled]
     assert answered[0].ok and answered[0].cost > 0 and trace.cost == answered[0].cost
     assert trace.panel is not None and trace.panel["reason"] == "the turn was cut short"
-
