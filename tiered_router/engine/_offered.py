@@ -17,9 +17,16 @@ from dataclasses import replace
 
 from tiered_router.gate._schema import parse_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
-from tiered_router.turn import Completion, CompletionChunk, Turn
+from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
 
-__all__ = ["DROPPED_CALLS", "CallHold", "call_problems", "checked_verdict", "without_calls"]
+__all__ = [
+    "DROPPED_CALLS",
+    "CallHold",
+    "call_problems",
+    "checked_verdict",
+    "whole_calls",
+    "without_calls",
+]
 
 DROPPED_CALLS = "tool calls to tools not offered, or with arguments not JSON, dropped"
 """The conversion recorded when a returned draft's calls were taken off."""
@@ -70,6 +77,31 @@ def without_calls(completion: Completion) -> Completion:
     )
 
 
+def whole_calls(
+    chunks: list[CompletionChunk], completion: Completion
+) -> list[CompletionChunk] | None:
+    """``chunks`` with their tool-call fragments replaced by ``completion``'s checked calls.
+
+    The calls go out whole, one delta each (index, id, name and arguments), where the first
+    fragment was: whatever fragments a server sent (a name in two pieces, a repeated name,
+    sparse indexes), the caller can rebuild only the calls that were checked. ``None`` when
+    ``completion`` has calls and ``chunks`` no fragment to put them in place of.
+    """
+    calls = tuple(
+        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
+        for i, c in enumerate(completion.tool_calls)
+    )
+    out = []
+    for chunk in chunks:
+        if chunk.tool_calls:
+            chunk, calls = replace(chunk, tool_calls=calls), ()
+            if not (chunk.tool_calls or chunk.text or chunk.finish_reason or chunk.usage):
+                if not (chunk.reasoning or chunk.refusal or chunk.conversions):
+                    continue
+        out.append(chunk)
+    return None if calls else out
+
+
 class CallHold:
     """Holds a live stream's chunks from its first tool-call fragment on.
 
@@ -92,11 +124,12 @@ class CallHold:
         self._held.append(chunk)
         return []
 
-    def release(self, problems: tuple[str, ...]) -> list[CompletionChunk]:
-        """The held chunks: as they came, or without their calls when there are problems."""
+    def release(self, problems: tuple[str, ...], checked: Completion) -> list[CompletionChunk]:
+        """The held chunks: with ``checked``'s calls whole, or without calls for ``problems``."""
         held, self._held = self._held or [], None
-        if not problems:
-            return held
+        whole = None if problems else whole_calls(held, checked)
+        if whole is not None:
+            return whole
         out = []
         for chunk in held:
             finish = "stop" if chunk.finish_reason == "tool_calls" else chunk.finish_reason
