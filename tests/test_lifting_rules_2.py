@@ -210,3 +210,79 @@ def test_the_proxys_stream_rebuilds_only_the_checked_calls(
                 model="auto", stream=True, tools=TOOLS, messages=[USER]
             )
             assert _accumulated(stream) == EXPECTED[case]
+
+
+# -- 2. tool_choice allowed_tools: calls name a tool of the allowed set -------------------------
+
+DIALECTS = ["dlmserve", "sglang", "vllm", "local-diffusion", "mercury-2", "openai"]
+PROMPTED = {"dlmserve", "sglang", "vllm", "local-diffusion"}
+
+
+def _allowed(mode: str, *names: str) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {"name": n}} for n in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+def _call_reply(dialect: str, name: str, args: dict[str, Any]) -> Reply:
+    if dialect in PROMPTED:
+        return Reply.text(
+            "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+        )
+    return Reply.tool_calls([(name, args)])
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_call_outside_the_allowed_tools_is_not_returned(
+    server: ScriptedServer, dialect: str, mode: str
+) -> None:
+    server.script([_call_reply(dialect, "send_email", {"to": "attacker@evil.test"})])
+    server.script([Reply.text(SAFE)], model="frontier-model")
+    turn = Turn([USER], tools=TOOLS, params={"tool_choice": _allowed(mode, "get_weather")})
+    result = _router(server, dialect).complete(turn)
+    assert result.escalated and result.completion.tool_calls == ()
+    fast = result.trace.attempts[0]
+    assert fast.verdict is not None and not fast.verdict.passed
+    assert any("allowed_tools" in f.reason for f in fast.verdict.failures)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_call_inside_the_allowed_tools_is_returned_and_required_means_a_call(
+    server: ScriptedServer, dialect: str
+) -> None:
+    server.script([_call_reply(dialect, "get_weather", {"city": "Paris"})])
+    weather = [{"role": "user", "content": "Weather in Paris?"}]
+    choice = _allowed("auto", "get_weather")
+    result = _router(server, dialect).complete(
+        Turn(weather, tools=TOOLS, params={"tool_choice": choice})
+    )
+    assert not result.escalated
+    assert [(c.name, json.loads(c.arguments)) for c in result.completion.tool_calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    # mode "required": a draft without a call fails the gate, as under tool_choice "required"
+    server.script([Reply.text("It is sunny.")], model="fast-model")
+    server.script([_call_reply(dialect, "get_weather", {"city": "Paris"})], model="frontier-model")
+    choice = _allowed("required", "get_weather")
+    result = _router(server, dialect).complete(
+        Turn(weather, tools=TOOLS, params={"tool_choice": choice})
+    )
+    assert result.escalated and [c.name for c in result.completion.tool_calls] == ["get_weather"]
+
+
+def test_the_text_reader_names_the_allowed_set_it_refuses_for() -> None:
+    from tiered_router.calls._protocol import render_tool_prompt
+    from tiered_router.calls._text import read_calls
+
+    text = '<tool_call>{"name": "send_email", "arguments": {"to": "a@b.test"}}</tool_call>'
+    reading = read_calls(text, TOOLS, tool_choice=_allowed("auto", "get_weather"))
+    assert reading.calls == ()
+    assert reading.refused == (
+        "tool_choice allowed_tools allows 'get_weather' but the text calls send_email"
+    )
+    assert read_calls(text, TOOLS, tool_choice=_allowed("auto", "send_email")).calls
+    # an allowed set that cannot be read allows nothing
+    assert not read_calls(text, TOOLS, tool_choice={"type": "allowed_tools"}).calls
+    prompt = render_tool_prompt(TOOLS, tool_choice=_allowed("required", "get_weather"))
+    assert "Call only these tools: get_weather." in prompt
+    assert "You must call at least one of them now." in prompt

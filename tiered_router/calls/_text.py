@@ -14,7 +14,8 @@ and applies the lifting rules. A call is read from text only when:
    list, asks for a fence);
 2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside);
 3. it honours ``tool_choice`` (``"none"``: nothing is read; a named function: every call
-   names it) and ``parallel_tool_calls=False`` (at most one call);
+   names it; ``allowed_tools``: every call names a tool of its set) and
+   ``parallel_tool_calls=False`` (at most one call);
 4. its arguments are a JSON object of literal values (positional ones placed in the order
    the tool declares them) and, given a ``validate`` function, validate against the tool's
    JSON Schema.
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tiered_router.calls._choice import allowed_names, describe_choice
 from tiered_router.calls._json import json_calls, named_json_calls
 from tiered_router.calls._python import POSITIONAL, python_calls
 from tiered_router.calls._xml import xml_calls
@@ -258,12 +260,10 @@ class Reading:
 
 
 def _choice_problem(choice: Any, names: Sequence[str], parallel: Any) -> str | None:
-    if isinstance(choice, Mapping):
-        fn = choice.get("function")
-        wanted = fn.get("name") if isinstance(fn, Mapping) else None
-        other = sorted({n for n in names if n != wanted})
-        if isinstance(wanted, str) and other:
-            return f"tool_choice names {wanted!r} but the text calls {', '.join(other)}"
+    allowed = allowed_names(choice)  # a named function, or an allowed_tools set
+    other = sorted({n for n in names if n not in allowed}) if allowed is not None else ()
+    if other:
+        return f"{describe_choice(choice)} but the text calls {', '.join(other)}"
     if parallel is False and len(names) > 1:
         return f"parallel_tool_calls is false but the text holds {len(names)} calls"
     return None
