@@ -29,7 +29,7 @@ from agent_shapes import WEATHER
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from routerkit import make_policy, tracked
 
-from tiered_router import Router, Turn
+from tiered_router import GateFailed, Router, Turn
 from tiered_router.openai import AsyncTieredOpenAI, TieredOpenAI
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.turn import CompletionChunk
@@ -286,3 +286,78 @@ def test_the_text_reader_names_the_allowed_set_it_refuses_for() -> None:
     prompt = render_tool_prompt(TOOLS, tool_choice=_allowed("required", "get_weather"))
     assert "Call only these tools: get_weather." in prompt
     assert "You must call at least one of them now." in prompt
+
+
+# -- 3. native arguments parse strictly ------------------------------------------------------
+
+TRANSFER = {
+    "type": "function",
+    "function": {
+        "name": "transfer",
+        "description": "Transfer an amount to an account.",
+        "parameters": {
+            "type": "object",
+            "properties": {"amount": {"type": "number"}, "to": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    },
+}
+AMBIGUOUS = {
+    "1e400": '{"amount": 1e400}',
+    "-1e400": '{"amount": -1e400}',
+    "a 400-digit integer": '{"amount": 1' + "0" * 400 + "}",
+    "a key given twice": '{"to": "attacker@evil.test", "to": "savings"}',
+    "a lone surrogate": '{"to": "\\udc00savings"}',
+}
+VARIANTS = {
+    "gated": {},
+    "frontier not gated": {"gate": {"check_frontier": False}},
+    "raise": {"escalation": {"when_frontier_fails_gate": "raise"}},
+}
+
+
+# under raise, the numbers failed the schema already (GateFailed before the strict parse)
+CASES = [(a, v) for a in AMBIGUOUS for v in VARIANTS if v != "raise" or a.startswith("a ")]
+CASES.remove(("a 400-digit integer", "raise"))
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("dialect", ["openai", "mercury-2"])
+@pytest.mark.parametrize(("args", "variant"), CASES, ids=[f"{a}-{v}" for a, v in CASES])
+def test_native_arguments_that_clients_read_apart_never_reach_the_caller(
+    server: ScriptedServer, args: str, dialect: str, streamed: bool, variant: str
+) -> None:
+    reply = Reply.tool_calls([("transfer", AMBIGUOUS[args])])
+    server.script([reply.streamed() if streamed else reply], model="fast-model")
+    server.script([reply.streamed() if streamed else reply], model="frontier-model")
+    router = _router(server, dialect, **VARIANTS[variant])
+    turn = Turn([{"role": "user", "content": "Move my money to savings."}], tools=[TRANSFER])
+    if variant == "raise":
+        with pytest.raises(GateFailed):
+            list(router.stream(turn)) if streamed else router.complete(turn)
+        return
+    if streamed:
+        stream = router.stream(turn)
+        assert [d for c in stream for d in c.tool_calls] == []
+        result = stream.result
+    else:
+        result = router.complete(turn)
+    assert result.completion.tool_calls == () and result.completion.finish_reason == "stop"
+    fast = result.trace.attempts[0]
+    assert fast.verdict is not None and "tool_arguments" in fast.verdict.failed_checks
+
+
+def test_strict_arguments_say_why() -> None:
+    from tiered_router.gate._schema import parse_strict_json
+
+    reasons = {}
+    for case, text in AMBIGUOUS.items():
+        with pytest.raises(ValueError) as raised:
+            parse_strict_json(text)
+        reasons[case] = str(raised.value)
+    assert reasons["1e400"] == "the number 1e400 is beyond a float's range"
+    assert reasons["a key given twice"] == "the key 'to' is given twice"
+    assert reasons["a lone surrogate"] == "a string holds a lone surrogate (not UTF-8 text)"
+    # a surrogate pair is one character, and ordinary values pass
+    text = '{"to": "\\ud83d\\ude00", "amount": [1.5, 2, {"a": null}]}'
+    assert parse_strict_json(text) == {"to": "\U0001f600", "amount": [1.5, 2, {"a": None}]}

@@ -3,7 +3,8 @@
 Whichever tier wrote a draft and however its calls were made (a native server's
 ``tool_calls``, calls lifted from text by the gate or by a prompted-tools dialect), the
 engine checks the calls it is about to return: each must name a tool the turn offers and
-carry arguments that parse as a JSON object (strict JSON: no ``NaN``; an empty string,
+carry arguments that parse as a JSON object (strict JSON: no ``NaN``, no number beyond a
+float's range such as ``1e400``, no key given twice, no lone surrogate; an empty string,
 which servers send for a call without arguments, counts as ``{}``). A draft with any other
 call fails the gate (``tool_arguments``), even where the policy's gate would not have
 checked it, and is never returned with those calls: ``when_frontier_fails_gate: raise``
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiered_router.gate._schema import parse_json
+from tiered_router.gate._schema import parse_strict_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
 
@@ -48,9 +49,10 @@ def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
         if not call.arguments.strip():
             continue
         try:
-            args = parse_json(call.arguments)
-        except ValueError:
-            args = None
+            args = parse_strict_json(call.arguments)
+        except ValueError as exc:
+            problems.append(f"tool_calls[{i}] ({call.name}): arguments are not JSON: {exc}")
+            continue
         if not isinstance(args, dict):
             problems.append(f"tool_calls[{i}] ({call.name}): arguments are not a JSON object")
     return tuple(problems)

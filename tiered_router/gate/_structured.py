@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tiered_router.calls._choice import allowed_names, describe_choice, requires_call
-from tiered_router.gate._schema import SchemaCache, default_schema_cache, parse_json
+from tiered_router.gate._schema import (
+    SchemaCache,
+    default_schema_cache,
+    parse_json,
+    parse_strict_json,
+)
 from tiered_router.turn import Completion, Turn
 
 __all__ = ["JsonSchemaCheck", "ToolArgumentsCheck"]
@@ -112,7 +117,8 @@ class ToolArgumentsCheck:
 
     - the tool must be declared in the turn (an unknown tool is named, with the declared
       ones); tool calls when the turn declared no tools fail;
-    - its ``arguments`` must parse as a JSON object (an empty string counts as ``{}``);
+    - its ``arguments`` must parse as a JSON object (an empty string counts as ``{}``),
+      strictly: no number beyond a float's range, no key given twice, no lone surrogate;
     - the object must validate against the tool's ``parameters`` schema, with JSON paths.
 
     The turn's ``tool_choice`` (in ``turn.params``) is honoured too: ``"required"``, a
@@ -155,7 +161,7 @@ class ToolArgumentsCheck:
                 continue
             where = f"tool_calls[{i}] ({call.name})"
             try:
-                args = parse_json(call.arguments) if call.arguments.strip() else {}
+                args = parse_strict_json(call.arguments) if call.arguments.strip() else {}
             except ValueError as exc:
                 reasons.append(f"{where}: arguments are not valid JSON: {exc}")
                 continue
