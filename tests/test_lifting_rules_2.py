@@ -361,3 +361,56 @@ def test_strict_arguments_say_why() -> None:
     # a surrogate pair is one character, and ordinary values pass
     text = '{"to": "\\ud83d\\ude00", "amount": [1.5, 2, {"a": null}]}'
     assert parse_strict_json(text) == {"to": "\U0001f600", "amount": [1.5, 2, {"a": None}]}
+
+
+# -- 4. a name offered as written is that tool --------------------------------------------------
+
+
+def _path_tool(name: str, description: str) -> dict[str, Any]:
+    params = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    fn = {"name": name, "description": description, "parameters": params}
+    return {"type": "function", "function": fn}
+
+
+def _tagged(name: str) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": {"path": "/"}}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_exact_name_wins_over_an_alias(server: ScriptedServer, dialect: str) -> None:
+    tools = [_path_tool("files_stat", "Show a file's size."), _path_tool("files.stat", "Delete.")]
+    user = [{"role": "user", "content": "Show the size of the file at path /."}]
+    for written in ("files_stat", "files.stat", "functions.files_stat"):
+        server.script([Reply.text(_tagged(written))], model="fast-model")
+        result = _router(server, dialect).complete(Turn(user, tools=tools))
+        assert not result.escalated, written
+        expected = written.removeprefix("functions.")
+        assert [c.name for c in result.completion.tool_calls] == [expected]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_an_alias_of_two_offered_tools_is_not_lifted(server: ScriptedServer, dialect: str) -> None:
+    tools = [_path_tool("files.stat_all", "Show sizes."), _path_tool("files_stat.all", "Delete.")]
+    server.script([Reply.text(_tagged("files_stat_all"))], model="fast-model")
+    server.script([Reply.text(SAFE)], model="frontier-model")
+    user = [{"role": "user", "content": "Show the sizes of the files at path /."}]
+    result = _router(server, dialect).complete(Turn(user, tools=tools))
+    assert result.escalated and result.completion.tool_calls == ()
+    fast = result.trace.attempts[0]
+    assert fast.verdict is not None and "tool_call_in_text" in fast.verdict.failed_checks
+
+
+def test_the_reader_says_which_tools_an_ambiguous_alias_may_be() -> None:
+    from tiered_router.calls._text import read_calls
+
+    tools = [_path_tool("files.stat_all", "a"), _path_tool("files_stat.all", "b")]
+    reading = read_calls(_tagged("files_stat_all"), tools)
+    assert reading.calls == ()
+    assert (
+        reading.refused
+        == "the text calls 'files_stat_all', which may be files.stat_all or files_stat.all"
+    )
+    both = [_path_tool("files_stat", "a"), _path_tool("files.stat", "b")]
+    assert [n for n, _ in read_calls(_tagged("files_stat"), both).calls] == ["files_stat"]
+    assert [n for n, _ in read_calls(_tagged("files.stat"), both).calls] == ["files.stat"]
+    assert [n for n, _ in read_calls(_tagged("files.stat"), both[:1]).calls] == ["files_stat"]

@@ -12,7 +12,9 @@ and applies the lifting rules. A call is read from text only when:
    ``<think>...</think>`` block is split off as reasoning and never read for calls), not an
    example inside a Markdown fence (only Command R's format, ``Action:`` then a fenced
    list, asks for a fence);
-2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside);
+2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside: a name that
+   is offered as written is that tool; an alias is read only when no offered name matches
+   exactly, and an alias of two offered tools is not lifted);
 3. it honours ``tool_choice`` (``"none"``: nothing is read; a named function: every call
    names it; ``allowed_tools``: every call names a tool of its set) and
    ``parallel_tool_calls=False`` (at most one call);
@@ -99,14 +101,30 @@ def tool_specs(tools: ToolsLike) -> dict[str, ToolSpec]:
     return out
 
 
+def _meant(written: str, specs: Mapping[str, ToolSpec]) -> list[str]:
+    """The offered tools a written name may mean: itself when offered, else its aliases.
+
+    An offered name matches exactly first (``functions.`` dropped, OpenAI's namespace); only
+    when none does is ``a.b`` read for ``a_b`` (or the other way), which may match several.
+    """
+    bare = [written]
+    if written.startswith(("functions.", "functions_")):
+        bare.append(written[len("functions.") :])
+    for name in bare:
+        if name in specs:
+            return [name]
+    for name in bare:
+        key = name.replace(".", "_")
+        aliases = [offered for offered in specs if offered.replace(".", "_") == key]
+        if aliases:
+            return aliases
+    return []
+
+
 def _declared_name(written: str, specs: Mapping[str, ToolSpec]) -> str | None:
-    """The offered tool a written name means (``a.b`` for ``a_b``, ``functions.`` dropped)."""
-    spellings = {name.replace(".", "_"): name for name in specs}
-    key = written.replace(".", "_")
-    name = spellings.get(key)
-    if name is None and key.startswith("functions_"):  # OpenAI's "functions." namespace
-        name = spellings.get(key[len("functions_") :])
-    return name
+    """The offered tool a written name means, or ``None`` (none, or more than one alias)."""
+    meant = _meant(written, specs)
+    return meant[0] if len(meant) == 1 else None
 
 
 def _place(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any] | None:
@@ -313,6 +331,9 @@ def _resolved(
     calls: Calls = []
     for name_written, args in written:
         name = _declared_name(name_written, specs)
+        meant = _meant(name_written, specs) if name is None else []
+        if len(meant) > 1:
+            return [], f"the text calls {name_written!r}, which may be {' or '.join(meant)}"
         if name is None:
             offered = ", ".join(sorted(specs))
             return [], f"the text calls {name_written!r}, a tool not offered (offered: {offered})"
