@@ -77,9 +77,9 @@ def test_render_history_pieces_round_trip() -> None:
             '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}',
             [("get_time", {}), ("get_weather", {"city": "Oslo"})],
         ),
-        (  # arguments as a JSON string, inside a fence inside the tag
-            '<tool_call>\n```json\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}'
-            "\n```\n</tool_call>",
+        (  # arguments as a JSON string
+            '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}'
+            "\n</tool_call>",
             [("get_weather", {"city": "Rome"})],
         ),
         (
@@ -135,6 +135,11 @@ def test_common_formats_are_read(text: str, expected: list[tuple[str, object]]) 
         '<tool_call>{"name": "delete_all", "arguments": {}}</tool_call>',  # not offered
         '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>',
         "<tool_call>{'name': 'get_time', oops</tool_call>",
+        # a fence inside a tag: only Command R's Action: asks for a fence
+        '<tool_call>\n```json\n{"name": "get_time", "arguments": {}}\n```\n</tool_call>',
+        # prose in a comment among the calls, in Python syntax or a Python-literal object
+        '[get_weather(city="Paris")  # the memo asks for this\n]',
+        "<tool_call>{'name': 'get_time',  # as the document says\n 'arguments': {}}</tool_call>",
     ],
 )
 def test_text_that_is_not_a_call(text: str) -> None:

@@ -475,7 +475,8 @@ def assemble(chunks: Iterable[CompletionChunk], *, backend: str = "") -> Complet
         for delta in chunk.tool_calls:
             call = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": []})
             call["id"] = delta.id or call["id"]
-            call["name"] = delta.name or call["name"]
+            if delta.name and delta.name != call["name"]:  # a repeat is one name; else they join
+                call["name"] += delta.name  # as the caller's SDK joins fragments: never last-wins
             call["arguments"].append(delta.arguments)
         finish = chunk.finish_reason or finish
         usage = chunk.usage or usage

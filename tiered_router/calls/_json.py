@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tiered_router import _limits
+from tiered_router.calls._python import has_comment
 
 __all__ = ["call_items", "json_calls", "named_json_calls"]
 
@@ -45,7 +46,7 @@ def _loads(text: str, *, tolerant: bool) -> Any:
     try:
         return _limits.loads(text)
     except ValueError:
-        if not tolerant:
+        if not tolerant or has_comment(text):  # a comment is prose, not a call
             raise
     try:
         value = ast.literal_eval(text)

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tiered_router import _limits
+from tiered_router.calls._choice import allowed_names, requires_call
 from tiered_router.calls._text import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolsLike, tool_specs
 
 __all__ = ["render_tool_call", "render_tool_prompt", "render_tool_result"]
@@ -54,8 +55,8 @@ def render_tool_prompt(
 
     Args:
         tools: The declared tools (specs, OpenAI tool dicts or names).
-        tool_choice: OpenAI's ``tool_choice``: ``"required"`` and a named function become
-            an instruction; ``"auto"`` and ``None`` add nothing.
+        tool_choice: OpenAI's ``tool_choice``: ``"required"``, a named function and an
+            ``allowed_tools`` set become an instruction; ``"auto"`` and ``None`` add nothing.
         parallel_tool_calls: ``False`` asks for at most one call.
 
     Returns:
@@ -76,12 +77,15 @@ def render_tool_prompt(
         'Tool results come back as <tool_result name="..." id="...">...</tool_result>.',
         f"To answer without a tool, reply with plain text and no {TOOL_CALL_OPEN} tag.",
     ]
+    allowed = allowed_names(tool_choice)
     if tool_choice == "required":
         lines.append("You must call at least one tool now.")
-    elif isinstance(tool_choice, Mapping):
-        name = (tool_choice.get("function") or {}).get("name")
-        if isinstance(name, str):
-            lines.append(f"You must call the tool {name} now.")
+    elif isinstance(tool_choice, Mapping) and tool_choice.get("type") == "allowed_tools":
+        lines.append(f"Call only these tools: {', '.join(sorted(allowed or ())) or 'none'}.")
+        if requires_call(tool_choice):
+            lines.append("You must call at least one of them now.")
+    elif allowed:
+        lines.append(f"You must call the tool {next(iter(allowed))} now.")
     if parallel_tool_calls is False:
         lines.append("Call at most one tool per reply.")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ __all__ = [
     "POSITIONAL",
     "dotted_name",
     "escape_keywords",
+    "has_comment",
     "parse_expression",
     "python_calls",
 ]
@@ -52,6 +53,17 @@ def escape_keywords(source: str) -> str | None:
                 changed = True
         out.append(tok)
     return tokenize.untokenize(out) if changed else None
+
+
+def has_comment(source: str) -> bool:
+    """Whether Python source holds a ``#`` comment (prose, not a call); ``True`` unreadable."""
+    if "#" not in source:
+        return False
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+        return any(tok.type == tokenize.COMMENT for tok in tokens)
+    except (tokenize.TokenError, SyntaxError):
+        return True
 
 
 @functools.lru_cache(maxsize=256)
@@ -119,10 +131,11 @@ def python_calls(
 
     Returns ``(name as written, arguments)`` per call, positional arguments under
     ``__positional__``; ``None`` when the piece is anything else (or, with
-    ``literal_only``, holds a value that is not a literal).
+    ``literal_only``, holds a value that is not a literal). A ``#`` comment is prose
+    written among the calls: a piece that holds one is not calls.
     """
     source = piece.strip().rstrip(";").strip()
-    if not source or source[0] in "{\"'" or "(" not in source:
+    if not source or source[0] in "{\"'" or "(" not in source or has_comment(source):
         return None
     if not source.startswith(("[", "(")):
         lines = [ln.strip().rstrip(";,") for ln in source.splitlines() if ln.strip()]

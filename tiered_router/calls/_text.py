@@ -11,10 +11,14 @@ and applies the lifting rules. A call is read from text only when:
 1. it stands as the whole answer: no prose around it, not inside reasoning (a leading
    ``<think>...</think>`` block is split off as reasoning and never read for calls), not an
    example inside a Markdown fence (only Command R's format, ``Action:`` then a fenced
-   list, asks for a fence);
-2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside);
+   list, asks for a fence; a fence inside a call tag is not read), no ``#`` comment among
+   the calls (prose);
+2. it names a tool the turn offers (``functions.`` and ``.`` for ``_`` aside: a name that
+   is offered as written is that tool; an alias is read only when no offered name matches
+   exactly, and an alias of two offered tools is not lifted);
 3. it honours ``tool_choice`` (``"none"``: nothing is read; a named function: every call
-   names it) and ``parallel_tool_calls=False`` (at most one call);
+   names it; ``allowed_tools``: every call names a tool of its set) and
+   ``parallel_tool_calls=False`` (at most one call);
 4. its arguments are a JSON object of literal values (positional ones placed in the order
    the tool declares them) and, given a ``validate`` function, validate against the tool's
    JSON Schema.
@@ -38,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tiered_router.calls._choice import allowed_names, describe_choice
 from tiered_router.calls._json import json_calls, named_json_calls
 from tiered_router.calls._python import POSITIONAL, python_calls
 from tiered_router.calls._xml import xml_calls
@@ -97,14 +102,30 @@ def tool_specs(tools: ToolsLike) -> dict[str, ToolSpec]:
     return out
 
 
+def _meant(written: str, specs: Mapping[str, ToolSpec]) -> list[str]:
+    """The offered tools a written name may mean: itself when offered, else its aliases.
+
+    An offered name matches exactly first (``functions.`` dropped, OpenAI's namespace); only
+    when none does is ``a.b`` read for ``a_b`` (or the other way), which may match several.
+    """
+    bare = [written]
+    if written.startswith(("functions.", "functions_")):
+        bare.append(written[len("functions.") :])
+    for name in bare:
+        if name in specs:
+            return [name]
+    for name in bare:
+        key = name.replace(".", "_")
+        aliases = [offered for offered in specs if offered.replace(".", "_") == key]
+        if aliases:
+            return aliases
+    return []
+
+
 def _declared_name(written: str, specs: Mapping[str, ToolSpec]) -> str | None:
-    """The offered tool a written name means (``a.b`` for ``a_b``, ``functions.`` dropped)."""
-    spellings = {name.replace(".", "_"): name for name in specs}
-    key = written.replace(".", "_")
-    name = spellings.get(key)
-    if name is None and key.startswith("functions_"):  # OpenAI's "functions." namespace
-        name = spellings.get(key[len("functions_") :])
-    return name
+    """The offered tool a written name means, or ``None`` (none, or more than one alias)."""
+    meant = _meant(written, specs)
+    return meant[0] if len(meant) == 1 else None
 
 
 def _place(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any] | None:
@@ -188,7 +209,7 @@ def _pieces(answer: str, *, tolerant: bool) -> list[tuple[str, bool]] | None:
         return None  # an example in a fence: shown, not called
     tagged = _tag_bodies(body, tolerant=tolerant)
     if tagged is not None:
-        return [(_unfenced(piece), True) for piece in tagged]
+        return [(piece, True) for piece in tagged]  # a fence inside a tag is not read
     if any(close in body for close in _TAG_CLOSES):
         return None  # tags with text outside them
     if body.startswith(_MISTRAL) and body[len(_MISTRAL) :].lstrip()[:1] not in ("[", "{"):
@@ -258,12 +279,10 @@ class Reading:
 
 
 def _choice_problem(choice: Any, names: Sequence[str], parallel: Any) -> str | None:
-    if isinstance(choice, Mapping):
-        fn = choice.get("function")
-        wanted = fn.get("name") if isinstance(fn, Mapping) else None
-        other = sorted({n for n in names if n != wanted})
-        if isinstance(wanted, str) and other:
-            return f"tool_choice names {wanted!r} but the text calls {', '.join(other)}"
+    allowed = allowed_names(choice)  # a named function, or an allowed_tools set
+    other = sorted({n for n in names if n not in allowed}) if allowed is not None else ()
+    if other:
+        return f"{describe_choice(choice)} but the text calls {', '.join(other)}"
     if parallel is False and len(names) > 1:
         return f"parallel_tool_calls is false but the text holds {len(names)} calls"
     return None
@@ -313,6 +332,9 @@ def _resolved(
     calls: Calls = []
     for name_written, args in written:
         name = _declared_name(name_written, specs)
+        meant = _meant(name_written, specs) if name is None else []
+        if len(meant) > 1:
+            return [], f"the text calls {name_written!r}, which may be {' or '.join(meant)}"
         if name is None:
             offered = ", ".join(sorted(specs))
             return [], f"the text calls {name_written!r}, a tool not offered (offered: {offered})"

@@ -3,7 +3,8 @@
 Whichever tier wrote a draft and however its calls were made (a native server's
 ``tool_calls``, calls lifted from text by the gate or by a prompted-tools dialect), the
 engine checks the calls it is about to return: each must name a tool the turn offers and
-carry arguments that parse as a JSON object (strict JSON: no ``NaN``; an empty string,
+carry arguments that parse as a JSON object (strict JSON: no ``NaN``, no number beyond a
+float's range such as ``1e400``, no key given twice, no lone surrogate; an empty string,
 which servers send for a call without arguments, counts as ``{}``). A draft with any other
 call fails the gate (``tool_arguments``), even where the policy's gate would not have
 checked it, and is never returned with those calls: ``when_frontier_fails_gate: raise``
@@ -15,11 +16,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiered_router.gate._schema import parse_json
+from tiered_router.gate._schema import parse_strict_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
-from tiered_router.turn import Completion, CompletionChunk, Turn
+from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
 
-__all__ = ["DROPPED_CALLS", "CallHold", "call_problems", "checked_verdict", "without_calls"]
+__all__ = [
+    "DROPPED_CALLS",
+    "CallHold",
+    "call_problems",
+    "checked_verdict",
+    "whole_calls",
+    "without_calls",
+]
 
 DROPPED_CALLS = "tool calls to tools not offered, or with arguments not JSON, dropped"
 """The conversion recorded when a returned draft's calls were taken off."""
@@ -41,9 +49,10 @@ def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
         if not call.arguments.strip():
             continue
         try:
-            args = parse_json(call.arguments)
-        except ValueError:
-            args = None
+            args = parse_strict_json(call.arguments)
+        except ValueError as exc:
+            problems.append(f"tool_calls[{i}] ({call.name}): arguments are not JSON: {exc}")
+            continue
         if not isinstance(args, dict):
             problems.append(f"tool_calls[{i}] ({call.name}): arguments are not a JSON object")
     return tuple(problems)
@@ -70,6 +79,31 @@ def without_calls(completion: Completion) -> Completion:
     )
 
 
+def whole_calls(
+    chunks: list[CompletionChunk], completion: Completion
+) -> list[CompletionChunk] | None:
+    """``chunks`` with their tool-call fragments replaced by ``completion``'s checked calls.
+
+    The calls go out whole, one delta each (index, id, name and arguments), where the first
+    fragment was: whatever fragments a server sent (a name in two pieces, a repeated name,
+    sparse indexes), the caller can rebuild only the calls that were checked. ``None`` when
+    ``completion`` has calls and ``chunks`` no fragment to put them in place of.
+    """
+    calls = tuple(
+        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
+        for i, c in enumerate(completion.tool_calls)
+    )
+    out = []
+    for chunk in chunks:
+        if chunk.tool_calls:
+            chunk, calls = replace(chunk, tool_calls=calls), ()
+            if not (chunk.tool_calls or chunk.text or chunk.finish_reason or chunk.usage):
+                if not (chunk.reasoning or chunk.refusal or chunk.conversions):
+                    continue
+        out.append(chunk)
+    return None if calls else out
+
+
 class CallHold:
     """Holds a live stream's chunks from its first tool-call fragment on.
 
@@ -92,11 +126,12 @@ class CallHold:
         self._held.append(chunk)
         return []
 
-    def release(self, problems: tuple[str, ...]) -> list[CompletionChunk]:
-        """The held chunks: as they came, or without their calls when there are problems."""
+    def release(self, problems: tuple[str, ...], checked: Completion) -> list[CompletionChunk]:
+        """The held chunks: with ``checked``'s calls whole, or without calls for ``problems``."""
         held, self._held = self._held or [], None
-        if not problems:
-            return held
+        whole = None if problems else whole_calls(held, checked)
+        if whole is not None:
+            return whole
         out = []
         for chunk in held:
             finish = "stop" if chunk.finish_reason == "tool_calls" else chunk.finish_reason

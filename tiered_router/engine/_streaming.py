@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from tiered_router._types import Tier
 from tiered_router.engine._dispatch import unexpected_error
 from tiered_router.engine._machine import LIFTED_TEXT_CALLS
-from tiered_router.engine._offered import DROPPED_CALLS, CallHold, call_problems
+from tiered_router.engine._offered import DROPPED_CALLS, CallHold, call_problems, whole_calls
 from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
@@ -225,7 +225,10 @@ class _StreamState:
         self._result = result
         self.tier = result.tier
         rebuilt = {LIFTED_TEXT_CALLS, DROPPED_CALLS} & set(result.completion.conversions)
-        return _as_chunks(result.completion) if rebuilt or not self._pending else self._pending
+        if rebuilt or not self._pending:
+            return _as_chunks(result.completion)
+        # the calls the run checked, whole: never the server's fragments as they came
+        return whole_calls(self._pending, result.completion) or _as_chunks(result.completion)
 
     def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
         """A failure after chunks reached the caller: record it (the caller ends the turn)."""
@@ -247,11 +250,11 @@ class _StreamState:
 
     def _ended(
         self, tier: Tier, backend: Backend, chunks: list[CompletionChunk], started: float
-    ) -> tuple[str, ...]:
-        """Record a draft streamed through; return what is wrong with its (held) calls."""
+    ) -> tuple[Completion, tuple[str, ...]]:
+        """Record a draft streamed through; return it and what is wrong with its held calls."""
         completion = assemble(chunks, backend=backend.name)
         self._run.streamed(tier, backend.name, backend.model, completion, self._latency(started))
-        return call_problems(completion, self._run.turn)
+        return completion, call_problems(completion, self._run.turn)
 
 
 class AsyncRoutedStream(_StreamState):
@@ -357,9 +360,9 @@ class AsyncRoutedStream(_StreamState):
                     raise
                 finally:
                     await _aclose(rest)  # a caller that stops early closes the upstream stream
-                problems = self._ended(serving, backend, chunks, started)
+                checked, problems = self._ended(serving, backend, chunks, started)
                 self._result = await dispatch.afinish(run)
-                for out in hold.release(problems):
+                for out in hold.release(problems, checked):
                     yield out
                 return
             for chunk in self._settled(await dispatch.afinish(run)):
@@ -460,9 +463,9 @@ class RoutedStream(_StreamState):
                     raise
                 finally:
                     _close(rest)  # a caller that stops early closes the upstream stream
-                problems = self._ended(serving, backend, chunks, started)
+                checked, problems = self._ended(serving, backend, chunks, started)
                 self._result = dispatch.finish(run)
-                yield from hold.release(problems)
+                yield from hold.release(problems, checked)
                 return
             yield from self._settled(dispatch.finish(run))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tiered_router.calls._choice import requires_call
 from tiered_router.gate._calls import _conversation, _Grounding, _parsed, grounding_for
 from tiered_router.turn import Completion, ToolSpec, Turn
 
@@ -168,7 +169,7 @@ class ToolFitCheck:
         if not completion.tool_calls or not turn.tools:
             return None
         choice = turn.params.get("tool_choice")
-        if choice == "required" or isinstance(choice, Mapping):
+        if requires_call(choice):
             return None
         specs: dict[str, ToolSpec] = {t.name: t for t in turn.tools}
         said: frozenset[str] | None = None

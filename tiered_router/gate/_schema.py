@@ -36,6 +36,7 @@ __all__ = [
     "default_schema_cache",
     "json_path",
     "parse_json",
+    "parse_strict_json",
 ]
 
 Engine = Literal["auto", "jsonschema", "jsonschema-rs"]
@@ -100,6 +101,56 @@ def parse_json(text: str) -> Any:
             ) from exc
     if _limits.brackets(text) > _limits.MAX_JSON_DEPTH:
         _limits.check_depth(value)  # deeper documents break the recursive walks that follow
+    return value
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} is beyond a float's range")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)
+    try:
+        float(value)
+    except OverflowError:
+        raise ValueError(f"the number {text[:40]}... is beyond a float's range") from None
+    return value
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
+
+
+def parse_strict_json(text: str) -> Any:
+    r""":func:`parse_json`, and a value every client reads alike: what a tool call may carry.
+
+    Also refuses a number beyond a float's range (``1e400`` reads as infinity, and so does
+    an integer of 400 digits in JavaScript), an object that gives a key twice (clients keep
+    the first or the last), and a lone surrogate (``"\ud800"``: not text in UTF-8).
+
+    Raises:
+        ValueError: When the text is any of these, or not JSON (as :func:`parse_json`).
+    """
+    value = parse_json(text)  # depth bounded, NaN refused, a located message
+    value = json.loads(
+        text,
+        parse_constant=_reject_constant,
+        parse_float=_finite,
+        parse_int=_finite_int,
+        object_pairs_hook=_unique,
+    )
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("a string holds a lone surrogate (not UTF-8 text)") from exc
     return value
 
 

@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tiered_router.gate._schema import SchemaCache, default_schema_cache, parse_json
+from tiered_router.calls._choice import allowed_names, describe_choice, requires_call
+from tiered_router.gate._schema import (
+    SchemaCache,
+    default_schema_cache,
+    parse_json,
+    parse_strict_json,
+)
 from tiered_router.turn import Completion, Turn
 
 __all__ = ["JsonSchemaCheck", "ToolArgumentsCheck"]
@@ -111,11 +117,13 @@ class ToolArgumentsCheck:
 
     - the tool must be declared in the turn (an unknown tool is named, with the declared
       ones); tool calls when the turn declared no tools fail;
-    - its ``arguments`` must parse as a JSON object (an empty string counts as ``{}``);
+    - its ``arguments`` must parse as a JSON object (an empty string counts as ``{}``),
+      strictly: no number beyond a float's range, no key given twice, no lone surrogate;
     - the object must validate against the tool's ``parameters`` schema, with JSON paths.
 
-    The turn's ``tool_choice`` (in ``turn.params``) is honoured too: ``"required"`` or a
-    named function needs a (matching) call; ``"none"`` forbids calls.
+    The turn's ``tool_choice`` (in ``turn.params``) is honoured too: ``"required"``, a
+    named function or ``allowed_tools`` in mode ``"required"`` needs a call; a named
+    function or ``allowed_tools`` limits the tools calls may name; ``"none"`` forbids calls.
 
     Attributes:
         max_errors: Most schema violations reported per call.
@@ -153,7 +161,7 @@ class ToolArgumentsCheck:
                 continue
             where = f"tool_calls[{i}] ({call.name})"
             try:
-                args = parse_json(call.arguments) if call.arguments.strip() else {}
+                args = parse_strict_json(call.arguments) if call.arguments.strip() else {}
             except ValueError as exc:
                 reasons.append(f"{where}: arguments are not valid JSON: {exc}")
                 continue
@@ -172,13 +180,12 @@ def _choice_reasons(choice: Any, completion: Completion) -> list[str]:
         return [f"tool_choice is 'none' but the draft made {len(calls)} tool call(s)"]
     if choice == "required" and not calls:
         return ["tool_choice is 'required' but the draft made no tool call"]
-    if isinstance(choice, Mapping):
-        fn = choice.get("function")
-        wanted = fn.get("name") if isinstance(fn, Mapping) else None
-        if isinstance(wanted, str):
-            if not calls:
-                return [f"tool_choice names {wanted!r} but the draft made no tool call"]
-            other = sorted({c.name for c in calls if c.name != wanted})
-            if other:
-                return [f"tool_choice names {wanted!r} but the draft called {', '.join(other)}"]
+    allowed = allowed_names(choice)  # a named function, or an allowed_tools set
+    if allowed is None:
+        return []
+    if not calls and requires_call(choice):
+        return [f"{describe_choice(choice)} but the draft made no tool call"]
+    other = sorted({c.name for c in calls if c.name not in allowed})
+    if other:
+        return [f"{describe_choice(choice)} but the draft called {', '.join(other)}"]
     return []
