@@ -15,25 +15,14 @@ import asyncio
 import time
 from typing import Any
 
+from agent_shapes import WEATHER
 from routerkit import make_policy
 
 from tiered_router import Router, Turn
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.trace import MemorySink
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
+TOOLS = [WEATHER]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
