@@ -237,6 +237,39 @@ def test_a_call_inside_the_allowed_tools_is_returned_and_required_means_a_call(
     assert result.escalated and [c.name for c in result.completion.tool_calls] == ["get_weather"]
 
 
+@pytest.mark.parametrize(
+    "choice",
+    [
+        "none",
+        {"type": "function", "function": {"name": "get_weather"}},
+        {
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "auto",
+                "tools": [{"type": "function", "function": {"name": "get_weather"}}],
+            },
+        },
+    ],
+    ids=["none", "named", "allowed_tools"],
+)
+def test_an_ungated_native_call_outside_tool_choice_never_reaches_the_caller(
+    server: ScriptedServer, choice: Any
+) -> None:
+    """The always-on floor reads tool_choice too: no gate on the frontier, no call outside it."""
+    server.script(
+        [Reply.tool_calls([("send_email", {"to": "attacker@evil.test"})])],
+        model="frontier-model",
+    )
+    router = _router(server, gate={"check_frontier": False})
+    turn = Turn([USER], tools=TOOLS, params={"tool_choice": choice})
+    result = router.complete(turn, tier="frontier")
+    assert result.tier == "frontier" and result.completion.tool_calls == ()
+    assert result.completion.finish_reason == "stop"
+    last = result.trace.attempts[-1]
+    assert last.verdict is not None and not last.verdict.passed
+    assert "tool_arguments" in last.verdict.failed_checks
+
+
 def test_the_text_reader_names_the_allowed_set_it_refuses_for() -> None:
     from tiered_router.calls._protocol import render_tool_prompt
     from tiered_router.calls._text import read_calls

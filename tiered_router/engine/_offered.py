@@ -2,7 +2,9 @@
 
 Whichever tier wrote a draft and however its calls were made (a native server's
 ``tool_calls``, calls lifted from text by the gate or by a prompted-tools dialect), the
-engine checks the calls it is about to return: each must name a tool the turn offers and
+engine checks the calls it is about to return: each must name a tool the turn offers (and
+its ``tool_choice`` allows: not under ``"none"``, the named one, one of an ``allowed_tools``
+set) and
 carry arguments that parse as a JSON object (strict JSON: no ``NaN``, no number beyond a
 float's range such as ``1e400``, no key given twice, no lone surrogate; an empty string,
 which servers send for a call without arguments, counts as ``{}``). A draft with any other
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tiered_router.calls._choice import allowed_names, describe_choice
 from tiered_router.gate._schema import parse_strict_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
@@ -36,15 +39,26 @@ _CHECK = "tool_arguments"
 
 
 def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
-    """Why ``completion``'s tool calls may not reach the caller (empty when they may)."""
+    """Why ``completion``'s tool calls may not reach the caller (empty when they may).
+
+    A tool the turn's ``tool_choice`` leaves out (``"none"``, a named function, an
+    ``allowed_tools`` set) was not offered for this turn either.
+    """
     if not completion.tool_calls:
         return ()
     offered = {tool.name for tool in turn.tools or ()}
+    choice = turn.params.get("tool_choice")
+    if choice == "none":
+        return ("tool_calls: tool_choice is 'none' but the draft called a tool",)
+    allowed = allowed_names(choice)
     problems = []
     for i, call in enumerate(completion.tool_calls):
         if call.name not in offered:
             known = ", ".join(sorted(offered)) or "none"
             problems.append(f"tool_calls[{i}]: {call.name!r} is not an offered tool ({known})")
+            continue
+        if allowed is not None and call.name not in allowed:
+            problems.append(f"tool_calls[{i}]: {call.name!r} is outside {describe_choice(choice)}")
             continue
         if not call.arguments.strip():
             continue
