@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from tiered_router import _limits
+from tiered_router.backends._dialect import OPENAI_FIELDS
 from tiered_router.exceptions import BackendResponseError
 from tiered_router.turn import Completion, CompletionChunk, ToolCall, ToolCallDelta, Usage
 
@@ -27,51 +28,16 @@ __all__ = [
 _MAX_MESSAGE = 500
 
 
-_SDK_PARAMS = frozenset(
-    {
-        "audio",
-        "extra_body",
-        "extra_headers",
-        "extra_query",
-        "frequency_penalty",
-        "function_call",
-        "functions",
-        "logit_bias",
-        "logprobs",
-        "max_completion_tokens",
-        "max_tokens",
-        "messages",
-        "metadata",
-        "modalities",
-        "model",
-        "moderation",
-        "n",
-        "parallel_tool_calls",
-        "prediction",
-        "presence_penalty",
-        "prompt_cache_key",
-        "prompt_cache_options",
-        "prompt_cache_retention",
-        "reasoning_effort",
-        "response_format",
-        "safety_identifier",
-        "seed",
-        "service_tier",
-        "stop",
-        "store",
-        "stream",
-        "stream_options",
-        "temperature",
-        "timeout",
-        "tool_choice",
-        "tools",
-        "top_logprobs",
-        "top_p",
-        "user",
-        "verbosity",
-        "web_search_options",
-    }
-)
+# the frame of a call and the SDK's own keyword arguments, beside the request fields
+_SDK_PARAMS = OPENAI_FIELDS | {
+    "extra_body",
+    "extra_headers",
+    "extra_query",
+    "messages",
+    "model",
+    "stream",
+    "timeout",
+}
 
 
 def sdk_param_names() -> frozenset[str]:
