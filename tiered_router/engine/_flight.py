@@ -153,7 +153,7 @@ class Flight:
                     panel.take(tasks[task], *task.result())
         except BaseException:
             await _acancel_all(pending)
-            pending = _take_late(panel, tasks, pending)
+            pending = take_late(panel, tasks, pending)
             # a hedge answered first, or the turn was cut short: either way every draft is
             # traced (the ones that answered with their cost, the others as cancelled)
             cut = self._cut(tasks, pending, clock() - begun)
@@ -163,7 +163,7 @@ class Flight:
                 panel.abandon(run, cut, reason="the turn was cut short")
             raise
         await _acancel_all(pending)
-        pending = _take_late(panel, tasks, pending)
+        pending = take_late(panel, tasks, pending)
         return panel.settle(run, self._cut(tasks, pending, clock() - begun))
 
     def _cut(
@@ -184,18 +184,25 @@ class Flight:
         return completion, backend.model, clock() - begun
 
 
-def _take_late(
-    panel: Panel, tasks: dict[Any, tuple[DraftSpec, ...]], pending: set[Any]
+def take_late(
+    panel: Panel, groups: dict[Any, tuple[DraftSpec, ...]], pending: set[Any]
 ) -> set[Any]:
-    """Take the drafts that answered before they could be cancelled; return the others.
+    """Take the drafts that answered before they could be cut; return the others.
 
-    A draft can end between the panel's last look and the cancelling of the rest: it has an
-    answer (and a cost), so it is an arrival, not a cut draft.
+    A draft can end between the panel's last look and the cutting of the rest: it has an
+    answer (and a cost), so it is an arrival, not a cut draft. ``pending`` holds asyncio
+    tasks or thread futures; a sync draft given up at the cut (its value ``None``) stays a
+    cut draft.
     """
-    late = [t for t in pending if t.done() and not t.cancelled() and t.exception() is None]
-    for task in sorted(late, key=lambda t: tasks[t][0].index):
-        panel.take(tasks[task], *task.result())
-    return pending - set(late)
+    taken = set()
+    for job in sorted(pending, key=lambda j: groups[j][0].index):
+        if not job.done() or job.cancelled() or job.exception() is not None:
+            continue
+        value, model, latency = job.result()
+        if value is not None:
+            panel.take(groups[job], value, model, latency)
+            taken.add(job)
+    return pending - taken
 
 
 def calls(plan: PanelPlan) -> list[tuple[DraftSpec, ...]]:

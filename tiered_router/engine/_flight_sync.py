@@ -24,6 +24,7 @@ from tiered_router.engine._flight import (
     hedged,
     panel_turn,
     record_loser,
+    take_late,
 )
 from tiered_router.engine._panel import DraftSpec, FlightPlan, Panel, PanelPlan
 from tiered_router.exceptions import BackendError
@@ -200,12 +201,7 @@ class SyncFlight:
         drop.set()
         # a draft that answered after the last look (but before the drop) is an answer with
         # a cost, not a cut draft, as on the async path
-        late = sorted((f for f in pending if f.done()), key=lambda f: futures[f][0].index)
-        for future in late:
-            value, model, latency = future.result()
-            if value is not None:
-                panel.take(futures[future], value, model, latency)
-        pending -= set(late)
+        pending = take_late(panel, futures, pending)
         cut = cut_drafts(self._dispatch, [futures[f] for f in pending], clock() - begun)
         with lock:
             if stop.is_set():
