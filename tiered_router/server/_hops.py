@@ -86,13 +86,13 @@ def hops_of(value: str | None) -> list[str]:
     return [h for h in hops if _HOP_ID.fullmatch(h)][: MAX_HOPS + 1]
 
 
-def forward_chain(value: str | None, hop_id: str) -> str | None:
-    """The hop header to send upstream for a request that arrived with ``value``.
+def forward_chain(hops: list[str], hop_id: str) -> str | None:
+    """The hop header to send upstream for a request that came through ``hops``.
 
-    ``None`` when the request came straight from a client: the backend's own header
-    (:func:`with_hop`, this proxy's id alone) is right then.
+    ``hops`` is what :func:`hops_of` read from the request. ``None`` when the request came
+    straight from a client: the backend's own header (:func:`with_hop`, this proxy's id
+    alone) is right then.
     """
-    hops = hops_of(value)
     if not hops:
         return None
     return ", ".join([*hops, hop_id])

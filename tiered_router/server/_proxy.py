@@ -176,7 +176,8 @@ class Proxy:
         return limit if asked is None else min(asked, limit)
 
     async def _chat(self, request: Request, started: float) -> Response:
-        looped = self._loop(request.headers.get(HOP_HEADER))
+        hops = hops_of(request.headers.get(HOP_HEADER))
+        looped = self._loop(hops)
         if looped is not None:
             return looped
         denied = self._denied(request)
@@ -242,7 +243,7 @@ class Proxy:
                 if signals.get(name) is not None:
                     check_header_value(f"tiered_router.{name}", signals[name])
             turn, options = parse_request(data, signals=signals)
-            chain = forward_chain(request.headers.get(HOP_HEADER), self.settings.hop_id)
+            chain = forward_chain(hops, self.settings.hop_id)
             if chain is not None:  # came through other proxies: name them all upstream
                 turn = turn.with_updates(
                     params={**turn.params, "extra_headers": {HOP_HEADER: chain}}
@@ -281,9 +282,8 @@ class Proxy:
         headers = route_headers(route, self._overhead(started, trace))
         return Response(content, headers=headers, media_type="application/json")
 
-    def _loop(self, header: str | None) -> Response | None:
+    def _loop(self, hops: list[str]) -> Response | None:
         """508 ``loop_detected`` for a request that came back to this proxy, else ``None``."""
-        hops = hops_of(header)
         if self.settings.hop_id in hops:
             if hops[-1] == self.settings.hop_id:
                 message = (
