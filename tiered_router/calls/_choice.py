@@ -9,10 +9,10 @@ gate's ``tool_arguments`` read it here, so both agree. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["allowed_names", "describe_choice", "requires_call"]
+__all__ = ["allowed_names", "describe_choice", "outside_choice", "requires_call"]
 
 
 def _name(tool: Any) -> str | None:
@@ -45,6 +45,14 @@ def allowed_names(choice: Any) -> frozenset[str] | None:
     fn = choice.get("function")
     name = fn.get("name") if isinstance(fn, Mapping) else None
     return frozenset({name}) if isinstance(name, str) else None
+
+
+def outside_choice(choice: Any, names: Iterable[str]) -> list[str]:
+    """The ``names`` a named function or an ``allowed_tools`` set leaves out, sorted, once."""
+    allowed = allowed_names(choice)
+    if allowed is None:
+        return []
+    return sorted({n for n in names if n not in allowed})
 
 
 def requires_call(choice: Any) -> bool:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tiered_router.calls._choice import allowed_names, describe_choice
+from tiered_router.calls._choice import describe_choice, outside_choice
 from tiered_router.calls._json import json_calls, named_json_calls
 from tiered_router.calls._python import POSITIONAL, python_calls
 from tiered_router.calls._xml import xml_calls
@@ -279,8 +279,7 @@ class Reading:
 
 
 def _choice_problem(choice: Any, names: Sequence[str], parallel: Any) -> str | None:
-    allowed = allowed_names(choice)  # a named function, or an allowed_tools set
-    other = sorted({n for n in names if n not in allowed}) if allowed is not None else ()
+    other = outside_choice(choice, names)  # a named function, or an allowed_tools set
     if other:
         return f"{describe_choice(choice)} but the text calls {', '.join(other)}"
     if parallel is False and len(names) > 1:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tiered_router.calls._choice import allowed_names, describe_choice
+from tiered_router.calls._choice import describe_choice, outside_choice
 from tiered_router.gate._schema import parse_strict_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
@@ -50,14 +50,14 @@ def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
     choice = turn.params.get("tool_choice")
     if choice == "none":
         return ("tool_calls: tool_choice is 'none' but the draft called a tool",)
-    allowed = allowed_names(choice)
+    left_out = outside_choice(choice, (call.name for call in completion.tool_calls))
     problems = []
     for i, call in enumerate(completion.tool_calls):
         if call.name not in offered:
             known = ", ".join(sorted(offered)) or "none"
             problems.append(f"tool_calls[{i}]: {call.name!r} is not an offered tool ({known})")
             continue
-        if allowed is not None and call.name not in allowed:
+        if call.name in left_out:
             problems.append(f"tool_calls[{i}]: {call.name!r} is outside {describe_choice(choice)}")
             continue
         if not call.arguments.strip():

@@ -10,7 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tiered_router.calls._choice import allowed_names, describe_choice, requires_call
+from tiered_router.calls._choice import (
+    allowed_names,
+    describe_choice,
+    outside_choice,
+    requires_call,
+)
 from tiered_router.gate._schema import (
     SchemaCache,
     default_schema_cache,
@@ -180,12 +185,11 @@ def _choice_reasons(choice: Any, completion: Completion) -> list[str]:
         return [f"tool_choice is 'none' but the draft made {len(calls)} tool call(s)"]
     if choice == "required" and not calls:
         return ["tool_choice is 'required' but the draft made no tool call"]
-    allowed = allowed_names(choice)  # a named function, or an allowed_tools set
-    if allowed is None:
+    if allowed_names(choice) is None:  # neither a named function nor an allowed_tools set
         return []
     if not calls and requires_call(choice):
         return [f"{describe_choice(choice)} but the draft made no tool call"]
-    other = sorted({c.name for c in calls if c.name not in allowed})
+    other = outside_choice(choice, (c.name for c in calls))
     if other:
         return [f"{describe_choice(choice)} but the draft called {', '.join(other)}"]
     return []
