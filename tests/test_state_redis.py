@@ -802,3 +802,54 @@ def test_the_first_record_of_a_process_is_awaited_so_redis_has_the_script(
         watcher.close()
     assert seen[0] == "1"  # the first record was awaited: Redis ran it (and loaded it)
     assert noscript == 1  # met once, by that awaited call; no sent call met it
+
+
+def test_the_asyncio_pool_gets_redis_pys_asyncio_retry(redis_server: RedisServer) -> None:
+    # redis-py 8 warns (and the suite's warnings-as-errors fails) when an asyncio pool is given
+    # the sync Retry; every pool the store builds must take its own kind's class
+    import warnings
+
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    async def main() -> Any:
+        store = RedisStateStore(redis_server.url)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                await store.abreaker_allow("fast", now=0.0, config=BreakerConfig())
+            client = store._link._async
+            assert client is not None
+            return client.connection_pool.connection_kwargs["retry"]
+        finally:
+            await store.aclose()
+
+    import anyio
+
+    assert isinstance(anyio.run(main), AsyncRetry)
+
+
+def test_background_work_that_fails_leaves_no_unretrieved_exception(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import gc
+
+    seen: list[dict[str, Any]] = []
+
+    async def boom() -> None:
+        raise RuntimeError("not a Redis failure")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: seen.append(ctx))
+        store = RedisStateStore(redis_server.url)
+        try:
+            store._link.track(asyncio.ensure_future(boom()))
+            await store._link.drain()  # waits; does not raise the background failure
+        finally:
+            await store.aclose()
+        gc.collect()
+
+    with caplog.at_level("WARNING", logger="tiered_router.state._redis_link"):
+        asyncio.run(main())
+    assert seen == []
+    assert any("background write failed: RuntimeError" in r.getMessage() for r in caplog.records)

@@ -33,6 +33,7 @@ pool checkout and a burst of records does not open a connection each.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -48,6 +49,7 @@ try:
     import redis.asyncio as aioredis
     from redis.backoff import NoBackoff
     from redis.exceptions import NoScriptError, ResponseError
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from tiered_router.exceptions import missing_extra
@@ -55,6 +57,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(missing_extra("redis", "the Redis state store needs redis-py")) from exc
 
 __all__ = ["ERRORS", "RedisLink", "StateStoreUnavailable"]
+
+logger = logging.getLogger(__name__)
 
 _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # the same class from Python 3.11
 ERRORS = (redis.RedisError, OSError, *_TIMEOUTS)
@@ -175,11 +179,13 @@ class RedisLink:
         self._reader: asyncio.Future[None] | None = None
         self._reading: Any = None  # the connection self._reader reads from
 
-    def _options(self, *, socket_timeout: bool = True) -> dict[str, Any]:
+    def _options(self, *, asyncio_pool: bool = False) -> dict[str, Any]:
+        # each client kind takes its own Retry class: redis-py 8 warns when an asyncio pool
+        # gets the sync one (and converts it), which a warnings-as-errors program cannot run
         return {
-            "socket_timeout": self.timeout_s if socket_timeout else None,
+            "socket_timeout": None if asyncio_pool else self.timeout_s,
             "socket_connect_timeout": self.connect_timeout_s,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": AsyncRetry(NoBackoff(), 0) if asyncio_pool else Retry(NoBackoff(), 0),
             "health_check_interval": 0,
             "max_connections": _MAX_CONNECTIONS,
         }
@@ -204,7 +210,7 @@ class RedisLink:
             # asyncio.wait_for (a task per command); each call is bounded here instead,
             # with one timeout around the whole exchange
             apool = aioredis.BlockingConnectionPool.from_url(
-                self._url, timeout=self.connect_timeout_s, **self._options(socket_timeout=False)
+                self._url, timeout=self.connect_timeout_s, **self._options(asyncio_pool=True)
             )
             client = aioredis.Redis.from_pool(apool)
             self._ascripts = _lua.register(client)
@@ -332,7 +338,21 @@ class RedisLink:
     def track(self, work: asyncio.Future[Any]) -> None:
         """Keep background ``work`` until it ends (:meth:`drain` waits for it)."""
         self.pending.add(work)
-        work.add_done_callback(self.pending.discard)
+        work.add_done_callback(self._settled)
+
+    def _settled(self, work: asyncio.Future[Any]) -> None:
+        # background work has no one to raise to: its failure is retrieved here, so asyncio
+        # never prints "Task exception was never retrieved", and logged once by type
+        self.pending.discard(work)
+        if work.cancelled():
+            return
+        exc = work.exception()
+        if exc is not None and not isinstance(exc, StateStoreUnavailable):
+            logger.warning(
+                "Redis state store at %s: background write failed: %s",
+                self.where,
+                type(exc).__name__,
+            )
 
     async def send(
         self,
@@ -445,7 +465,8 @@ class RedisLink:
     async def drain(self) -> None:
         """Wait for the background work in flight."""
         while self.pending:
-            await asyncio.gather(*list(self.pending))
+            # failures were retrieved and logged by _settled; drain only waits
+            await asyncio.gather(*list(self.pending), return_exceptions=True)
 
     def close(self) -> None:
         """Close the sync client's connections."""
