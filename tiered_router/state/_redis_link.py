@@ -47,9 +47,9 @@ from tiered_router.state._redis_replies import where_of
 try:
     import redis
     import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.exceptions import NoScriptError, ResponseError
-    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.retry import Retry
 except ImportError as exc:  # pragma: no cover - depends on the environment
     from tiered_router.exceptions import missing_extra
