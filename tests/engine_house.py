@@ -1,0 +1,298 @@
+"""Measures of the engine wing's shape, read from the source (no import of the package).
+
+Run ``python tests/engine_house.py`` to print them; ``tests/test_engine_house.py`` holds the
+engine to the targets of issue 31:
+
+- ``turn_writes``: statements outside ``engine/_machine.py`` that assign or mutate a field
+  of a ``TurnRun`` (``run.x = ...``, ``run.x.append(...)``, ``run.x[k] = ...``);
+- ``complexity``: each function's cyclomatic complexity, counted as radon counts it (one,
+  plus one per ``if``, loop, ``except``, boolean operand, comprehension clause, ``assert``),
+  and its length in lines;
+- ``twin_overlap``: for each async/sync twin pair, the share of the sync body's lines that
+  are the async body's lines word for word (after ``ast.unparse``: comments aside);
+- ``both_paths``: the test functions that drive a turn (``complete``, ``acomplete``,
+  ``stream``, ``astream``) and those among them that run both paths (they take the
+  ``path`` fixture, or call a sync and an async entry themselves).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "tiered_router"
+ENGINE = PACKAGE / "engine"
+MACHINE = ENGINE / "_machine.py"
+TESTS = REPO / "tests"
+
+_MUTATORS = frozenset(
+    {"append", "add", "pop", "update", "extend", "discard", "clear", "remove", "insert"}
+    | {"setdefault", "popitem", "__setitem__", "__delitem__"}
+)
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def turn_fields() -> set[str]:
+    """The names ``TurnRun.__init__`` binds on ``self`` (public or private)."""
+    for node in ast.walk(_tree(MACHINE)):
+        if isinstance(node, ast.ClassDef) and node.name == "TurnRun":
+            fields: set[str] = set()
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    for sub in ast.walk(item):
+                        if (
+                            isinstance(sub, ast.Attribute)
+                            and isinstance(sub.ctx, ast.Store)
+                            and isinstance(sub.value, ast.Name)
+                            and sub.value.id == "self"
+                        ):
+                            fields.add(sub.attr)
+            return fields
+    raise AssertionError("engine/_machine.py has no class TurnRun")
+
+
+def _run_names(func: ast.AST) -> set[str]:
+    """Names a function binds to a ``TurnRun``: ``run``, ``shadow`` and annotated ones."""
+    names = {"run", "shadow"}
+    if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for arg in (*func.args.args, *func.args.kwonlyargs, *func.args.posonlyargs):
+            if arg.annotation is not None and "TurnRun" in ast.unparse(arg.annotation):
+                names.add(arg.arg)
+    return names
+
+
+def _is_run(node: ast.expr, names: set[str]) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in names
+    # self._run: the streams hold their turn there
+    return isinstance(node, ast.Attribute) and node.attr == "_run"
+
+
+def _field_of(node: ast.expr, names: set[str], fields: set[str]) -> str | None:
+    """The TurnRun field ``node`` names (``run.x``, ``run.x[k]``), if it names one."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Attribute) and node.attr in fields and _is_run(node.value, names):
+        return node.attr
+    return None
+
+
+@dataclass(frozen=True)
+class Write:
+    """One statement outside the machine that changes a turn's field."""
+
+    path: str
+    line: int
+    field: str
+    code: str
+
+
+def turn_writes() -> list[Write]:
+    """Every assignment to, or mutating call on, a ``TurnRun`` field outside the machine."""
+    fields = turn_fields()
+    found: list[Write] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == MACHINE:
+            continue
+        tree = _tree(path)
+        rel = str(path.relative_to(REPO))
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            names = _run_names(func)
+            for node in ast.walk(func):
+                targets: list[ast.expr] = []
+                if isinstance(node, ast.Assign):
+                    targets = list(node.targets)
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                    targets = [node.target]
+                elif isinstance(node, ast.Delete):
+                    targets = list(node.targets)
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _MUTATORS
+                ):
+                    targets = [node.func.value]
+                for target in targets:
+                    for sub in ast.walk(target) if isinstance(target, ast.Tuple) else [target]:
+                        if not isinstance(sub, ast.expr):
+                            continue
+                        field = _field_of(sub, names, fields)
+                        if field is not None:
+                            found.append(Write(rel, node.lineno, field, ast.unparse(node)))
+    return sorted(set(found), key=lambda w: (w.path, w.line))
+
+
+# -- complexity ----------------------------------------------------------------------------
+
+
+def _branches(node: ast.AST) -> int:
+    """Decision points in ``node``, not counting nested functions (radon's rules)."""
+    count = 0
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(sub, ast.Try):
+            count += len(sub.handlers) + bool(sub.orelse)
+        elif isinstance(sub, ast.BoolOp):
+            count += len(sub.values) - 1
+        elif isinstance(sub, (ast.If, ast.IfExp, ast.Assert)):
+            count += 1
+        elif isinstance(sub, (ast.For, ast.While, ast.AsyncFor)):
+            count += 1 + bool(sub.orelse)
+        elif isinstance(sub, ast.comprehension):
+            count += 1 + len(sub.ifs)
+        elif isinstance(sub, ast.Match):
+            wild = any(getattr(c.pattern, "pattern", False) is None for c in sub.cases)
+            count += max(0, len(sub.cases) - wild)
+        stack.extend(ast.iter_child_nodes(sub))
+    return count
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function's size."""
+
+    path: str
+    name: str
+    complexity: int
+    lines: int
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.ClassDef):
+            yield from _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}{node.name}", node
+            yield from _functions(node, f"{prefix}{node.name}.")
+
+
+def functions(root: Path = ENGINE) -> list[Function]:
+    """Every function and method under ``root`` with its complexity and length."""
+    out: list[Function] = []
+    for path in sorted(root.rglob("*.py")):
+        for name, node in _functions(_tree(path)):
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            out.append(
+                Function(str(path.relative_to(REPO)), name, 1 + _branches(node), lines)
+            )
+    return out
+
+
+def module_lines(root: Path = ENGINE) -> dict[str, int]:
+    """Lines per module under ``root``."""
+    return {
+        str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in sorted(root.rglob("*.py"))
+    }
+
+
+# -- twins ----------------------------------------------------------------------------------
+
+TWIN_PAIRS = (
+    ("engine/_streaming.py", "AsyncRoutedStream._generate", "RoutedStream._generate"),
+    ("engine/_drive.py", "Driver.adrive", "Driver.drive"),
+    ("engine/_dispatch.py", "Dispatcher.acall", "Dispatcher.call"),
+    ("engine/_dispatch.py", "Dispatcher.aonce", "Dispatcher.once"),
+    ("engine/_dispatch.py", "Dispatcher.aend", "Dispatcher.end"),
+)
+
+
+def function_node(relpath: str, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    """The definition of ``qualname`` (``Class.method``) in package module ``relpath``."""
+    for name, node in _functions(_tree(PACKAGE / relpath)):
+        if name == qualname:
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            return node
+    raise KeyError(f"{relpath} has no {qualname}")
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The function's body as ``ast.unparse`` writes it, docstring left out."""
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return [line for stmt in body for line in ast.unparse(stmt).splitlines()]
+
+
+def twin_overlap() -> list[tuple[str, int, int]]:
+    """``(pair, sync lines equal to an async line in order, sync lines)`` per twin pair."""
+    out = []
+    for relpath, a, s in TWIN_PAIRS:
+        try:
+            left, right = body_lines(function_node(relpath, a)), body_lines(function_node(relpath, s))
+        except KeyError:
+            continue
+        same = sum(
+            b.size
+            for b in difflib.SequenceMatcher(None, left, right, autojunk=False).get_matching_blocks()
+        )
+        out.append((f"{a} / {s}", same, len(right)))
+    return out
+
+
+# -- tests on both paths -----------------------------------------------------------------
+
+_SYNC = frozenset({"complete", "stream"})
+_ASYNC = frozenset({"acomplete", "astream"})
+
+
+def both_paths() -> tuple[int, int]:
+    """``(tests that drive a turn, tests that run it on both paths)`` in ``tests/``."""
+    driving = both = 0
+    for path in sorted(TESTS.glob("test_*.py")):
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if not node.name.startswith("test_"):
+                continue
+            called = {
+                sub.func.attr
+                for sub in ast.walk(node)
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+            }
+            takes_path = any(arg.arg == "path" for arg in node.args.args)
+            if not (called & (_SYNC | _ASYNC)) and not takes_path:
+                continue
+            driving += 1
+            if takes_path or (called & _SYNC and called & _ASYNC):
+                both += 1
+    return driving, both
+
+
+def main() -> None:
+    """Print the measures."""
+    writes = turn_writes()
+    print(f"TurnRun field writes outside engine/_machine.py: {len(writes)}")
+    for w in writes:
+        print(f"  {w.path}:{w.line} {w.field}: {w.code.splitlines()[0][:80]}")
+    funcs = functions()
+    over = [f for f in funcs if f.complexity > 12 or f.lines > 60]
+    print(f"engine functions: {len(funcs)}; above complexity 12 or 60 lines: {len(over)}")
+    for f in sorted(funcs, key=lambda f: -f.complexity)[:8]:
+        print(f"  {f.path} {f.name}: complexity {f.complexity}, {f.lines} lines")
+    sizes = module_lines()
+    print(f"engine modules: {len(sizes)}; largest: {max(sizes.values())} lines")
+    for path, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:5]:
+        print(f"  {path}: {n}")
+    print("twin overlap (sync lines equal to the async body's, before any substitution):")
+    for pair, same, total in twin_overlap():
+        print(f"  {pair}: {same}/{total}")
+    driving, both = both_paths()
+    print(f"tests that drive a turn: {driving}; on both paths: {both}")
+
+
+if __name__ == "__main__":
+    main()
