@@ -415,6 +415,7 @@ PINNED: dict[str, frozenset[str]] = {
             "ReplyLike",
             "ScriptedBackend",
             "ScriptedServer",
+            "ScriptError",
             "ScriptItem",
             "ToolCallSpec",
         }

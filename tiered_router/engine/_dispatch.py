@@ -9,7 +9,8 @@ retry schedule, clock, sleep functions and sink; it knows nothing of the router.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from tiered_router.engine._capacity import InFlight
@@ -163,12 +164,79 @@ class Dispatcher:
             return False
         return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
+    # -- one call under its breaker: admitted, translated ----------------------------------
+
+    async def _aguarded(
+        self,
+        run: TurnRun,
+        tier: Tier,
+        backend: Backend,
+        request: CompletionRequest,
+        once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
+    ) -> _T:
+        """One call of ``once`` under ``backend``'s breaker, its foreign errors translated.
+
+        The breaker refuses the call when the turn can go elsewhere (its other tier's breaker
+        is not open); else a refused backend is still called: it is the last path.
+        """
+        name = backend.name
+        async with self.breaker(name).aguard() as guard:
+            if not guard.allowed and await self._may_route_around(run, tier):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            with _translated(name):
+                return await once(backend, request)
+
+    def _guarded(
+        self,
+        run: TurnRun,
+        tier: Tier,
+        backend: Backend,
+        request: CompletionRequest,
+        once: Callable[[Backend, CompletionRequest], _T],
+        watch: _Watch,
+    ) -> _T:
+        """Sync twin of :meth:`_aguarded`; a call ``watch`` gives up raises :class:`Abandoned`.
+
+        Differs from the async twin: ``watch`` turns the call's end (its answer or its
+        failure) into :class:`Abandoned` inside the guard, so the breaker records it neutral.
+        """
+        name = backend.name
+        with self.breaker(name).guard() as guard:
+            if not guard.allowed and self._may_route_around_sync(run, tier):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            with watch.around(), _translated(name):
+                return once(backend, request)
+
+    @contextmanager
+    def _recorded(self, run: TurnRun, tier: Tier, backend: Backend) -> Iterator[float]:
+        """Around one try: yields its start, and records in ``run`` how it failed, once.
+
+        A ``BackendError`` is the try's error; anything else that cuts it short (a
+        cancellation, an abandoned stream, an error that is no backend's) is recorded as cut;
+        :class:`Abandoned` records nothing (the turn traced the call as cancelled) and gives
+        back the in-flight count.
+        """
+        started = self.clock()
+        try:
+            yield started
+        except Abandoned:
+            run.release_hold(backend.name)
+            raise
+        except BackendError as exc:
+            run.record_error(tier, backend.name, backend.model, exc, self.clock() - started)
+            raise
+        except BaseException as exc:
+            run.record_cut(tier, backend.name, backend.model, exc, self.clock() - started)
+            raise
+
+    # -- a panel's draft: one try -----------------------------------------------------------
+
     async def aonce(
         self,
         run: TurnRun,
         name: str,
         request: CompletionRequest,
-        once: Callable[..., Awaitable[_T]],
+        once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
     ) -> _T:
         """One try of ``once`` on backend ``name`` under its breaker; records nothing in ``run``.
 
@@ -176,18 +244,9 @@ class Dispatcher:
         deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
         Each draft counts in the backend's in-flight calls (the queue estimate) while it runs.
         """
-        backend = self.backend(name)
         release = self.in_flight.acquire(name)
         try:
-            async with self.breaker(name).aguard() as guard:
-                if not guard.allowed and await self._may_route_around(run, "fast"):
-                    raise BackendUnavailable("circuit breaker is open", backend=name)
-                try:
-                    return await once(backend, request)
-                except (BackendError, AssertionError):
-                    raise
-                except Exception as exc:
-                    raise unexpected_error(exc, name) from exc
+            return await self._aguarded(run, "fast", self.backend(name), request, once)
         finally:
             release()
 
@@ -196,32 +255,18 @@ class Dispatcher:
         run: TurnRun,
         name: str,
         request: CompletionRequest,
-        once: Callable[..., _T],
+        once: Callable[[Backend, CompletionRequest], _T],
         *,
         abandoned: Callable[[], bool],
     ) -> _T:
         """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
-        backend = self.backend(name)
         release = self.in_flight.acquire(name)
         try:
-            with self.breaker(name).guard() as guard:
-                if not guard.allowed and self._may_route_around_sync(run, "fast"):
-                    raise BackendUnavailable("circuit breaker is open", backend=name)
-                try:
-                    value = once(backend, request)
-                except (BackendError, AssertionError) as exc:
-                    if abandoned():  # no longer wanted: its failure says nothing of the backend
-                        raise Abandoned from exc
-                    raise
-                except Exception as exc:
-                    if abandoned():
-                        raise Abandoned from exc
-                    raise unexpected_error(exc, name) from exc
-                if abandoned():
-                    raise Abandoned
-                return value
+            return self._guarded(run, "fast", self.backend(name), request, once, _Watch(abandoned))
         finally:
             release()
+
+    # -- a tier's call: the retry loop ------------------------------------------------------
 
     def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
         """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
@@ -256,31 +301,14 @@ class Dispatcher:
         """
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
-        breaker = self.breaker(name)
         loop = self._retries.aretrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
         )
         async for attempt in loop:
-            with attempt:
-                started = self.clock()
-                try:
-                    request = run.request(name)
-                    run.hold(name, self.in_flight.acquire)
-                    async with breaker.aguard() as guard:
-                        if not guard.allowed and await self._may_route_around(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            return await once(backend, request), backend, started
-                        except (BackendError, AssertionError):
-                            raise
-                        except Exception as exc:
-                            raise unexpected_error(exc, name) from exc
-                except BackendError as exc:
-                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
-                    raise
-                except BaseException as exc:  # cancelled, or a test double's AssertionError
-                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
-                    raise
+            with attempt, self._recorded(run, tier, backend) as started:
+                request = run.request(name)
+                run.hold(name, self.in_flight.acquire)
+                return await self._aguarded(run, tier, backend, request, once), backend, started
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def call(
@@ -293,53 +321,65 @@ class Dispatcher:
     ) -> Call[_T]:
         """Sync twin of :meth:`acall`.
 
-        ``abandoned`` (a hedge or the fast side of a race, on a thread): once it says so,
-        the call is no longer wanted and the turn has traced it as cancelled. The call then
-        raises :class:`Abandoned`: no retry starts, no in-flight count is taken or kept,
-        and neither its answer nor its failure reaches the breaker (neutral, as a cancelled
-        async call).
+        Differs from the async twin: ``abandoned`` (a hedge or the fast side of a race, on a
+        thread). Once it says so, the call is no longer wanted and the turn has traced it as
+        cancelled. The call then raises :class:`Abandoned`: no retry starts, no in-flight
+        count is taken or kept, and neither its answer nor its failure reaches the breaker
+        (neutral, as a cancelled async call).
         """
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
-        breaker = self.breaker(name)
         loop = self._retries.retrying(
             max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
         )
-        gone = abandoned or (lambda: False)
+        watch = _Watch(abandoned)
         for attempt in loop:
             with attempt:
-                if gone():
-                    raise Abandoned
-                started = self.clock()
-                try:
+                watch.check()
+                with self._recorded(run, tier, backend) as started:
                     request = run.request(name)
                     run.hold(name, self.in_flight.acquire)
-                    if gone():  # decided while the hold was taken: give it back
-                        run.release_hold(name)
-                        raise Abandoned
-                    with breaker.guard() as guard:
-                        if not guard.allowed and self._may_route_around_sync(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            value = once(backend, request)
-                        except (BackendError, AssertionError) as exc:
-                            if gone():
-                                raise Abandoned from exc
-                            raise
-                        except Exception as exc:
-                            if gone():
-                                raise Abandoned from exc
-                            raise unexpected_error(exc, name) from exc
-                        if gone():
-                            raise Abandoned
-                        return value, backend, started
-                except Abandoned:
-                    run.release_hold(name)
-                    raise
-                except BackendError as exc:
-                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
-                    raise
-                except BaseException as exc:
-                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
-                    raise
+                    watch.check()  # decided while the hold was taken: it is given back
+                    return self._guarded(run, tier, backend, request, once, watch), backend, started
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+@contextmanager
+def _translated(name: str) -> Iterator[None]:
+    """Anything but a ``BackendError`` a backend raises becomes its typed error."""
+    try:
+        yield
+    except BackendError:
+        raise
+    except Exception as exc:
+        raise unexpected_error(exc, name) from exc
+
+
+class _Watch:
+    """Whether a sync call is still wanted: every place it may be given up is here.
+
+    A call is given up (:class:`Abandoned`) before it starts, once its in-flight count is
+    taken, when it fails and when it answers, as soon as ``gone()`` says its turn was
+    decided without it.
+    """
+
+    __slots__ = ("_gone",)
+
+    def __init__(self, gone: Callable[[], bool] | None) -> None:
+        self._gone = gone
+
+    def check(self) -> None:
+        """Raise :class:`Abandoned` when the call is no longer wanted."""
+        if self._gone is not None and self._gone():
+            raise Abandoned
+
+    @contextmanager
+    def around(self) -> Iterator[None]:
+        """The call's end, answer or failure, becomes :class:`Abandoned` once it is unwanted."""
+        try:
+            yield
+        except Exception as exc:
+            if self._gone is not None and self._gone():
+                raise Abandoned from exc
+            raise
+        self.check()
