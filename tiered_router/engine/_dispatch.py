@@ -105,6 +105,9 @@ class Dispatcher:
     def end(self, run: TurnRun, exc: BaseException | None = None) -> Trace:
         """Conclude ``run`` and emit its trace to its task and the sinks (only the first time).
 
+        Differs from the async twin: that one hands a turn ended by a cancellation to this
+        one (an await could be cancelled again, and the trace must still go out).
+
         Args:
             run: The turn.
             exc: What cut the turn short, if anything (sets the trace's ``interrupted``).
@@ -259,7 +262,11 @@ class Dispatcher:
         *,
         abandoned: Callable[[], bool],
     ) -> _T:
-        """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
+        """Sync twin of :meth:`aonce`.
+
+        Differs from the async twin: ``abandoned`` (a panel's draft on a thread). Once it
+        says so, the call raises :class:`Abandoned` (see :meth:`call`).
+        """
         release = self.in_flight.acquire(name)
         try:
             return self._guarded(run, "fast", self.backend(name), request, once, _Watch(abandoned))

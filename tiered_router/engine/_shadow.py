@@ -121,6 +121,11 @@ class ShadowRunner:
             thread.start()
 
     def _run(self, shadow: TurnRun) -> None:
+        """Sync twin of :meth:`_arun`, on its own thread.
+
+        Differs from the async twin: the thread takes itself off the running set at its end
+        (a task is taken off by its done callback).
+        """
         try:
             self._drive(shadow)
             self._dispatch.end(shadow)
@@ -131,7 +136,11 @@ class ShadowRunner:
                 self._threads.discard(threading.current_thread())
 
     def drain(self, timeout_s: float | None = None) -> None:
-        """Wait for the shadow threads still running."""
+        """Wait for the shadow threads still running.
+
+        Differs from the async twin: it joins threads, each for at most ``timeout_s``; the
+        async twin gathers tasks until none is left.
+        """
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
