@@ -424,9 +424,11 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "Attempt",
             "AttemptRole",
+            "EscalationReason",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",
+            "TierFailure",
             "Trace",
             "TraceSink",
         }

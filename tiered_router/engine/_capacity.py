@@ -218,9 +218,8 @@ def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
         return run
     why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
     task = run.task
-    limit = getattr(task, "max_latency_s", None)
-    if why is None and isinstance(limit, (int, float)):
-        left = limit - float(getattr(task, "elapsed_s", 0.0))
+    if why is None and task is not None and task.max_latency_s is not None:
+        left = task.max_latency_s - task.elapsed_s
         why = over_capacity(est, left_s=left, what="task's latency budget")
     if why is None:
         return run

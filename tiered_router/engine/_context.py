@@ -40,6 +40,21 @@ class TaskHooks(Protocol):
         """Async twin of :meth:`refresh`."""
         ...
 
+    @property
+    def may_hedge(self) -> bool:
+        """Whether the task allows hedged frontier calls (``task.hedge``)."""
+        ...
+
+    @property
+    def max_latency_s(self) -> float | None:
+        """The task's latency budget, seconds (``None``: none)."""
+        ...
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the task started."""
+        ...
+
 
 CURRENT_TASK: ContextVar[TaskHooks | None] = ContextVar("tiered_router_task", default=None)
 """The task whose turns are being routed in this context, if any."""

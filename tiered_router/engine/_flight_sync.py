@@ -160,7 +160,6 @@ class SyncFlight:
     ) -> Tier | None:
         if plan is not None:
             return self._panel(run, plan, pool, stop, lock)
-        begun = self._dispatch.clock()
         try:
             completion, backend, begun = self._dispatch.call(
                 run, "fast", self._complete, abandoned=stop.is_set

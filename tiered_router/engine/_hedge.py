@@ -35,7 +35,7 @@ def hedge_delay(run: TurnRun, *, percentile: Percentile) -> float | None:
         return None
     if not run.policy.escalation.on_gate_failure or not run.usable("frontier"):
         return None
-    if run.task is not None and not getattr(run.task, "may_hedge", True):
+    if run.task is not None and not run.task.may_hedge:
         return None
     delays: list[float] = []
     decision = run.decision

@@ -47,7 +47,7 @@ from tiered_router.exceptions import (
 )
 from tiered_router.pricing import cost_of
 from tiered_router.routing import Decision
-from tiered_router.trace import Attempt, AttemptRole, Trace
+from tiered_router.trace import Attempt, AttemptRole, EscalationReason, TierFailure, Trace
 
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
@@ -68,8 +68,16 @@ logger = logging.getLogger("tiered_router.router")
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
-_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open", "drafts_disagree"})
-_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree"})
+_ESCALATING: frozenset[EscalationReason] = frozenset(
+    {"gate_failed", "backend_error", "circuit_open", "drafts_disagree"}
+)
+"""The reasons that make a fast turn ``escalated`` (``hedged`` and the frontier's do not)."""
+_DRAFT_FAILURES: frozenset[TierFailure] = frozenset({"gate_failed", "drafts_disagree"})
+_FRONTIER_REASON: dict[TierFailure, EscalationReason] = {
+    "backend_error": "frontier_backend_error",
+    "circuit_open": "circuit_open",
+}
+"""A frontier failure's escalation reason: only those two send a turn down to the fast tier."""
 
 
 class EnginePorts(Protocol):
@@ -95,6 +103,10 @@ class EnginePorts(Protocol):
 
     def capability_gap(self, backend: str, turn: Turn) -> tuple[str, str] | None:
         """``(what, why)`` when backend ``backend`` cannot take ``turn`` at all, else ``None``."""
+        ...
+
+    def multiple_choices(self, backend: str) -> bool:
+        """Whether backend ``backend``'s server samples ``n`` choices in one request."""
         ...
 
     @property
@@ -131,7 +143,7 @@ class TurnRun:
         self.task = task
         self.attempts: list[Attempt] = []
         self.errors: list[BackendError] = []
-        self.escalations: list[str] = []
+        self.escalations: list[EscalationReason] = []
         self.tries: dict[str, int] = {}
         self.tried: set[Tier] = set()
         self.returned: tuple[Tier, Completion, Verdict | None] | None = None
@@ -185,7 +197,7 @@ class TurnRun:
             return None
         return other
 
-    def next_tier(self, tier: Tier, reason: str) -> Tier | None:
+    def next_tier(self, tier: Tier, reason: TierFailure) -> Tier | None:
         """The tier to try after ``tier`` failed for ``reason``, if any (no side effects)."""
         if reason == "circuit_open":
             return self.route_around(tier)
@@ -199,12 +211,11 @@ class TurnRun:
         # a frontier draft is never sent down to the fast tier; a frontier error may be
         return other if reason == "backend_error" else None
 
-    def move_on(self, tier: Tier, reason: str) -> Tier | None:
+    def move_on(self, tier: Tier, reason: TierFailure) -> Tier | None:
         """Record why ``tier`` failed when another tier takes over; return that tier."""
         nxt = self.next_tier(tier, reason)
         if nxt is not None:
-            prefix = "frontier_" if tier == "frontier" and reason != "circuit_open" else ""
-            self.escalations.append(prefix + reason)
+            self.escalations.append(reason if tier == "fast" else _FRONTIER_REASON[reason])
         return nxt
 
     def will_gate_again(self, tier: Tier) -> bool:
@@ -287,7 +298,9 @@ class TurnRun:
 
     def after_error(self, tier: Tier, exc: BackendError) -> Tier | None:
         """``tier`` gave up (its retries are spent): return the next tier, or ``None``."""
-        reason = "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
+        reason: TierFailure = (
+            "circuit_open" if isinstance(exc, BackendUnavailable) else "backend_error"
+        )
         return self.move_on(tier, reason)
 
     def record_draft(

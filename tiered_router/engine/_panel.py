@@ -17,6 +17,7 @@ the next tier:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
     from tiered_router.policy import Policy
+    from tiered_router.trace import TierFailure
     from tiered_router.turn import Completion, Turn
 
 __all__ = [
@@ -83,7 +85,11 @@ class PanelPlan:
 
 
 def plan_panel(
-    policy: Policy, turn: Turn, *, usable: Any, multiple_choices: Any = None
+    policy: Policy,
+    turn: Turn,
+    *,
+    usable: Callable[[str], bool],
+    multiple_choices: Callable[[str], bool] | None = None,
 ) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
@@ -259,6 +265,7 @@ class Panel:
         answered = [a for a in self.arrivals if a.completion is not None]
         verdicts: dict[int, tuple[Completion, Verdict | None]] = {}
         candidates: list[_Arrival] = []
+        reason: TierFailure
         if not answered:
             reason = "backend_error"
             if all(isinstance(a.error, BackendUnavailable) for a in self.arrivals):
@@ -378,7 +385,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         policy,
         run.turn,
         usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
+        multiple_choices=run.ports.multiple_choices,
     )
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
