@@ -336,7 +336,7 @@ def _candidates(
                 if k == 1 and subset[0] == policy.tiers.fast:
                     continue  # the single draft, already first
                 seen: set[int] = set()
-                for agreement in AGREEMENTS if k > 1 else (1.0,):
+                for agreement in sorted(AGREEMENTS, reverse=True) if k > 1 else (1.0,):
                     votes = needed_votes(k, agreement)
                     if votes in seen or (k > 1 and votes * 2 <= k):
                         continue  # the same panel, or a minority could "agree"
