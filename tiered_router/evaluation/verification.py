@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset, EvalRow, Outcome
     from tiered_router.evaluation.runner import Replay
     from tiered_router.policy import Policy
+    from tiered_router.policy._drafts import DraftsConfig
 
 __all__ = [
     "Choice",
@@ -350,7 +351,7 @@ def _candidates(
     return out
 
 
-def _default_drafts() -> object:
+def _default_drafts() -> DraftsConfig:
     from tiered_router.policy._drafts import DraftsConfig
 
     return DraftsConfig()
