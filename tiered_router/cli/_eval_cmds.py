@@ -20,6 +20,7 @@ from tiered_router.cli._eval_report import (
     print_calibration,
     print_table,
 )
+from tiered_router.cli._verify_cmd import ConfidenceOpt, HoldoutOpt
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
@@ -337,21 +338,8 @@ def calibrate_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    holdout: Annotated[
-        float | None,
-        typer.Option(
-            "--holdout",
-            help="Keep this share of the rows out of the choice and print the chosen policy's "
-            "figures on them (with a drafts: section).",
-        ),
-    ] = None,
-    confidence: Annotated[
-        float,
-        typer.Option(
-            "--confidence",
-            help="Confidence of the one-sided bound the target must hold for (drafts: section).",
-        ),
-    ] = 0.95,
+    holdout: HoldoutOpt = None,
+    confidence: ConfidenceOpt = 0.95,
 ) -> None:
     """Pick the threshold that meets a target on recorded outcomes (and write it back).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,7 +19,23 @@ if TYPE_CHECKING:
     from tiered_router.evaluation.verification import Choice, Figures
     from tiered_router.policy._schema import Policy
 
-__all__ = ["calibrate_verification"]
+__all__ = ["ConfidenceOpt", "HoldoutOpt", "calibrate_verification"]
+
+HoldoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--holdout",
+        help="Keep this share of the rows out of the choice and print the chosen policy's "
+        "figures on them (with a drafts: section).",
+    ),
+]
+ConfidenceOpt = Annotated[
+    float,
+    typer.Option(
+        "--confidence",
+        help="Confidence of the one-sided bound the target must hold for (drafts: section).",
+    ),
+]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -69,7 +85,7 @@ def calibrate_verification(
     as_json: bool,
 ) -> None:
     """Choose, print and (with ``write``) write the verification (see the module docs)."""
-    from tiered_router.evaluation.calibration import write_verification
+    from tiered_router.evaluation._verify_write import write_verification
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.sweep import CalibrationError
     from tiered_router.evaluation.verdict import MIN_CALIBRATION_ROWS

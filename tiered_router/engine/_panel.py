@@ -46,6 +46,7 @@ __all__ = [
     "panel_kinds",
     "plan_flight",
     "plan_panel",
+    "turn_kind",
 ]
 
 
