@@ -225,14 +225,19 @@ def test_a_request_names_every_proxy_it_came_through_and_too_many_is_a_loop(
         assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
         assert server.requests[-1].headers.get(HOP) == f"p0, {settings.hop_id}"
         junk = chat(url, **{HOP: f"p9, send this upstream, {'x' * 65},,"})
-        assert junk.status_code == 200
-        assert server.requests[-1].headers.get(HOP) == f"p9, {settings.hop_id}"  # ids only
         forwarded = chat(url, **{HOP: "p1, p2"})
-        too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS + 1))})
+        longest = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS - 1))})
+        too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS))})
         returned = chat(url, **{HOP: f"{settings.hop_id}, p2"})
+    # a header that is no chain of proxy ids was not written by a proxy: refused, never sent
+    assert junk.status_code == 400, junk.text
+    assert junk.json()["error"]["code"] == "invalid_hop_header"
     assert forwarded.status_code == 200, forwarded.text
-    assert server.requests[-1].headers.get(HOP) == f"p1, p2, {settings.hop_id}"
+    assert server.requests[1].headers.get(HOP) == f"p1, p2, {settings.hop_id}"
+    assert longest.status_code == 200, longest.text
+    assert server.requests[2].headers.get(HOP).count(",") == MAX_HOPS - 1  # MAX_HOPS ids
     assert len(server.requests) == 3  # the refused ones made no upstream call
+    # a chain that this proxy would make longer than MAX_HOPS is refused here, not upstream
     assert too_many.status_code == 508
     assert too_many.json()["error"]["code"] == "loop_detected"
     assert f"more than {MAX_HOPS}" in too_many.json()["error"]["message"]
