@@ -111,3 +111,111 @@ def test_a_hop_header_that_no_proxy_wrote_is_a_400_before_any_call(
         error = answer.json()["error"]
         assert error["code"] == "invalid_hop_header" and error["param"] == HOP
     assert server.requests == []
+
+
+# -- finding 3: every caller field checked once, before any attempt -----------------------------
+
+BAD_BODIES: list[tuple[str, bytes, str]] = [
+    ("stop", b'"stop": 5', "stop"),
+    ("stop", b'"stop": [1, 2]', "stop[0]"),
+    ("stop", b'"stop": true', "stop"),
+    ("stop", b'"stop": [["x"]]', "stop[0]"),
+    (
+        "stop",
+        b'"stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]',
+        "stop",
+    ),
+    ("nan", b'"temperature": NaN', "temperature"),
+    ("infinity", b'"top_p": Infinity', "top_p"),
+    ("huge", b'"logit_bias": {"50256": -1e400}', "logit_bias.50256"),
+]
+
+
+def _raw(extra: bytes, messages: bytes = b'[{"role": "user", "content": "Say hi."}]') -> bytes:
+    return b'{"model": "auto", "messages": ' + messages + (b", " + extra if extra else b"") + b"}"
+
+
+def _dlmserve_policy(server: ScriptedServer) -> dict[str, Any]:
+    """A fast backend whose dialect applies ``stop`` to the reply itself (client-side)."""
+    policy = make_policy(server)
+    policy["backends"]["fast"]["options"] = {"dialect": "dlmserve"}
+    return policy
+
+
+def test_a_callers_bad_field_is_a_400_and_never_a_breaker_count(server: ScriptedServer) -> None:
+    """32 concurrent bad requests through the proxy: each a 400 naming the field, none sent.
+
+    On the old code a bad ``stop`` raised TypeError in the dlmserve dialect (retried as a
+    backend failure, the fast breaker open after two requests), an unknown role ended in
+    502 ``all_tiers_failed``, and NaN reached the upstream as ``null``.
+    """
+    server.script([Reply.text("fast and fine")] * 2, model="fast-model")
+    app = create_app(_dlmserve_policy(server), env={})
+    bodies = [_raw(extra) for _, extra, _ in BAD_BODIES]
+    params = [param for _, _, param in BAD_BODIES]
+    bodies.append(_raw(b"", b'[{"role": "hacker", "content": "x"}]'))
+    params.append("messages[0].role")
+    bodies.append(
+        _raw(b"", b'[{"role": "user", "content": [{"type": "text", "text": "x"}], "w": NaN}]')
+    )
+    params.append("messages[0].w")
+    tool = b'[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "number", "maximum": Infinity}}}}}]'
+    bodies.append(_raw(b'"tools": ' + tool))
+    params.append("tools[0].function.parameters.properties.n.maximum")
+    headers = {"content-type": "application/json"}
+    with serving(app, free_port()) as url, _http.build_client() as http:
+
+        def send(i: int) -> Any:
+            return http.post(
+                f"{url}/v1/chat/completions", content=bodies[i % len(bodies)], headers=headers
+            )
+
+        with ThreadPoolExecutor(32) as pool:
+            answers = list(pool.map(send, range(32 * 2)))
+        honest = [
+            _post(http, url, {"model": "auto", "messages": USER, "stop": ["END"]}) for _ in range(2)
+        ]
+    for i, answer in enumerate(answers):
+        assert answer.status_code == 400, (i, answer.text)
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["param"] == params[i % len(bodies)], error
+    assert [r.body.get("model") for r in server.requests] == ["fast-model"] * 2  # honest only
+    for answer in honest:  # the fast breaker never opened
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-tiered-router-tier"] == "fast"
+        assert answer.headers["x-tiered-router-escalated"] == "false"
+    assert "stop" not in server.requests[-1].body  # dlmserve: stop applied to the reply
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "param"),
+    [
+        ("stop", 5, "stop"),
+        ("stop", [1, 2], "stop[0]"),
+        ("stop", True, "stop"),
+        ("stop", [["x"]], "stop[0]"),
+        ("extra_body", 5, "extra_body"),
+        ("temperature", math.nan, "temperature"),
+        ("top_p", math.inf, "top_p"),
+    ],
+)
+def test_in_process_and_drop_in_a_bad_field_is_a_typed_error_before_any_call(
+    server: ScriptedServer, field: str, value: Any, param: str
+) -> None:
+    openai = pytest.importorskip("openai")
+    from tiered_router.openai import TieredOpenAI
+
+    router = Router(_dlmserve_policy(server))
+    with pytest.raises(InvalidRequest) as raised:
+        router.complete(Turn.from_openai(messages=USER, **{field: value}))
+    assert raised.value.param == param
+    with TieredOpenAI(_dlmserve_policy(server)) as client:
+        with pytest.raises(openai.BadRequestError) as bad:
+            client.chat.completions.create(model="auto", messages=USER, **{field: value})
+    assert bad.value.status_code == 400
+    assert param in str(bad.value)
+    with pytest.raises(InvalidRequest) as role:
+        router.complete(Turn([{"role": "hacker", "content": "x"}]))
+    assert role.value.param == "messages[0].role"
+    assert server.requests == []
