@@ -24,6 +24,7 @@ from routerkit import make_policy
 from tiered_router import InvalidRequest, Router, Turn
 from tiered_router import _http
 from tiered_router.testing import Reply, ScriptedServer
+from tiered_router.trace import MemorySink
 
 pytest.importorskip("uvicorn")
 
@@ -219,3 +220,95 @@ def test_in_process_and_drop_in_a_bad_field_is_a_typed_error_before_any_call(
         router.complete(Turn([{"role": "hacker", "content": "x"}]))
     assert role.value.param == "messages[0].role"
     assert server.requests == []
+
+
+# -- finding 4: what the router reads from model text is bounded --------------------------------
+
+SET_VALUE = {
+    "type": "function",
+    "function": {
+        "name": "set_value",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "n": {"type": "integer"}},
+        },
+    },
+}
+HUGE_NUMBER = "1" * 400
+HUGE_INTEGER = "7" * 5000
+UNREADABLE_DRAFTS = [
+    # XML style (Qwen3-Coder): a 400-digit number
+    "<tool_call>\n<function=set_value>\n<parameter=x>\n"
+    + HUGE_NUMBER
+    + "\n</parameter>\n</function>\n</tool_call>",
+    # GLM style: a 5,000-digit integer
+    f"<tool_call>set_value<arg_key>n</arg_key><arg_value>{HUGE_INTEGER}</arg_value></tool_call>",
+    # invoke blocks: a number beyond the float range, and an array holding one
+    '<function_calls><invoke name="set_value"><parameter name="x">1e400</parameter>'
+    "</invoke></function_calls>",
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("draft", UNREADABLE_DRAFTS, ids=["xml-400-digits", "glm-5000", "1e400"])
+async def test_a_draft_with_a_number_the_router_cannot_read_fails_the_gate(
+    server: ScriptedServer, draft: str
+) -> None:
+    """The draft escalates; on the old code ``acomplete`` raised OverflowError/ValueError."""
+    server.script([Reply.text(draft)], model="fast-model")
+    server.script([Reply.tool_calls([("set_value", {"x": 1.5})])], model="frontier-model")
+    sink = MemorySink()
+    policy = make_policy(server, rules=[{"name": "all-fast", "when": {}, "tier": "fast"}])
+    async with Router(policy, sinks=[sink]) as router:
+        result = await router.acomplete(Turn(USER, tools=[SET_VALUE]))
+    assert result.tier == "frontier" and result.escalated
+    assert result.completion.tool_calls[0].arguments == '{"x": 1.5}'
+    fast = sink.traces[-1].attempts[0]
+    assert fast.verdict is not None and not fast.verdict.passed
+
+
+def test_through_the_proxy_an_unreadable_draft_is_a_200_from_the_frontier(
+    server: ScriptedServer,
+) -> None:
+    server.script([Reply.text(d) for d in UNREADABLE_DRAFTS], model="fast-model")
+    server.script(
+        [Reply.tool_calls([("set_value", {"x": 2})])] * len(UNREADABLE_DRAFTS),
+        model="frontier-model",
+    )
+    policy = make_policy(server, rules=[{"name": "all-fast", "when": {}, "tier": "fast"}])
+    app = create_app(policy, env={})
+    body = {"model": "auto", "messages": USER, "tools": [SET_VALUE]}
+    with serving(app, free_port()) as url, _http.build_client() as http:
+        answers = [_post(http, url, body) for _ in UNREADABLE_DRAFTS]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-tiered-router-tier"] == "frontier"
+        assert answer.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == (
+            "set_value"
+        )
+
+
+@pytest.mark.anyio
+async def test_a_panel_of_huge_boxed_fractions_is_not_comparable_and_never_raises(
+    server: ScriptedServer,
+) -> None:
+    """Three drafts box a 401-digit fraction: no answer can be read, so none is "the same"."""
+    huge = "\\boxed{\\frac{1" + "0" * 400 + "}{1}}"
+    other = "\\boxed{\\frac{2" + "0" * 400 + "}{1}}"  # a different number, as big
+    server.script(
+        [Reply.text(f"So {huge}"), Reply.text(f"So {huge}"), Reply.text(f"So {other}")],
+        model="fast-model",
+    )
+    sink = MemorySink()
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        drafts={"k": 3, "when": ["all"], "early": False, "n": False},
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+    )
+    async with Router(policy, sinks=[sink]) as router:
+        result = await router.acomplete(Turn([{"role": "user", "content": "What is it?"}]))
+    panel = sink.traces[-1].panel
+    assert panel is not None and panel["comparable"] is False and panel["agreed"] is False
+    assert "3 of 3 drafts have no checkable answer" in panel["reason"]
+    assert result.tier == "frontier" and result.escalated  # the frontier's "ok"
