@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 from routerkit import make_policy
 
-from tiered_router import InvalidRequest, Router, Turn
-from tiered_router import _http
+from tiered_router import InvalidRequest, Router, Turn, _http
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.trace import MemorySink
 
@@ -160,7 +162,10 @@ def test_a_callers_bad_field_is_a_400_and_never_a_breaker_count(server: Scripted
         _raw(b"", b'[{"role": "user", "content": [{"type": "text", "text": "x"}], "w": NaN}]')
     )
     params.append("messages[0].w")
-    tool = b'[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "number", "maximum": Infinity}}}}}]'
+    tool = (
+        b'[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", '
+        b'"properties": {"n": {"type": "number", "maximum": Infinity}}}}}]'
+    )
     bodies.append(_raw(b'"tools": ' + tool))
     params.append("tools[0].function.parameters.properties.n.maximum")
     headers = {"content-type": "application/json"}
@@ -312,3 +317,73 @@ async def test_a_panel_of_huge_boxed_fractions_is_not_comparable_and_never_raise
     assert panel is not None and panel["comparable"] is False and panel["agreed"] is False
     assert "3 of 3 drafts have no checkable answer" in panel["reason"]
     assert result.tier == "frontier" and result.escalated  # the frontier's "ok"
+
+
+# -- finding 9: a killed server's metrics directory is cleaned up ------------------------------
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to find the workers")
+def test_a_killed_multi_worker_server_leaves_no_metrics_directory_behind(
+    server: ScriptedServer, tmp_path: Path
+) -> None:
+    """SIGKILL of ``serve --workers 2`` (and its workers): the next start removes its files.
+
+    On the old code the directory had a random name and stayed in the temporary directory
+    for good, one more per killed server.
+    """
+    pytest.importorskip("prometheus_client")
+    from proxyproc import ProxyProcess
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    server.default = Reply.text("hi")
+    policy = make_policy(server, retries=(0, 0))
+    first = ProxyProcess(policy, tmp_path, workers=2, env={"TMPDIR": str(temp)}, name="first")
+    first.start()
+    try:
+        with _http.build_client() as http:
+            assert first.chat(http).status_code == 200
+        left = sorted(p.name for p in temp.iterdir() if p.name.startswith("tiered-router-metrics"))
+        assert len(left) == 1 and any(temp.joinpath(left[0]).iterdir())  # the workers' files
+        assert first.process is not None
+        pids = [first.process.pid, *_descendants(first.process.pid)]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        first.process.wait(timeout=10)
+    finally:
+        first.stop()
+    assert temp.joinpath(left[0]).is_dir()  # a killed server cannot clean up after itself
+    second = ProxyProcess(policy, tmp_path, workers=2, env={"TMPDIR": str(temp)}, name="second")
+    second.start()
+    try:
+        now = sorted(p.name for p in temp.iterdir() if p.name.startswith("tiered-router-metrics"))
+        assert left[0] not in now and len(now) == 1
+        with _http.build_client() as http:
+            assert second.chat(http).status_code == 200
+            metrics = second.metrics(http)
+        # a restart counts from zero: nothing of the killed server's numbers is added in
+        key = 'tiered_router_http_responses_total{code="200",path="/v1/chat/completions"}'
+        assert metrics.get(key) == 1.0, {k: v for k, v in metrics.items() if "http" in k}
+    finally:
+        second.stop()
+    assert not any(p.name.startswith("tiered-router-metrics") for p in temp.iterdir())
