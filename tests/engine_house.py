@@ -99,36 +99,47 @@ def turn_writes() -> list[Write]:
     fields = turn_fields()
     found: list[Write] = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == MACHINE:
+        if path != MACHINE:
+            source = path.read_text(encoding="utf-8")
+            found.extend(writes_in(source, str(path.relative_to(REPO)), fields))
+    return found
+
+
+def writes_in(source: str, where: str, fields: set[str]) -> list[Write]:
+    """The writes to ``fields`` of a ``TurnRun`` in ``source`` (see :func:`turn_writes`)."""
+    found: list[Write] = []
+    for func in ast.walk(ast.parse(source)):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
-        tree = _tree(path)
-        rel = str(path.relative_to(REPO))
-        for func in ast.walk(tree):
-            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
-            names = _run_names(func)
-            for node in ast.walk(func):
-                targets: list[ast.expr] = []
-                if isinstance(node, ast.Assign):
-                    targets = list(node.targets)
-                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                    targets = [node.target]
-                elif isinstance(node, ast.Delete):
-                    targets = list(node.targets)
-                elif (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in _MUTATORS
-                ):
-                    targets = [node.func.value]
-                for target in targets:
-                    for sub in ast.walk(target) if isinstance(target, ast.Tuple) else [target]:
-                        if not isinstance(sub, ast.expr):
-                            continue
-                        field = _field_of(sub, names, fields)
-                        if field is not None:
-                            found.append(Write(rel, node.lineno, field, ast.unparse(node)))
+        names = _run_names(func)
+        for node in ast.walk(func):
+            for target in _targets(node):
+                field = _field_of(target, names, fields)
+                if field is not None:
+                    found.append(Write(where, node.lineno, field, ast.unparse(node)))
     return sorted(set(found), key=lambda w: (w.path, w.line))
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What ``node`` changes: assignment targets, or the object a mutating call is on."""
+    targets: list[ast.expr] = []
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MUTATORS
+    ):
+        targets = [node.func.value]
+    flat: list[ast.expr] = []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            flat.extend(target.elts)
+        else:
+            flat.append(target)
+    return flat
 
 
 # -- complexity ----------------------------------------------------------------------------

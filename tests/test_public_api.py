@@ -123,6 +123,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.engine._machine": frozenset(
         {
             "EnginePorts",
+            "Kept",
             "LIFTED_TEXT_CALLS",
             "RoutedResult",
             "TurnRun",

@@ -223,11 +223,13 @@ def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
         why = over_capacity(est, left_s=left, what="task's latency budget")
     if why is None:
         return run
-    run.decision = replace(
-        decision,
-        tier="frontier",
-        backend=run.policy.backend_for("frontier"),
-        rule=f"capacity.{decision.backend}",
-        reasons=(why, *decision.reasons),
+    run.redecide(
+        replace(
+            decision,
+            tier="frontier",
+            backend=run.policy.backend_for("frontier"),
+            rule=f"capacity.{decision.backend}",
+            reasons=(why, *decision.reasons),
+        )
     )
     return run

@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._hedge import Percentile, hedge_delay
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
-    _describe,
 )
 from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally, turn_kind
 from tiered_router.pricing import cost_of
@@ -41,12 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DraftSpec",
-    "FlightPlan",
     "Panel",
     "PanelPlan",
     "draft_turn",
     "panel_kinds",
-    "plan_flight",
     "plan_panel",
     "turn_kind",
 ]
@@ -237,11 +233,13 @@ class Panel:
         """
         index_of = self._record_all(run, {}, cancelled)
         result = self.tally()
-        run.panel = {
-            **self._summary(result, index_of, bool(self.arrivals)),
-            "agreed": False,
-            "reason": reason,
-        }
+        run.panel_found(
+            {
+                **self._summary(result, index_of, bool(self.arrivals)),
+                "agreed": False,
+                "reason": reason,
+            }
+        )
 
     def _record_all(
         self,
@@ -284,30 +282,28 @@ class Panel:
             reason = "gate_failed"
         else:
             reason = "drafts_disagree"
-        chosen: tuple[Completion, Verdict | None] | None = None
+        chosen: tuple[Completion, Verdict | None, str] | None = None
         for arrival in candidates:
             assert arrival.completion is not None
             completion, verdict = run.gated(arrival.completion)
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
-                chosen = (completion, verdict)
-                run.served_by = (arrival.spec.backend, completion)
+                chosen = (completion, verdict, arrival.spec.backend)
                 break
         index_of = self._record_all(run, verdicts, cancelled)
-        run.panel = self._summary(result, index_of, bool(answered))
+        run.panel_found(self._summary(result, index_of, bool(answered)))
         if chosen is not None:
-            run.returned = ("fast", chosen[0], chosen[1])
+            run.keep("fast", chosen[0], chosen[1], backend=chosen[2])
             return None
         nxt = run.move_on("fast", reason)
-        if run.returned is None and answered:
+        if run.kept is None and answered:
             # keep a draft (the majority's first) until a better one comes: nothing is lost
             first = candidates[0] if candidates else self._leader(answered, result)
             kept = verdicts.get(first.spec.index)
             if kept is None:
                 assert first.completion is not None
                 kept = run.gated(first.completion)
-            run.returned = ("fast", kept[0], kept[1])
-            run.served_by = (first.spec.backend, kept[0])
+            run.keep("fast", kept[0], kept[1], backend=first.spec.backend)
         return nxt
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
@@ -324,15 +320,7 @@ class Panel:
     ) -> None:
         spec = arrival.spec
         if arrival.error is not None:
-            run.errors.append(arrival.error)
-            run.add_attempt(
-                "fast",
-                spec.backend,
-                arrival.model,
-                arrival.latency,
-                role="draft",
-                error=_describe(arrival.error),
-            )
+            run.draft_failed(spec.backend, arrival.model, arrival.error, arrival.latency)
             return
         completion = arrival.completion
         assert completion is not None
@@ -340,12 +328,12 @@ class Panel:
         key = self.keys[spec.index]
         if gated is not None:
             completion = gated[0]
-        run.drafts[len(run.attempts)] = completion
         run.add_attempt(
             "fast",
             spec.backend,
             arrival.model,
             arrival.latency,
+            output=completion,
             role="draft",
             usage=completion.usage,
             cost=cost_of(completion.usage, config.price) if config is not None else 0.0,
@@ -373,26 +361,3 @@ def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:
     if key is None:
         return None
     return {"kind": key.kind, "value": key.value, "detail": key.detail}
-
-
-FlightPlan = tuple["PanelPlan | None", "float | None"]
-"""A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
-
-
-def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
-    """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
-    policy = run.policy
-    if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
-        return None
-    if not run.escalate:  # a shadow run: one call, as documented
-        return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=run.ports.multiple_choices,
-    )
-    hedge = hedge_delay(run, percentile=percentile)
-    if panel is None and hedge is None:
-        return None
-    return panel, hedge

@@ -1,4 +1,4 @@
-"""The engine's ports over a router's parts: what a turn needs from its surroundings.
+"""The router's adapter to the engine: what a turn needs from its surroundings.
 
 :class:`RouterPorts` is the :class:`~tiered_router.engine._machine.EnginePorts` the router
 hands the engine (the policy, the gate, the scorer, the clock, capability lookups, where

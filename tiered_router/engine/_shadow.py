@@ -49,9 +49,9 @@ def plan_shadow(run: TurnRun) -> TurnRun | None:
     ``turn_id``, rule ``shadow``, ``metadata.shadow: true``) is a label for that tier.
     """
     rate = run.policy.shadow.rate
-    if run.returned is None or not sampled(run.turn.id, rate):
+    if run.kept is None or not sampled(run.turn.id, rate):
         return None
-    other = OTHER_TIER[run.returned[0]]
+    other = OTHER_TIER[run.kept.tier]
     if other in run.tried or not run.usable(other):
         return None
     turn = run.turn.with_updates(metadata={**run.turn.metadata, "shadow": True})
