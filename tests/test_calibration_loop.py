@@ -84,10 +84,7 @@ def test_traces_to_dataset_to_calibrate_and_write(recorded: Path) -> None:
     )
     assert refused.exit_code == 1
     assert "not writing the threshold" in refused.output
-    assert (
-        "warning: the data replays gpt-4-1106-preview on the frontier tier"
-        in refused.output
-    )
+    assert "warning: the data replays gpt-4-1106-preview on the frontier tier" in refused.output
     assert load_policy(recorded / "policy.yaml").scoring.threshold == written
     forced = runner.invoke(
         app,

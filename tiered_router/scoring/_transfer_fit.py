@@ -133,7 +133,7 @@ def sample_rows(data_dir: str | os.PathLike[str]) -> frozenset[tuple[str, str]]:
     """
     from tiered_router.evaluation._sample import drawn_ids
 
-    return drawn_ids(data_dir)
+    return drawn_ids(Path(data_dir))
 
 
 def features_of(turn: Turn) -> tuple[int, tuple[float, ...]]:
