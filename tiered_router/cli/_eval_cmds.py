@@ -55,7 +55,7 @@ def _load(
     """Load the policy (bundled default when ``None``) and the data, with the chosen models."""
     from tiered_router.evaluation.calibration import load_policy_offline
     from tiered_router.evaluation.dataset import DatasetError
-    from tiered_router.evaluation.sources import bundled_policy_path, load_data
+    from tiered_router.evaluation.sources import bundled_policy_path, load_data, split_spec
     from tiered_router.exceptions import PolicyError
 
     source = policy if policy is not None else bundled_policy_path()
@@ -69,6 +69,11 @@ def _load(
         data = str(replay_data) if replay_data else "sample"
     try:
         dataset = load_data(data)
+        if split_spec(data)[1] is None:
+            # no pair spelled in --data: a tier whose backend names a recorded model plays it
+            named = _policy_models(loaded)
+            fast_model = fast_model or _recorded(named["fast"][0], dataset)
+            frontier_model = frontier_model or _recorded(named["frontier"][0], dataset)
         if fast_model or frontier_model:
             dataset = dataset.with_pair(
                 fast_model or dataset.fast_model or "",
@@ -77,6 +82,11 @@ def _load(
     except DatasetError as exc:
         raise _fail(str(exc)) from exc
     return loaded, dataset
+
+
+def _recorded(model: str | None, dataset: Dataset) -> str | None:
+    """``model`` when the data records it, else ``None`` (the data's own pair then plays)."""
+    return model if model and model in dataset.models else None
 
 
 def _policy_models(policy: Policy) -> dict[str, tuple[str | None, Any]]:
