@@ -66,15 +66,13 @@ def _load(
         raise _fail(str(exc)) from exc
     if data is None:
         fast = loaded.backends[loaded.tiers.fast]
-        replay_data = fast.options.get("data") if fast.type == "replay" else None
-        data = str(replay_data) if replay_data else "sample"
+        data = str(fast.options.get("data") or "sample") if fast.type == "replay" else "sample"
     try:
         dataset = load_data(data)
-        if split_spec(data)[1] is None:
-            # no pair spelled in --data: a tier whose backend names a recorded model plays it
-            named = _policy_models(loaded)
-            fast_model = fast_model or _recorded(named["fast"][0], dataset)
-            frontier_model = frontier_model or _recorded(named["frontier"][0], dataset)
+        if split_spec(data)[1:] == (None, None):  # no pair in --data: the tiers' models play
+            named = {t: m for t, (m, _) in _policy_models(loaded).items() if m in dataset.models}
+            fast_model = fast_model or named.get("fast")
+            frontier_model = frontier_model or named.get("frontier")
         if fast_model or frontier_model:
             dataset = dataset.with_pair(
                 fast_model or dataset.fast_model or "",
@@ -83,11 +81,6 @@ def _load(
     except DatasetError as exc:
         raise _fail(str(exc)) from exc
     return loaded, dataset
-
-
-def _recorded(model: str | None, dataset: Dataset) -> str | None:
-    """``model`` when the data records it, else ``None`` (the data's own pair then plays)."""
-    return model if model and model in dataset.models else None
 
 
 def _policy_models(policy: Policy) -> dict[str, tuple[str | None, Any]]:
