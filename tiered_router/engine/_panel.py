@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
@@ -272,30 +273,30 @@ class Panel:
             reason = "gate_failed"
         else:
             reason = "drafts_disagree"
-        chosen: tuple[Completion, Verdict | None] | None = None
+        chosen: tuple[_Arrival, Completion, Verdict | None] | None = None
         for arrival in candidates:
             assert arrival.completion is not None
+            # the gate and the offered-calls floor, as for a single draft
             completion, verdict = run.gated(arrival.completion)
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
-                chosen = (completion, verdict)
-                run.served_by = (arrival.spec.backend, completion)
+                chosen = (arrival, completion, verdict)
                 break
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
         if chosen is not None:
-            run.returned = ("fast", chosen[0], chosen[1])
+            run.served_by = (chosen[0].spec.backend, run.keep("fast", chosen[1], chosen[2]))
             return None
         nxt = run.move_on("fast", reason)
         if run.returned is None and answered:
-            # keep a draft (the majority's first) until a better one comes: nothing is lost
+            # keep a draft (the majority's first) until a better one comes: nothing is lost,
+            # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
             kept = verdicts.get(first.spec.index)
             if kept is None:
                 assert first.completion is not None
                 kept = run.gated(first.completion)
-            run.returned = ("fast", kept[0], kept[1])
-            run.served_by = (first.spec.backend, kept[0])
+            run.served_by = (first.spec.backend, run.keep("fast", kept[0], kept[1]))
         return nxt
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
@@ -326,8 +327,12 @@ class Panel:
         assert completion is not None
         config = run.ports.backend_config(spec.backend)
         key = self.keys[spec.index]
+        conversions = completion.conversions
         if gated is not None:
             completion = gated[0]
+            conversions = completion.conversions
+            if call_problems(completion, run.turn):  # as a single draft's attempt says
+                conversions = (*conversions, DROPPED_CALLS)
         run.drafts[len(run.attempts)] = completion
         run.add_attempt(
             "fast",
@@ -338,7 +343,7 @@ class Panel:
             usage=completion.usage,
             cost=cost_of(completion.usage, config.price) if config is not None else 0.0,
             verdict=gated[1] if gated is not None else None,
-            conversions=completion.conversions,
+            conversions=conversions,
             answer_key=_key_dict(key),
         )
 

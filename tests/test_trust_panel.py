@@ -1,0 +1,215 @@
+"""A panel returns nothing a single draft could not (issue 29, the panel findings).
+
+Through the public API over real HTTP (``Router``, ``TieredOpenAI``, the proxy; a
+``ScriptedServer`` upstream):
+
+- one offered-calls floor for every path that returns a draft: a panel's draft never
+  carries a call to a tool the turn did not offer, NaN arguments, a call under
+  ``tool_choice: "none"`` or outside a named choice, or a homoglyph tool name, whatever the
+  gate checks and whatever ``on_gate_failure`` says, with the frontier failing;
+- a prompt variant adds to the operator's system prompt in every content form;
+- agreement never vouches for what the normalisation merged: the panel returns a draft
+  whose exact calls, JSON or final text the majority gave;
+- the capacity rule plans the turn's own panel, and drafts queued behind the turn's own
+  drafts that time out are not a breaker count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from routerkit import make_policy, tracked
+
+from tiered_router import GateFailed, Router, Turn
+from tiered_router.testing import Reply, ScriptedServer
+from tiered_router.trace import MemorySink
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+EMAIL = {
+    "type": "function",
+    "function": {
+        "name": "send_email",
+        "description": "Send an email.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string"},
+                "body": {"type": "string"},
+                "bcc": {"type": "string"},
+            },
+            "required": ["to", "body"],
+        },
+    },
+}
+SHELL = {
+    "type": "function",
+    "function": {
+        "name": "run",
+        "description": "Run a shell command or act on a path.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}, "path": {"type": "string"}},
+        },
+    },
+}
+USER = [{"role": "user", "content": "Weather in Paris?"}]
+
+# -- finding 1: one offered-calls floor ---------------------------------------------------
+
+HOMOGLYPH = "get_weath\u0435r"  # a Cyrillic "е"
+FLOOR_CASES: dict[str, tuple[Reply, dict[str, Any]]] = {
+    "not_offered": (Reply.tool_calls([("delete_all", {"path": "/"})]), {}),
+    "nan_arguments": (Reply.tool_calls([("get_weather", '{"city": NaN}')]), {}),
+    "tool_choice_none": (Reply.tool_calls([("get_weather", {"city": "Paris"})]), {"none": 1}),
+    "outside_named_choice": (
+        Reply.tool_calls([("get_weather", {"city": "Paris"})]),
+        {"named": 1},
+    ),
+    "homoglyph_name": (Reply.tool_calls([(HOMOGLYPH, {"city": "Paris"})]), {}),
+}
+GATES: dict[str, dict[str, Any]] = {
+    "default_gate": {},
+    "no_escalation": {"escalation": {"on_gate_failure": False}},
+    "no_tool_arguments": {"gate": {"checks": ["non_empty"]}},
+}
+
+
+def _floor_turn(flags: dict[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"messages": USER, "tools": [WEATHER, SHELL]}
+    if "none" in flags:
+        kwargs["tool_choice"] = "none"
+    if "named" in flags:
+        kwargs["tool_choice"] = {"type": "function", "function": {"name": "run"}}
+    return kwargs
+
+
+def _panel_policy(server: ScriptedServer, **sections: Any) -> dict[str, Any]:
+    return make_policy(
+        server,
+        retries=(0, 0),
+        drafts={"k": 3, "min_agreement": 0.67, "n": False, "when": ["all"]},
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        resilience={"breaker": {"enabled": False}},
+        **sections,
+    )
+
+
+def _script_floor(server: ScriptedServer, reply: Reply) -> None:
+    server.reset()
+    server.default = lambda body: (
+        reply if body.get("model") == "fast-model" else Reply.status(500, message="down")
+    )
+
+
+def _offered(calls: list[tuple[str, str]], flags: dict[str, Any]) -> None:
+    for name, arguments in calls:
+        assert "none" not in flags, f"a call under tool_choice 'none': {name}"
+        assert name in ("get_weather", "run"), f"a call to a tool not offered: {name!r}"
+        if "named" in flags:
+            assert name == "run", f"a call outside the named choice: {name}"
+        assert isinstance(json.loads(arguments), dict)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("gate", list(GATES))
+@pytest.mark.parametrize("case", list(FLOOR_CASES))
+async def test_a_panel_passes_the_offered_calls_floor(
+    server: ScriptedServer, case: str, gate: str
+) -> None:
+    reply, flags = FLOOR_CASES[case]
+    _script_floor(server, reply)
+    sink = MemorySink()
+    router = tracked(Router(_panel_policy(server, **GATES[gate]), sinks=[sink]))
+    turn = Turn.from_openai(**_floor_turn(flags))
+    try:
+        result = await router.acomplete(turn)
+    except GateFailed:
+        pass  # raising is allowed; returning the calls is not
+    else:
+        calls = [(c.name, c.arguments) for c in result.completion.tool_calls]
+        _offered(calls, flags)
+        assert result.trace.verdict is not None and not result.trace.verdict.passed
+    trace = sink.traces[-1]
+    assert trace.panel is not None  # the panel ran
+    stream = router.astream(Turn.from_openai(**_floor_turn(flags)))
+    names: list[str] = []
+    try:
+        await stream.start()
+        async for chunk in stream:
+            names.extend(d.name for d in chunk.tool_calls if d.name)
+    finally:
+        await stream.aclose()
+    assert all(n in ("get_weather", "run") for n in names) and ("none" not in flags or not names)
+
+
+def test_the_drop_in_client_and_the_proxy_hold_the_floor_for_a_panel(
+    server: ScriptedServer,
+) -> None:
+    pytest.importorskip("openai")
+    pytest.importorskip("uvicorn")
+    from test_server import running
+
+    from tiered_router.openai import TieredOpenAI
+    from tiered_router.server import create_app
+
+    reply, flags = FLOOR_CASES["not_offered"]
+    _script_floor(server, reply)
+    policy = _panel_policy(server, gate={"checks": ["non_empty"]})
+    with TieredOpenAI(policy) as client:
+        answer = client.chat.completions.create(model="auto", **_floor_turn(flags))
+    calls = answer.choices[0].message.tool_calls or []
+    _offered([(c.function.name, c.function.arguments) for c in calls], flags)  # type: ignore[union-attr]
+    import openai
+
+    with running(create_app(policy, env={})) as url:
+        proxied = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+        try:
+            answer = proxied.chat.completions.create(model="auto", **_floor_turn(flags))
+            calls = answer.choices[0].message.tool_calls or []
+            _offered([(c.function.name, c.function.arguments) for c in calls], flags)  # type: ignore[union-attr]
+            stream = proxied.chat.completions.create(
+                model="auto", stream=True, **_floor_turn(flags)
+            )
+            streamed = [
+                d.function.name
+                for chunk in stream
+                for d in (chunk.choices[0].delta.tool_calls or [] if chunk.choices else [])
+                if d.function is not None and d.function.name
+            ]
+            assert "delete_all" not in streamed
+        finally:
+            proxied.close()
+
+
+@pytest.mark.anyio
+async def test_the_floor_holds_for_32_concurrent_panels(server: ScriptedServer) -> None:
+    reply, flags = FLOOR_CASES["not_offered"]
+    _script_floor(server, reply)
+    router = tracked(
+        Router(_panel_policy(server, escalation={"on_gate_failure": False}), sinks=[])
+    )
+    results = await asyncio.gather(
+        *(router.acomplete(Turn.from_openai(**_floor_turn(flags))) for _ in range(32))
+    )
+    assert all(not r.completion.tool_calls for r in results)
+    assert all(r.trace.panel is not None for r in results)
+
+
+def _iter_calls(result: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    for call in result.completion.tool_calls:
+        yield call.name, json.loads(call.arguments)
