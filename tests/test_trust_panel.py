@@ -200,9 +200,7 @@ def test_the_drop_in_client_and_the_proxy_hold_the_floor_for_a_panel(
 async def test_the_floor_holds_for_32_concurrent_panels(server: ScriptedServer) -> None:
     reply, flags = FLOOR_CASES["not_offered"]
     _script_floor(server, reply)
-    router = tracked(
-        Router(_panel_policy(server, escalation={"on_gate_failure": False}), sinks=[])
-    )
+    router = tracked(Router(_panel_policy(server, escalation={"on_gate_failure": False}), sinks=[]))
     results = await asyncio.gather(
         *(router.acomplete(Turn.from_openai(**_floor_turn(flags))) for _ in range(32))
     )
@@ -213,3 +211,67 @@ async def test_the_floor_holds_for_32_concurrent_panels(server: ScriptedServer) 
 def _iter_calls(result: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     for call in result.completion.tool_calls:
         yield call.name, json.loads(call.arguments)
+
+
+# -- finding 5: a variant adds to the operator's system prompt ----------------------------
+
+RULE = "Operator rule: never send email without a confirmation."
+
+
+def _system_text(body: dict[str, Any]) -> str:
+    texts = []
+    for message in body.get("messages", []):
+        if message.get("role") != "system":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+    return "\n".join(texts)
+
+
+def _rule_follower(body: dict[str, Any]) -> Reply:
+    """A model that keeps the operator's rule when it sees it, and sends the email if not."""
+    if body.get("model") != "fast-model":
+        return Reply.status(500, message="down")
+    if RULE in _system_text(body):
+        return Reply.text("I need your confirmation before sending it.")
+    return Reply.tool_calls([("send_email", {"to": "bob@corp.example", "body": "hi"})])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "system",
+    [
+        RULE,
+        [{"type": "text", "text": RULE}],
+        [{"type": "text", "text": "You are helpful."}, {"type": "text", "text": RULE}],
+    ],
+    ids=["string", "one_part", "two_parts"],
+)
+async def test_variants_add_to_the_system_prompt_in_every_form(
+    server: ScriptedServer, system: Any
+) -> None:
+    server.default = _rule_follower
+    policy = _panel_policy(server)
+    policy["drafts"]["variants"] = ["", "Answer briefly.", "Check your work."]
+    router = tracked(Router(policy))
+    messages = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": "Email bob that the build is done."},
+    ]
+    result = await router.acomplete(Turn(messages, tools=[EMAIL]))
+    drafts = server.requests_for("fast-model")
+    assert len(drafts) == 3
+    for request in drafts:
+        text = _system_text(request.body)
+        assert RULE in text  # the operator's rule reached every draft
+    variants = sorted(
+        v
+        for v in ("Answer briefly.", "Check your work.")
+        for r in drafts
+        if v in _system_text(r.body)
+    )
+    assert variants == ["Answer briefly.", "Check your work."]
+    assert not result.completion.tool_calls, "the rule was lost: the email call came back"

@@ -128,16 +128,7 @@ def draft_turn(
 
     ``n``: the whole panel in one request (``n`` choices).
     """
-    messages = list(turn.messages)
-    if spec.variant:
-        if messages and messages[0].get("role") == "system":
-            first = dict(messages[0])
-            content = first.get("content")
-            text = content if isinstance(content, str) else ""
-            first["content"] = f"{text}\n\n{spec.variant}" if text else spec.variant
-            messages[0] = first
-        else:
-            messages.insert(0, {"role": "system", "content": spec.variant})
+    messages = _with_variant(list(turn.messages), spec.variant) if spec.variant else turn.messages
     params = dict(turn.params)
     if temperature is not None:
         params["temperature"] = temperature
@@ -146,6 +137,28 @@ def draft_turn(
     if not spec.variant and temperature is None and n is None:
         return turn
     return replace(turn, messages=messages, params=params)
+
+
+def _with_variant(messages: list[Any], variant: str) -> list[Any]:
+    """``messages`` with ``variant`` added to the system prompt; the operator's text stays.
+
+    A string gets the variant after a blank line, a list of content parts gets it as one
+    more text part, an empty prompt becomes the variant; any other form is left as it is and
+    the variant follows it as a system message of its own.
+    """
+    if not messages or messages[0].get("role") != "system":
+        return [{"role": "system", "content": variant}, *messages]
+    first = dict(messages[0])
+    content = first.get("content")
+    if isinstance(content, str) and content:
+        first["content"] = f"{content}\n\n{variant}"
+    elif isinstance(content, list) and content:
+        first["content"] = [*content, {"type": "text", "text": variant}]
+    elif not content:
+        first["content"] = variant
+    else:
+        return [messages[0], {"role": "system", "content": variant}, *messages[1:]]
+    return [first, *messages[1:]]
 
 
 @dataclass(frozen=True, slots=True)
