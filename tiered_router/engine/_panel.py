@@ -8,10 +8,13 @@ answer keys (:func:`tiered_router.panels.tally`) and says when the outcome is de
 ``draft``, its answer key, cost and, for the ones still running, ``cancelled``) and returns
 the next tier:
 
-- the drafts agree: the first majority draft to arrive that passes the gate is the answer
-  (the others are in the trace); none passes -> ``gate_failed``;
+- the drafts agree, on the answer and on its exact form (what the caller would receive:
+  :func:`tiered_router.panels.exact_form`): the first of those drafts to arrive that passes
+  the gate and the offered-calls floor is the answer (the others are in the trace); none
+  passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
-- they disagree -> escalation with reason ``drafts_disagree``;
+- they disagree, or agree only once normalised -> escalation with reason
+  ``drafts_disagree``;
 - every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
 """
 
@@ -28,7 +31,7 @@ from tiered_router.exceptions import (
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally
+from tiered_router.panels import AnswerKey, Tally, answer_key, exact_form, panel_kinds, tally
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -177,12 +180,14 @@ class Panel:
         self.plan = plan
         self.turn = turn
         self.keys: list[AnswerKey | None] = [None] * plan.k
+        self.exact: list[str | None] = [None] * plan.k  # what each draft would return
         self.arrivals: list[_Arrival] = []  # in arrival order
         self._failed: set[int] = set()
 
     def arrived(self, spec: DraftSpec, model: str, completion: Completion, latency: float) -> None:
         """Draft ``spec`` answered."""
         self.keys[spec.index] = answer_key(completion, self.turn)
+        self.exact[spec.index] = exact_form(completion, self.turn)
         self.arrivals.append(_Arrival(spec, model, latency, completion=completion))
 
     def take(self, specs: tuple[DraftSpec, ...], value: Any, model: str, latency: float) -> None:
@@ -210,7 +215,11 @@ class Panel:
     def tally(self) -> Tally:
         """What the drafts in so far say."""
         return tally(
-            self.keys, k=self.plan.k, min_agreement=self.plan.min_agreement, failed=self._failed
+            self.keys,
+            k=self.plan.k,
+            min_agreement=self.plan.min_agreement,
+            failed=self._failed,
+            exact=self.exact,  # the panel returns words the majority gave, never merged ones
         )
 
     @property
