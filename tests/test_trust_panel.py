@@ -380,3 +380,83 @@ def test_tally_needs_the_exact_form_too_and_decides_early_on_it() -> None:
     refused = tally([key, key], k=2, min_agreement=1.0, exact=["a", None])
     assert refused.decided and not refused.agreed and refused.comparable
     assert tally([key, key], k=2, min_agreement=1.0).agreed  # without exact: as before
+
+
+# -- finding 7: the capacity rule plans the turn's own panel ------------------------------
+
+SERVICE_S = 0.4  # one call on the one-slot server
+DEADLINE_S = 0.65  # one call fits, three queued calls do not
+
+
+def _one_slot(body: dict[str, Any]) -> Reply:
+    return Reply.text("frontier answer")
+
+
+def _capacity_policy(server: ScriptedServer) -> dict[str, Any]:
+    from test_capacity import policy as capacity_policy
+
+    config = capacity_policy(
+        server,
+        latency={"ttft_s": SERVICE_S, "tokens_per_s": 1_000_000},
+    )
+    config["rules"] = [{"name": "all-fast", "when": {}, "tier": "fast"}]
+    config["resilience"] = {
+        "deadline_s": DEADLINE_S,
+        "breaker": {"enabled": True, "consecutive_failures": 2, "cooldown_s": 60},
+    }
+    # SGLang's set-up: greedy decoding, so the drafts differ by their prompt variants
+    config["drafts"] = {
+        "k": 3,
+        "when": ["all"],
+        "n": False,
+        "variants": ["", "Answer briefly.", "Check your work."],
+    }
+    return config
+
+
+@pytest.mark.anyio
+async def test_a_panel_that_cannot_fit_a_one_slot_server_goes_to_the_frontier(
+    server: ScriptedServer,
+) -> None:
+    from test_capacity import one_slot
+
+    server.default = one_slot(SERVICE_S, "llada", Reply.text("frontier answer"))
+    router = tracked(Router(_capacity_policy(server)))
+    results = await asyncio.gather(
+        *(router.acomplete(Turn([{"role": "user", "content": "2 + 2?"}])) for _ in range(32))
+    )
+    assert {r.decision.rule for r in results} == {"capacity.llada"}
+    assert {r.tier for r in results} == {"frontier"}
+    assert "the turn's own 3 drafts" in results[0].decision.reasons[0]
+    assert server.requests_for("llada") == []  # no draft was sent to time out
+    assert (await router.breaker("llada").asnapshot()).state == "closed"
+    assert router.latency.in_flight.count("llada") == 0
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_drafts_queued_behind_their_own_panel_are_not_a_breaker_count(
+    server: ScriptedServer, sync: bool
+) -> None:
+    from test_capacity import one_slot
+
+    server.default = one_slot(SERVICE_S, "llada", Reply.text("frontier answer"))
+    sink = MemorySink()
+    router = tracked(Router(_capacity_policy(server), sinks=[sink]))
+    turn = Turn([{"role": "user", "content": "2 + 2?"}])
+    states = []
+    for _ in range(2):
+        # pinned: the capacity rule leaves the turn alone, so its panel is sent
+        if sync:
+            router.complete(turn, tier="fast")
+            states.append(router.breaker("llada").state)
+        else:
+            asyncio.run(router.acomplete(turn, tier="fast"))
+            states.append(router.breaker("llada").state)
+        timeouts = [
+            a for a in sink.traces[-1].attempts if a.role == "draft" and a.error is not None
+        ]
+        assert len(timeouts) == 2, sink.traces[-1].attempts  # the two queued drafts
+        import time
+
+        time.sleep(3 * SERVICE_S)  # the server's queue drains
+    assert states == ["closed", "closed"]

@@ -47,9 +47,11 @@ __all__ = [
     "Panel",
     "PanelPlan",
     "draft_turn",
+    "own_calls",
     "panel_kinds",
     "plan_flight",
     "plan_panel",
+    "turn_panel",
 ]
 
 
@@ -394,6 +396,28 @@ FlightPlan = tuple["PanelPlan | None", "float | None"]
 """A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
 
 
+def turn_panel(run: TurnRun) -> PanelPlan | None:
+    """The panel ``run``'s fast side would send (``None``: one draft); pure."""
+    if run.policy.drafts is None or not run.escalate:  # a shadow run: one call, as documented
+        return None
+    return plan_panel(
+        run.policy,
+        run.turn,
+        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
+        multiple_choices=getattr(run.ports, "multiple_choices", None),
+    )
+
+
+def own_calls(plan: PanelPlan) -> dict[str, int]:
+    """The requests a panel sends each backend: one per draft, or one for all (``n``)."""
+    if plan.n:
+        return {plan.drafts[0].backend: 1}
+    counts: dict[str, int] = {}
+    for spec in plan.drafts:
+        counts[spec.backend] = counts.get(spec.backend, 0) + 1
+    return counts
+
+
 def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
     """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
     policy = run.policy
@@ -401,12 +425,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         return None
     if not run.escalate:  # a shadow run: one call, as documented
         return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
-    )
+    panel = turn_panel(run)
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
         return None
