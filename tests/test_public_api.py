@@ -276,6 +276,7 @@ PINNED: dict[str, frozenset[str]] = {
             "AnswerKind",
             "answer_key",
             "canonical",
+            "exact_form",
             "final_answer",
             "needed_votes",
             "normalise_answer",
