@@ -40,6 +40,7 @@ from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
+    from tiered_router.monitor import KindQuality, Monitor, Sampler
     from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
@@ -75,6 +76,9 @@ class Router:
         state: Where circuit breakers and task totals live (default: this process,
             :class:`~tiered_router.state.MemoryStateStore`). A failing store never fails a
             turn: the router falls back to in-process state with a warning.
+        sample: The quality monitor's sampler, ``sample(key, rate) -> bool`` (which
+            accepted fast answers are shadowed, which turns of an enforcing kind explore);
+            default: a hash of the key, so a turn id always gets the same answer.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class Router:
         rng: random.Random | None = None,
         record: RecordOption = False,
         state: StateStore | None = None,
+        sample: Sampler | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
         from tiered_router.policy import load_policy
@@ -137,6 +142,15 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
+        self.monitor: Monitor | None = None
+        """The quality monitor (the policy's ``monitor:``), ``None`` without one."""
+        if self.policy.monitor is not None:
+            from tiered_router.monitor import Monitor
+
+            store: Any = self.state  # memory and safe stores keep the monitor's windows
+            self.monitor = Monitor(
+                self.policy, store=store, shadows=self._shadows, clock=clock, sample=sample
+            )
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -351,11 +365,14 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             await task.arefresh()
+        monitor = self.monitor
+        if monitor is not None:
+            await monitor.arefresh()
         run = self._start(turn, tier, deadline_s)
         await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)
         self._shadows.astart(run)
-        return result
+        return result if monitor is None else monitor.ashadow(run, result)
 
     def complete(
         self,
@@ -368,11 +385,14 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             task.refresh()
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.refresh()
         run = self._start(turn, tier, deadline_s)
         self._driver.drive(run)
         result = self._dispatch.finish(run)
         self._shadows.start(run)
-        return result
+        return result if monitor is None else monitor.shadow(run, result)
 
     def _percentile(self, backend: str, q: float, min_samples: int) -> float | None:
         return self.latency.percentile(backend, q, min_samples=min_samples)
@@ -414,7 +434,12 @@ class Router:
             print(stream.result.trace.tier)
             ```
         """
-        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.refresh_soon()
+        run = self._start(turn, tier, deadline_s)
+        after = None if monitor is None else monitor.ashadow
+        return AsyncRoutedStream(self._dispatch, run, self._driver, after=after)
 
     def stream(
         self,
@@ -424,7 +449,12 @@ class Router:
         deadline_s: float | None | Unset = UNSET,
     ) -> RoutedStream:
         """Sync twin of :meth:`astream`."""
-        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.refresh()
+        run = self._start(turn, tier, deadline_s)
+        after = None if monitor is None else monitor.shadow
+        return RoutedStream(self._dispatch, run, self._driver, after=after)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -468,7 +498,24 @@ class Router:
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
-        return route_by_capacity(run, latency=self.latency)
+        run = route_by_capacity(run, latency=self.latency)
+        if self.monitor is not None:
+            self.monitor.adjust(run)
+        return run
+
+    # -- the quality monitor -----------------------------------------------------------------
+
+    def quality(self) -> dict[str, KindQuality]:
+        """The monitor's :class:`~tiered_router.monitor.KindQuality` per turn kind (or ``{}``).
+
+        Compared count, matched share, its lower bound, state (``ok``, ``below_target``,
+        ``enforcing``); every worker's on a shared store. ``{}`` without ``monitor:``.
+        """
+        return {} if self.monitor is None else self.monitor.quality()
+
+    async def aquality(self) -> dict[str, KindQuality]:
+        """Async twin of :meth:`quality`."""
+        return {} if self.monitor is None else await self.monitor.aquality()
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:

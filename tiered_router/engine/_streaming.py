@@ -24,7 +24,7 @@ after it streams as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tiered_router._types import Tier
@@ -43,7 +43,11 @@ if TYPE_CHECKING:
     from tiered_router.routing import Decision
     from tiered_router.trace import Attempt, Trace
 
-__all__ = ["AsyncRoutedStream", "RoutedStream"]
+__all__ = ["AfterTurn", "AsyncRoutedStream", "RoutedStream"]
+
+AfterTurn = Callable[["TurnRun", "RoutedResult"], "RoutedResult"]
+"""What the router does with a turn that ended well, before its result is kept (the quality
+monitor's shadow call starts there); returns the result, possibly marked ``shadowed``."""
 
 
 def _typed(exc: Exception, backend: Backend) -> BackendError:
@@ -162,10 +166,18 @@ def _close(it: object) -> None:
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+    def __init__(
+        self,
+        dispatch: Dispatcher,
+        run: TurnRun,
+        driver: Driver | None = None,
+        *,
+        after: AfterTurn | None = None,
+    ) -> None:
         self._dispatch = dispatch
         self._run = run
         self._driver = driver
+        self._after = after
         self.tier: Tier | None = None
         self._result: RoutedResult | None = None
         self._pending: list[CompletionChunk] = []
@@ -220,6 +232,10 @@ class _StreamState:
             tier, backend.name, backend.model, completion, self._latency(started)
         )
 
+    def _done(self, result: RoutedResult) -> RoutedResult:
+        """The finished turn's result, after the router's ``after`` hook (the monitor's)."""
+        return result if self._after is None else self._after(self._run, result)
+
     def _settled(self, result: RoutedResult) -> list[CompletionChunk]:
         """The turn ended with the draft the run kept; return its chunks to replay."""
         self._result = result
@@ -260,8 +276,15 @@ class _StreamState:
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
-        super().__init__(dispatch, run, driver)
+    def __init__(
+        self,
+        dispatch: Dispatcher,
+        run: TurnRun,
+        driver: Driver | None = None,
+        *,
+        after: AfterTurn | None = None,
+    ) -> None:
+        super().__init__(dispatch, run, driver, after=after)
         self._gen: AsyncIterator[CompletionChunk] | None = None
 
     async def start(self) -> None:
@@ -361,11 +384,11 @@ class AsyncRoutedStream(_StreamState):
                 finally:
                     await _aclose(rest)  # a caller that stops early closes the upstream stream
                 checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = await dispatch.afinish(run)
+                self._result = self._done(await dispatch.afinish(run))
                 for out in hold.release(problems, checked):
                     yield out
                 return
-            for chunk in self._settled(await dispatch.afinish(run)):
+            for chunk in self._settled(self._done(await dispatch.afinish(run))):
                 yield chunk
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             await self._dispatch.aend(self._run, exc)
@@ -375,8 +398,15 @@ class AsyncRoutedStream(_StreamState):
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
-        super().__init__(dispatch, run, driver)
+    def __init__(
+        self,
+        dispatch: Dispatcher,
+        run: TurnRun,
+        driver: Driver | None = None,
+        *,
+        after: AfterTurn | None = None,
+    ) -> None:
+        super().__init__(dispatch, run, driver, after=after)
         self._gen: Iterator[CompletionChunk] | None = None
 
     def start(self) -> None:
@@ -464,10 +494,10 @@ class RoutedStream(_StreamState):
                 finally:
                     _close(rest)  # a caller that stops early closes the upstream stream
                 checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = dispatch.finish(run)
+                self._result = self._done(dispatch.finish(run))
                 yield from hold.release(problems, checked)
                 return
-            yield from self._settled(dispatch.finish(run))
+            yield from self._settled(self._done(dispatch.finish(run)))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             self._dispatch.end(self._run, exc)
             raise
