@@ -32,6 +32,7 @@ from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.gate import QualityGate
+from tiered_router.monitor._build import build_monitor
 from tiered_router.routing import Decision
 from tiered_router.scoring import Score, Scorer, build_scorer
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
@@ -40,7 +41,7 @@ from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
-    from tiered_router.monitor import KindQuality, Monitor, Sampler
+    from tiered_router.monitor import KindQuality, Monitor
     from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
@@ -76,9 +77,6 @@ class Router:
         state: Where circuit breakers and task totals live (default: this process,
             :class:`~tiered_router.state.MemoryStateStore`). A failing store never fails a
             turn: the router falls back to in-process state with a warning.
-        sample: The quality monitor's sampler, ``sample(key, rate) -> bool`` (which
-            accepted fast answers are shadowed, which turns of an enforcing kind explore);
-            default: a hash of the key, so a turn id always gets the same answer.
     """
 
     def __init__(
@@ -95,7 +93,6 @@ class Router:
         rng: random.Random | None = None,
         record: RecordOption = False,
         state: StateStore | None = None,
-        sample: Sampler | None = None,
     ) -> None:
         # imported here: the policy schema (pydantic) stays off the `import Router` path
         from tiered_router.policy import load_policy
@@ -142,15 +139,10 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
-        self.monitor: Monitor | None = None
-        """The quality monitor (the policy's ``monitor:``), ``None`` without one."""
-        if self.policy.monitor is not None:
-            from tiered_router.monitor import Monitor
-
-            store: Any = self.state  # memory and safe stores keep the monitor's windows
-            self.monitor = Monitor(
-                self.policy, store=store, shadows=self._shadows, clock=clock, sample=sample
-            )
+        self.monitor: Monitor | None = build_monitor(  # the policy's monitor: section at work
+            self.policy, store=self.state, shadows=self._shadows, clock=clock
+        )
+        self._driver.monitor = self.monitor  # routed streams reach it through their driver
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -365,14 +357,11 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             await task.arefresh()
-        monitor = self.monitor
-        if monitor is not None:
-            await monitor.arefresh()
         run = self._start(turn, tier, deadline_s)
         await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)
         self._shadows.astart(run)
-        return result if monitor is None else monitor.ashadow(run, result)
+        return result if self.monitor is None else self.monitor.ashadow(run, result)
 
     def complete(
         self,
@@ -385,14 +374,11 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             task.refresh()
-        monitor = self.monitor
-        if monitor is not None:
-            monitor.refresh()
         run = self._start(turn, tier, deadline_s)
         self._driver.drive(run)
         result = self._dispatch.finish(run)
         self._shadows.start(run)
-        return result if monitor is None else monitor.shadow(run, result)
+        return result if self.monitor is None else self.monitor.shadow(run, result)
 
     def _percentile(self, backend: str, q: float, min_samples: int) -> float | None:
         return self.latency.percentile(backend, q, min_samples=min_samples)
@@ -434,12 +420,7 @@ class Router:
             print(stream.result.trace.tier)
             ```
         """
-        monitor = self.monitor
-        if monitor is not None:
-            monitor.refresh_soon()
-        run = self._start(turn, tier, deadline_s)
-        after = None if monitor is None else monitor.ashadow
-        return AsyncRoutedStream(self._dispatch, run, self._driver, after=after)
+        return AsyncRoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     def stream(
         self,
@@ -449,12 +430,7 @@ class Router:
         deadline_s: float | None | Unset = UNSET,
     ) -> RoutedStream:
         """Sync twin of :meth:`astream`."""
-        monitor = self.monitor
-        if monitor is not None:
-            monitor.refresh()
-        run = self._start(turn, tier, deadline_s)
-        after = None if monitor is None else monitor.shadow
-        return RoutedStream(self._dispatch, run, self._driver, after=after)
+        return RoutedStream(self._dispatch, self._start(turn, tier, deadline_s), self._driver)
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -500,22 +476,12 @@ class Router:
         )
         run = route_by_capacity(run, latency=self.latency)
         if self.monitor is not None:
-            self.monitor.adjust(run)
+            self.monitor.prepare(run)  # its states read again when due, then the decision
         return run
 
-    # -- the quality monitor -----------------------------------------------------------------
-
     def quality(self) -> dict[str, KindQuality]:
-        """The monitor's :class:`~tiered_router.monitor.KindQuality` per turn kind (or ``{}``).
-
-        Compared count, matched share, its lower bound, state (``ok``, ``below_target``,
-        ``enforcing``); every worker's on a shared store. ``{}`` without ``monitor:``.
-        """
+        """The monitor's figures per turn kind (``{}`` without ``monitor:``; docs/monitor.md)."""
         return {} if self.monitor is None else self.monitor.quality()
-
-    async def aquality(self) -> dict[str, KindQuality]:
-        """Async twin of :meth:`quality`."""
-        return {} if self.monitor is None else await self.monitor.aquality()
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:

@@ -24,7 +24,7 @@ after it streams as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from tiered_router._types import Tier
@@ -38,16 +38,12 @@ from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assem
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
-    from tiered_router.engine._drive import Driver
+    from tiered_router.engine._drive import AfterTurn, Driver
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
     from tiered_router.trace import Attempt, Trace
 
-__all__ = ["AfterTurn", "AsyncRoutedStream", "RoutedStream"]
-
-AfterTurn = Callable[["TurnRun", "RoutedResult"], "RoutedResult"]
-"""What the router does with a turn that ended well, before its result is kept (the quality
-monitor's shadow call starts there); returns the result, possibly marked ``shadowed``."""
+__all__ = ["AsyncRoutedStream", "RoutedStream"]
 
 
 def _typed(exc: Exception, backend: Backend) -> BackendError:
@@ -166,18 +162,10 @@ def _close(it: object) -> None:
 class _StreamState:
     """What both stream classes share: the run, the buffer-or-live choice, the bookkeeping."""
 
-    def __init__(
-        self,
-        dispatch: Dispatcher,
-        run: TurnRun,
-        driver: Driver | None = None,
-        *,
-        after: AfterTurn | None = None,
-    ) -> None:
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
         self._dispatch = dispatch
         self._run = run
         self._driver = driver
-        self._after = after
         self.tier: Tier | None = None
         self._result: RoutedResult | None = None
         self._pending: list[CompletionChunk] = []
@@ -233,8 +221,12 @@ class _StreamState:
         )
 
     def _done(self, result: RoutedResult) -> RoutedResult:
-        """The finished turn's result, after the router's ``after`` hook (the monitor's)."""
-        return result if self._after is None else self._after(self._run, result)
+        """The finished turn's result, once the quality monitor saw it (it may shadow it)."""
+        monitor = self._driver.monitor if self._driver is not None else None
+        return result if monitor is None else self._shadow(monitor, result)
+
+    def _shadow(self, monitor: AfterTurn, result: RoutedResult) -> RoutedResult:
+        return monitor.ashadow(self._run, result)
 
     def _settled(self, result: RoutedResult) -> list[CompletionChunk]:
         """The turn ended with the draft the run kept; return its chunks to replay."""
@@ -276,15 +268,8 @@ class _StreamState:
 class AsyncRoutedStream(_StreamState):
     """An async routed stream; see the module docstring. Iterate it for chunks."""
 
-    def __init__(
-        self,
-        dispatch: Dispatcher,
-        run: TurnRun,
-        driver: Driver | None = None,
-        *,
-        after: AfterTurn | None = None,
-    ) -> None:
-        super().__init__(dispatch, run, driver, after=after)
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: AsyncIterator[CompletionChunk] | None = None
 
     async def start(self) -> None:
@@ -398,15 +383,11 @@ class AsyncRoutedStream(_StreamState):
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
 
-    def __init__(
-        self,
-        dispatch: Dispatcher,
-        run: TurnRun,
-        driver: Driver | None = None,
-        *,
-        after: AfterTurn | None = None,
-    ) -> None:
-        super().__init__(dispatch, run, driver, after=after)
+    def _shadow(self, monitor: AfterTurn, result: RoutedResult) -> RoutedResult:
+        return monitor.shadow(self._run, result)
+
+    def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
+        super().__init__(dispatch, run, driver)
         self._gen: Iterator[CompletionChunk] | None = None
 
     def start(self) -> None:

@@ -24,10 +24,13 @@ Wing (docs/architecture.md): may import ``_types``, ``turn``, ``policy/``, ``pan
 
 from __future__ import annotations
 
-from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
-from tiered_router.monitor._monitor import Monitor, Sampler
-from tiered_router.monitor._quality import SHADOW_OUTCOMES, KindQuality
-from tiered_router.state import wilson_lower
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
+    from tiered_router.monitor._monitor import Monitor, Sampler
+    from tiered_router.monitor._quality import SHADOW_OUTCOMES, KindQuality
+    from tiered_router.state import wilson_lower
 
 __all__ = [
     "SHADOW_OUTCOMES",
@@ -39,3 +42,27 @@ __all__ = [
     "turn_kind",
     "wilson_lower",
 ]
+
+_HOMES = {
+    "Comparison": "_kinds",
+    "compare_answers": "_kinds",
+    "turn_kind": "_kinds",
+    "Monitor": "_monitor",
+    "Sampler": "_monitor",
+    "SHADOW_OUTCOMES": "_quality",
+    "KindQuality": "_quality",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: the router imports this wing's builder; a router without monitor: loads no more
+    import importlib
+
+    if name == "wilson_lower":
+        from tiered_router.state import wilson_lower
+
+        return wilson_lower
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tiered_router.monitor' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tiered_router.monitor.{home}"), name)

@@ -95,7 +95,7 @@ class Monitor:
         self._store = store
         self._shadows = shadows
         self._clock = clock
-        self._sample = sample or sampled
+        self.sample: Sampler = sample or sampled
         self._view: dict[str, MonitorSnapshot] = {}
         self._read_at: float | None = None
         self._refreshing = False
@@ -164,6 +164,23 @@ class Monitor:
 
         self._shadows.track(loop.create_task(read()))
 
+    def prepare(self, run: TurnRun) -> None:
+        """Before a turn's first call: read the states again when due, then :meth:`adjust`.
+
+        In an event loop the read runs in the background (this turn uses the states last
+        seen); elsewhere it is a sync read.
+        """
+        if self._stale():
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                self.refresh()
+            else:
+                self.refresh_soon()
+        self.adjust(run)
+
     def state(self, kind: str) -> MonitorSnapshot:
         """The figures of ``kind`` as this process last saw them."""
         return self._view.get(kind) or MonitorSnapshot(kind=kind)
@@ -183,7 +200,7 @@ class Monitor:
         if snap is None or snap.state != "enforcing":
             return
         config = self.config
-        if self._sample(f"monitor.explore|{run.turn.id}", config.explore):
+        if self.sample(f"monitor.explore|{run.turn.id}", config.explore):
             run.decision = replace(
                 decision,
                 rule=EXPLORE_RULE,
@@ -233,7 +250,7 @@ class Monitor:
         if kind not in config.kinds:
             return None
         explore = run.decision.rule == EXPLORE_RULE
-        if not explore and not self._sample(f"monitor.shadow|{run.turn.id}", config.shadow_rate):
+        if not explore and not self.sample(f"monitor.shadow|{run.turn.id}", config.shadow_rate):
             return None
         if "frontier" in run.tried or not run.usable("frontier"):
             return None
