@@ -138,6 +138,8 @@ def build_app(
     proxy = Proxy(router, settings, metrics)
     _track_state(metrics, router, proxy.limiter)
     metrics.track_dropped(sinks)
+    if router.monitor is not None:
+        metrics.watch_monitor(router.monitor.config.kinds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

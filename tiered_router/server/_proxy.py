@@ -442,6 +442,9 @@ class Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        monitor = self.router.monitor
+        if monitor is not None and self.metrics.monitor is not None:
+            self.metrics.monitor.show(await monitor.aquality())
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
 
