@@ -36,7 +36,13 @@ from tiered_router.engine._shadow import sampled, shadow_run
 from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
 from tiered_router.monitor._quality import KindQuality, quality_of
 from tiered_router.policy._drafts import DraftsConfig
-from tiered_router.state import MonitorRules, MonitorSnapshot, MonitorStore, wilson_lower
+from tiered_router.state import (
+    MonitorRules,
+    MonitorSnapshot,
+    MonitorStore,
+    perfect_needs,
+    wilson_lower,
+)
 
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
@@ -85,11 +91,13 @@ class Monitor:
             raise ValueError("the policy has no monitor: section")
         self.config: MonitorConfig = config
         self.policy = policy
+        z = NormalDist().inv_cdf(config.confidence)
         self.rules = MonitorRules(
             window=config.window,
-            min_compared=config.min_compared,
+            # fewer comparisons than a perfect record needs to clear the target judge nothing
+            min_compared=max(config.min_compared, perfect_needs(config.target, z)),
             target=config.target,
-            z=NormalDist().inv_cdf(config.confidence),
+            z=z,
             enforce=config.enforce,
         )
         self._store = store

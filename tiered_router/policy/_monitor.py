@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -64,7 +65,9 @@ class MonitorConfig(Model):
     window: int = Field(default=200, ge=10, le=100_000)
     """Comparisons kept per kind: the bound is over the newest ``window`` of them."""
     min_compared: int = Field(default=30, ge=1)
-    """Comparisons a kind needs before it is judged (until then it is ``ok``)."""
+    """Comparisons a kind needs before it is judged (until then it is ``ok``); never fewer
+    than a perfect record needs to clear the target, ``ceil(z²·target / (1 - target))``
+    (88 for target 0.97 at confidence 0.95)."""
     explore: float = Field(default=0.1, ge=0, le=1)
     """While a kind is enforcing, the share of its turns that still go fast as usual; every
     one of them is shadowed, so the bound can recover."""
@@ -82,6 +85,23 @@ class MonitorConfig(Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> MonitorConfig:
+        from statistics import NormalDist
+
+        z = NormalDist().inv_cdf(self.confidence)
+        needs = math.ceil(z * z * self.target / (1 - self.target) - 1e-9) if self.target < 1 else 0
+        if self.target >= 1 or needs > self.window:
+            raise FieldErrors(
+                [
+                    (
+                        ("window",),
+                        f"{self.window} comparisons cannot show target {self.target:g} at "
+                        f"confidence {self.confidence:g}: even all of them matched give a lower "
+                        f"bound under it; make the window at least "
+                        f"{needs if self.target < 1 else 'larger (target 1 is never shown)'}"
+                        " or lower target / confidence",
+                    )
+                ]
+            )
         if self.min_compared > self.window:
             raise FieldErrors(
                 [

@@ -43,6 +43,7 @@ from tiered_router.state._monitor import (
     MonitorState,
     MonitorStore,
     judge,
+    perfect_needs,
     wilson_lower,
 )
 from tiered_router.state._safe import SafeStateStore
@@ -63,5 +64,6 @@ __all__ = [
     "TaskRules",
     "TaskSnapshot",
     "judge",
+    "perfect_needs",
     "wilson_lower",
 ]

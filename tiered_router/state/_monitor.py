@@ -28,6 +28,7 @@ __all__ = [
     "MonitorState",
     "MonitorWindows",
     "judge",
+    "perfect_needs",
     "wilson_lower",
 ]
 
@@ -105,6 +106,18 @@ def wilson_lower(matched: int, compared: int, z: float) -> float:
     centre = p + z2 / (2 * n)
     spread = z * math.sqrt(max(p * (1 - p) / n + z2 / (4 * n * n), 0.0))
     return max((centre - spread) / (1 + z2 / n), 0.0)
+
+
+def perfect_needs(target: float, z: float) -> int:
+    """The fewest comparisons whose bound can reach ``target`` (all of them matched).
+
+    ``n / (n + z²) >= target`` from :func:`wilson_lower` with ``p = 1``: ``n >= z²·target /
+    (1 - target)``. Fewer comparisons cannot tell a good kind from a bad one, so the monitor
+    never judges a kind on fewer (its ``min_compared`` is at least this).
+    """
+    if target >= 1:
+        return 2**31 - 1
+    return max(1, math.ceil(z * z * target / (1 - target) - 1e-9))
 
 
 def judge(compared: int, matched: int, rules: MonitorRules) -> MonitorState:
