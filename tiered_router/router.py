@@ -139,9 +139,7 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
-        self.monitor: Monitor | None = build_monitor(  # the policy's monitor: section at work
-            self.policy, store=self.state, shadows=self._shadows, clock=clock
-        )
+        self.monitor: Monitor | None = build_monitor(self, shadows=self._shadows)  # monitor:
         self._driver.monitor = self.monitor  # routed streams reach it through their driver
 
     @classmethod
@@ -357,6 +355,8 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             await task.arefresh()
+        if self.monitor is not None:  # the kinds' states, read again when due
+            await self.monitor.arefresh()
         run = self._start(turn, tier, deadline_s)
         await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tiered_router.engine._shadow import ShadowRunner
@@ -13,17 +12,32 @@ if TYPE_CHECKING:
 __all__ = ["build_monitor"]
 
 
-def build_monitor(
-    policy: Policy, *, store: Any, shadows: ShadowRunner, clock: Callable[[], float]
-) -> Monitor | None:
-    """A :class:`~tiered_router.monitor.Monitor` for ``policy``, ``None`` without ``monitor:``.
+class RouterParts(Protocol):
+    """What the monitor takes from its router."""
+
+    @property
+    def policy(self) -> Policy:
+        """The policy (its ``monitor:`` section)."""
+        ...
+
+    @property
+    def state(self) -> Any:
+        """The state store (the memory and safe stores keep the monitor's windows)."""
+        ...
+
+    def now(self) -> float:
+        """The router's clock, seconds."""
+        ...
+
+
+def build_monitor(router: RouterParts, *, shadows: ShadowRunner) -> Monitor | None:
+    """A :class:`~tiered_router.monitor.Monitor` for the router, ``None`` without ``monitor:``.
 
     The monitor's modules are imported here, on first use: a router without a monitor
-    never loads them. ``store`` is the router's state store (the memory and safe stores keep
-    the monitor's windows).
+    never loads them.
     """
-    if policy.monitor is None:
+    if router.policy.monitor is None:
         return None
     from tiered_router.monitor._monitor import Monitor
 
-    return Monitor(policy, store=store, shadows=shadows, clock=clock)
+    return Monitor(router.policy, store=router.state, shadows=shadows, clock=router.now)
