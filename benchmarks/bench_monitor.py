@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 from statistics import NormalDist
@@ -241,6 +242,26 @@ def coverage(trials: int, seed: int = 7) -> list[dict[str, Any]]:
     return rows
 
 
+def alarms() -> list[dict[str, Any]]:
+    """Exact: the chance a full window's bound is below target while the true share is p.
+
+    X ~ Binomial(window, p); the kind is below target when ``wilson_lower(X, window) <
+    target``. At p under the target it is the detection probability of one window; at p
+    over it, the share of time a healthy kind is tightened.
+    """
+    z = NormalDist().inv_cdf(0.95)
+    rows = []
+    for window, target in ((100, 0.95), (200, 0.95), (200, 0.97), (500, 0.97)):
+        for p in (0.9, 0.95, 0.97, 0.98, 0.99, 0.995):
+            below = sum(
+                math.comb(window, x) * p**x * (1 - p) ** (window - x)
+                for x in range(window + 1)
+                if wilson_lower(x, window, z) < target
+            )
+            rows.append({"window": window, "target": target, "p": p, "below": round(below, 3)})
+    return rows
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2800)
@@ -248,7 +269,15 @@ async def main() -> None:
     parser.add_argument("--bad", type=float, default=0.5, help="share of wrong steps after")
     parser.add_argument("--trials", type=int, default=4000, help="coverage simulation trials")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--stats-only", action="store_true", help="only the statistics")
     args = parser.parse_args()
+    if args.stats_only:
+        for a in alarms():
+            print(
+                f"window {a['window']:>3}  target {a['target']:.2f}  true share {a['p']:.3f}: "
+                f"bound below target in {a['below']:.1%} of windows"
+            )
+        return
     rows = []
     async with ScriptedServer() as server:
         for rate, frontier_only in ((0.2, False), (0.05, False), (None, False), (None, True)):
@@ -263,8 +292,9 @@ async def main() -> None:
                 )
             )
     cover = coverage(args.trials)
+    below = alarms()
     if args.json:
-        print(json.dumps({"loops": rows, "coverage": cover}, indent=2))
+        print(json.dumps({"loops": rows, "coverage": cover, "below_target": below}, indent=2))
         return
     print(
         f"agent loop: {args.steps} steps, fast model wrong (same call in every draft) on "
@@ -292,6 +322,12 @@ async def main() -> None:
     print("\ncoverage of the one-sided 95 % Wilson lower bound (share of windows with bound <= p):")
     for c in cover:
         print(f"  n={c['n']:>3}  p={c['p']:.2f}  {c['coverage']:.3f}")
+    print("\nchance a full window's bound is below target (exact, binomial):")
+    for a in below:
+        print(
+            f"  window {a['window']:>3}  target {a['target']:.2f}  true share {a['p']:.3f}: "
+            f"{a['below']:.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Example:
       target: 0.97           # least share of them that must match the frontier's answer
       confidence: 0.95       # the lower confidence bound of that share is compared
       enforce: true          # act when the bound falls below target (false: measure only)
-      window: 200            # the last 200 compared turns of each kind
+      window: 500            # the last 500 compared turns of each kind
       min_compared: 30       # judge a kind only once it has 30 comparisons
       explore: 0.1           # while enforcing, 10 % of the kind's turns still go fast
       tighten: frontier      # frontier | drafts (a stricter panel: tighten_drafts)
@@ -62,7 +62,7 @@ class MonitorConfig(Model):
     """Confidence of the one-sided lower bound (Wilson score) compared with ``target``."""
     enforce: bool = False
     """Tighten a kind whose bound is below target (``false``: measure and report only)."""
-    window: int = Field(default=200, ge=10, le=100_000)
+    window: int = Field(default=500, ge=10, le=100_000)
     """Comparisons kept per kind: the bound is over the newest ``window`` of them."""
     min_compared: int = Field(default=30, ge=1)
     """Comparisons a kind needs before it is judged (until then it is ``ok``); never fewer

@@ -53,7 +53,7 @@ class MonitorRules:
         ttl_s: Lifetime of a shared store's keys after their last update.
     """
 
-    window: int = 200
+    window: int = 500
     min_compared: int = 30
     target: float = 0.97
     z: float = 1.6448536269514722
