@@ -282,6 +282,8 @@ PINNED: dict[str, frozenset[str]] = {
             "panel_kinds",
             "Tally",
             "tally",
+            "turn_kind",
+            "TURN_KINDS",
         }
     ),
     "tiered_router.policy": frozenset(

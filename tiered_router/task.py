@@ -307,11 +307,12 @@ class Task:
             input_tokens=approx_tokens(turn), output_tokens=self._output_tokens(name, turn)
         )
         drafts = self.router.policy.drafts
-        if tier == "fast" and drafts is not None and drafts.k > 1:
-            from tiered_router.engine._panel import panel_kinds
+        if tier == "fast" and drafts is not None and drafts.max_k > 1:
+            from tiered_router.engine._panel import panel_kinds, turn_kind
 
-            if panel_kinds(turn).intersection(drafts.when):
-                return cost_of(usage, config.price) * drafts.k
+            kind = turn_kind(turn)
+            if kind in drafts.kinds or panel_kinds(turn).intersection(drafts.when):
+                return cost_of(usage, config.price) * max(1, drafts.for_kind(kind)[0])
         return cost_of(usage, config.price)
 
     def _output_tokens(self, name: str, turn: Turn | None) -> int:

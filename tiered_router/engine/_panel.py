@@ -27,7 +27,7 @@ from tiered_router.exceptions import (
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally
+from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally, turn_kind
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "panel_kinds",
     "plan_flight",
     "plan_panel",
+    "turn_kind",
 ]
 
 
@@ -95,22 +96,26 @@ def plan_panel(
             in one request (its dialect says so); ``None``: never ask for ``n``.
     """
     drafts = policy.drafts
-    if drafts is None or drafts.k < 2:
+    if drafts is None:
         return None
-    if not panel_kinds(turn).intersection(drafts.when):
+    kind = turn_kind(turn)
+    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
         return None
-    names = [n for n in (drafts.backends or [policy.tiers.fast]) if usable(n)]
+    k, min_agreement, backends = drafts.for_kind(kind)
+    if k < 2:
+        return None
+    names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
     if not names:
         return None
     variants = drafts.variants or [""]
     specs = tuple(
         DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
-        for i in range(drafts.k)
+        for i in range(k)
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
     return PanelPlan(
         drafts=specs,
-        min_agreement=drafts.min_agreement,
+        min_agreement=min_agreement,
         early=drafts.early,
         temperature=drafts.temperature,
         n=drafts.n

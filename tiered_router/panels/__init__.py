@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tiered_router.panels._final import final_answer, normalise_answer
 from tiered_router.panels._keys import AnswerKey, AnswerKind, answer_key
-from tiered_router.panels._kinds import panel_kinds
+from tiered_router.panels._kinds import TURN_KINDS, panel_kinds, turn_kind
 from tiered_router.panels._tally import Tally, needed_votes, tally
 from tiered_router.panels._values import canonical
 
@@ -37,4 +37,6 @@ __all__ = [
     "normalise_answer",
     "panel_kinds",
     "tally",
+    "turn_kind",
+    "TURN_KINDS",
 ]

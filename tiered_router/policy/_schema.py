@@ -385,6 +385,16 @@ class Policy(Model):
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
+        for kind, own in (self.drafts.kinds if self.drafts is not None else {}).items():
+            for i, name in enumerate(own.backends or ()):
+                if name not in self.backends:
+                    problems.append(
+                        (
+                            ("drafts", "kinds", kind, "backends", i),
+                            f"names backend {name!r}, which is not defined"
+                            f"{did_you_mean(name, known)}",
+                        )
+                    )
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
             if rule.name in first:
