@@ -326,3 +326,16 @@ async def test_the_monitor_command_prints_the_figures_over_time(
     with pytest.raises(SystemExit) as missing:
         main(["monitor", str(tmp_path / "missing.jsonl")])
     assert missing.value.code == 1
+
+
+def test_the_documented_section_loads(server: ScriptedServer) -> None:
+    import re
+
+    import yaml
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "monitor.md").read_text()
+    block = re.search(r"```yaml\n(monitor:.*?)```", page, re.S)
+    assert block is not None
+    section = yaml.safe_load(block.group(1))["monitor"]
+    policy = load_policy({**make_policy(server), "monitor": section})
+    assert policy.monitor is not None and policy.monitor.window == 500
