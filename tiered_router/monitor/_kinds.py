@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from tiered_router.panels import answer_key, panel_kinds
+from tiered_router.panels import answer_key
+from tiered_router.panels import turn_kind as panel_turn_kind
 from tiered_router.policy._monitor import MonitorKind
 from tiered_router.turn import Completion, Turn
 
@@ -23,15 +24,19 @@ Comparison = Literal["matched", "mismatched", "not_comparable"]
 
 
 def turn_kind(turn: Turn) -> MonitorKind:
-    """The monitor's kind of ``turn`` (pure): ``tools``, ``json``, ``final`` or ``prose``."""
-    if turn.tools:
-        return "tools"
-    fmt = turn.response_format
-    if isinstance(fmt, dict) and str(fmt.get("type", "")).startswith("json"):
-        return "json"
-    if "answer" in panel_kinds(turn):
-        return "final"
-    return "prose"
+    """The monitor's kind of ``turn`` (pure): ``tools``, ``json``, ``final`` or ``prose``.
+
+    The panels' :func:`~tiered_router.panels.turn_kind` (the same precedence the engine and
+    ``drafts.kinds`` use), its ``answer`` named ``final``.
+    """
+    kind = panel_turn_kind(turn)
+    return (
+        "tools"
+        if kind == "tools"
+        else "json"
+        if kind == "json"
+        else ("final" if kind == "answer" else "prose")
+    )
 
 
 def compare_answers(fast: Completion, frontier: Completion, turn: Turn) -> Comparison:
