@@ -40,10 +40,6 @@ MONITOR_METRICS = frozenset(
 )
 """The quality monitor's metrics (labels ``kind``; shadow calls also ``outcome``)."""
 
-MONITOR_MERGED = False
-"""Flip to True once the quality monitor is merged: the test policy then turns the monitor
-on and every monitor metric the dashboard and alerts name must be exported. While False they
-are checked only if the proxy exports any monitor metric, and otherwise reported pending."""
 
 _NAME = re.compile(r"\btiered_router_[a-z_]+\b")
 _GRAFANA_VARS = {"$__rate_interval": "5m", "$__range": "1h", "$__interval": "1m"}
@@ -124,8 +120,7 @@ def _policy(directory: Path) -> dict[str, Any]:
             "breaker": {"consecutive_failures": 2, "cooldown_s": 600},
         },
     }
-    if MONITOR_MERGED:
-        policy["monitor"] = {"shadow_rate": 1.0}
+    policy["monitor"] = {"shadow_rate": 1.0}  # every accepted fast answer is compared
     return policy
 
 
@@ -209,9 +204,8 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported(
 ) -> None:
     exported = _exported(scrape)
     wanted = named(dashboard_exprs()) | named(alert_exprs())
-    monitor_exported = any(n.startswith("tiered_router_monitor_") for n in exported)
-    required = wanted if MONITOR_MERGED or monitor_exported else wanted - MONITOR_METRICS
-    assert required - exported == set()
+    assert MONITOR_METRICS <= wanted  # the monitor is on the dashboard or in an alert
+    assert wanted - exported == set()
     # the traffic reached what the panels show, not only empty series
     assert scrape['tiered_router_escalations_total{reason="gate_failed"}'] >= 1
     assert scrape['tiered_router_panels_total{result="agreed"}'] == 3
@@ -222,14 +216,6 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported(
     spent = sum(v for k, v in scrape.items() if k.startswith("tiered_router_cost_usd_total"))
     all_frontier = scrape["tiered_router_cost_all_frontier_usd_total{}"]
     assert 0 < spent < all_frontier  # fast answers were cheaper than the frontier's
-
-
-def test_monitor_metrics_pending(scrape: dict[str, float]) -> None:
-    """Until the quality monitor is merged its metrics are listed here, not failed on."""
-    if MONITOR_MERGED or any(n.startswith("tiered_router_monitor_") for n in _exported(scrape)):
-        assert MONITOR_METRICS <= _exported(scrape)
-        return
-    pytest.skip("pending the quality monitor: " + ", ".join(sorted(MONITOR_METRICS)))
 
 
 def _balanced(expr: str) -> bool:

@@ -239,9 +239,13 @@ def _rule_follower(body: dict[str, Any]) -> Reply:
     """A model that keeps the operator's rule when it sees it, and sends the email if not."""
     if body.get("model") != "fast-model":
         return Reply.status(500, message="down")
+    # each answer waits a little, so every draft's request has reached the server before the
+    # panel can settle and cut the rest (on a loaded machine the third may leave late)
     if RULE in _system_text(body):
-        return Reply.text("I need your confirmation before sending it.")
-    return Reply.tool_calls([("send_email", {"to": "bob@corp.example", "body": "hi"})])
+        return Reply.slow(0.3, Reply.text("I need your confirmation before sending it."))
+    return Reply.slow(
+        0.3, Reply.tool_calls([("send_email", {"to": "bob@corp.example", "body": "hi"})])
+    )
 
 
 @pytest.mark.anyio

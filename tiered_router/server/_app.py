@@ -168,6 +168,8 @@ def build_app(
     _track_state(metrics, router, proxy.limiter)
     metrics.frontier_cost = _frontier_cost(router)
     metrics.track_dropped(sinks)
+    if router.monitor is not None:
+        metrics.watch_monitor(router.monitor.config.kinds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

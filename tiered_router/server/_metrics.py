@@ -24,6 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from tiered_router.server._monitor_metrics import MonitorMetrics
     from tiered_router.trace import Trace
 
 __all__ = ["CONTENT_TYPE", "MULTIPROC_DIR_ENV", "CountsDropped", "Metrics", "worker_metrics"]
@@ -203,6 +204,8 @@ class Metrics:
         for role in ("draft", "hedge"):
             for outcome in ("answered", "failed", "cancelled"):
                 self._child(self.concurrent_calls, role, outcome)
+        self.monitor: MonitorMetrics | None = None
+        """The quality monitor's series (:meth:`watch_monitor`), when the policy has one."""
         self.workers: Gauge | None = None
         """Worker processes alive (each sets 1; with ``multiprocess_dir`` only)."""
         if multiprocess_dir is not None:
@@ -213,6 +216,14 @@ class Metrics:
                 multiprocess_mode="livesum",
             )
             self.workers.set(1)
+
+    def watch_monitor(self, kinds: Iterable[str]) -> MonitorMetrics:
+        """Add the quality monitor's series for ``kinds`` (``monitor:``; see its module)."""
+        from tiered_router.server._monitor_metrics import MonitorMetrics
+
+        self.monitor = MonitorMetrics(kinds)
+        self._metrics = (*self._metrics, *self.monitor.all)
+        return self.monitor
 
     def _counter(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, help_, labels, registry=None)
@@ -259,6 +270,8 @@ class Metrics:
         child = self._child
         tier = trace.tier or "none"
         shadow = trace.metadata.get("shadow") is True
+        if shadow and self.monitor is not None and "monitor" in trace.metadata:
+            self.monitor.count(trace.metadata["monitor"])
         if not shadow:
             child(self.turns, tier, "true" if trace.escalated else "false").inc()
         for reason in trace.escalations:

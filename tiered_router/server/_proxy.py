@@ -420,6 +420,9 @@ class Proxy:
         if denied is not None:
             return denied
         await self._read_breakers()
+        monitor = self.router.monitor
+        if monitor is not None and self.metrics.monitor is not None:
+            self.metrics.monitor.show(await monitor.aquality())
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     async def _read_breakers(self) -> None:
