@@ -13,10 +13,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from tiered_router.backends._base import CompletionRequest
 from tiered_router.engine._capacity import InFlight
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
+    BackendTimeout,
     BackendUnavailable,
     CapabilityError,
     PolicyError,
@@ -24,11 +26,12 @@ from tiered_router.exceptions import (
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
-    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.backends._base import Backend
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
     from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
+    from tiered_router.turn import Turn
 
 __all__ = ["Abandoned", "Call", "Dispatcher", "unexpected_error"]
 
@@ -176,18 +179,26 @@ class Dispatcher:
         backend: Backend,
         request: CompletionRequest,
         once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
+        *,
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """One call of ``once`` under ``backend``'s breaker, its foreign errors translated.
 
         The breaker refuses the call when the turn can go elsewhere (its other tier's breaker
         is not open); else a refused backend is still called: it is the last path.
+        ``self_queued()``, asked when the call timed out, says whether it waited behind its
+        own turn's calls: then the timeout is neutral for the breaker.
         """
         name = backend.name
         async with self.breaker(name).aguard() as guard:
             if not guard.allowed and await self._may_route_around(run, tier):
                 raise BackendUnavailable("circuit breaker is open", backend=name)
-            with _translated(name):
-                return await once(backend, request)
+            try:
+                with _translated(name):
+                    return await once(backend, request)
+            except BackendTimeout:
+                guard.self_queued = self_queued is not None and self_queued()
+                raise
 
     def _guarded(
         self,
@@ -197,6 +208,8 @@ class Dispatcher:
         request: CompletionRequest,
         once: Callable[[Backend, CompletionRequest], _T],
         watch: _Watch,
+        *,
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """Sync twin of :meth:`_aguarded`; a call ``watch`` gives up raises :class:`Abandoned`.
 
@@ -207,8 +220,12 @@ class Dispatcher:
         with self.breaker(name).guard() as guard:
             if not guard.allowed and self._may_route_around_sync(run, tier):
                 raise BackendUnavailable("circuit breaker is open", backend=name)
-            with watch.around(), _translated(name):
-                return once(backend, request)
+            try:
+                with watch.around(), _translated(name):
+                    return once(backend, request)
+            except BackendTimeout:  # (a call given up is Abandoned, not its timeout)
+                guard.self_queued = self_queued is not None and self_queued()
+                raise
 
     @contextmanager
     def _recorded(self, run: TurnRun, tier: Tier, backend: Backend) -> Iterator[float]:
@@ -240,16 +257,22 @@ class Dispatcher:
         name: str,
         request: CompletionRequest,
         once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
+        *,
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """One try of ``once`` on backend ``name`` under its breaker; records nothing in ``run``.
 
         A panel's draft: no retries (a failed draft is a missing vote, and the panel's
         deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
         Each draft counts in the backend's in-flight calls (the queue estimate) while it runs.
+        ``self_queued()``, asked when the call timed out, says whether it waited behind its own
+        turn's drafts: then the timeout is neutral for the breaker.
         """
         release = self.in_flight.acquire(name)
         try:
-            return await self._aguarded(run, "fast", self.backend(name), request, once)
+            return await self._aguarded(
+                run, "fast", self.backend(name), request, once, self_queued=self_queued
+            )
         finally:
             release()
 
@@ -261,6 +284,7 @@ class Dispatcher:
         once: Callable[[Backend, CompletionRequest], _T],
         *,
         abandoned: Callable[[], bool],
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """Sync twin of :meth:`aonce`.
 
@@ -269,11 +293,38 @@ class Dispatcher:
         """
         release = self.in_flight.acquire(name)
         try:
-            return self._guarded(run, "fast", self.backend(name), request, once, _Watch(abandoned))
+            watch = _Watch(abandoned)
+            return self._guarded(
+                run, "fast", self.backend(name), request, once, watch, self_queued=self_queued
+            )
         finally:
             release()
 
     # -- a tier's call: the retry loop ------------------------------------------------------
+
+    def request(self, run: TurnRun, name: str, *, turn: Turn | None = None) -> CompletionRequest:
+        """The request for backend ``name``, with what is left of the deadline as timeout.
+
+        ``turn`` replaces the turn's own (a panel draft's variant).
+
+        Raises:
+            BackendTimeout: The turn's deadline has passed.
+        """
+        config = run.ports.backend_config(name)
+        per_call = config.timeout_s if config is not None else None
+        left = run.deadline.remaining(self.clock())
+        if left is not None and left <= 0:
+            raise BackendTimeout("the turn's deadline has passed", backend=name)
+        timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
+        return CompletionRequest.from_turn(
+            turn or run.turn,
+            timeout_s=timeout,
+            output_tokens=run.policy.task.expected_output_tokens,
+        )
+
+    def _max_retries(self, run: TurnRun, name: str) -> int:
+        config = run.ports.backend_config(name)
+        return config.max_retries if config is not None else 0
 
     def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
         """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
@@ -309,11 +360,11 @@ class Dispatcher:
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
         loop = self._retries.aretrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
+            max_retries=self._max_retries(run, name), deadline=run.deadline, sleep=self._asleep
         )
         async for attempt in loop:
             with attempt, self._recorded(run, tier, backend) as started:
-                request = run.request(name)
+                request = self.request(run, name)
                 run.hold(name, self.in_flight.acquire)
                 return await self._aguarded(run, tier, backend, request, once), backend, started
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
@@ -337,14 +388,14 @@ class Dispatcher:
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
         loop = self._retries.retrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
+            max_retries=self._max_retries(run, name), deadline=run.deadline, sleep=self._sleep
         )
         watch = _Watch(abandoned)
         for attempt in loop:
             with attempt:
                 watch.check()
                 with self._recorded(run, tier, backend) as started:
-                    request = run.request(name)
+                    request = self.request(run, name)
                     run.hold(name, self.in_flight.acquire)
                     watch.check()  # decided while the hold was taken: it is given back
                     return self._guarded(run, tier, backend, request, once, watch), backend, started

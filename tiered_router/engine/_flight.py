@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tiered_router.engine._flight_plan import (
     FlightPlan,
     HedgeState,
+    OwnQueue,
     RaceAction,
     calls,
     cut_drafts,
@@ -156,8 +157,10 @@ class Flight:
         panel = Panel(plan, run.turn)
         clock = self._dispatch.clock
         begun = clock()
+        queue = OwnQueue(run, plan)
         tasks = {
-            asyncio.ensure_future(self._adraft(run, specs, plan)): specs for specs in calls(plan)
+            asyncio.ensure_future(self._adraft(run, specs, plan, queue)): specs
+            for specs in calls(plan)
         }
         pending = set(tasks)
         try:
@@ -185,14 +188,22 @@ class Flight:
     ) -> list[tuple[DraftSpec, str, float]]:
         return cut_drafts(self._dispatch, [tasks[t] for t in pending], latency)
 
-    async def _adraft(self, run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan) -> _Draft:
+    async def _adraft(
+        self, run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan, queue: OwnQueue
+    ) -> _Draft:
         clock = self._dispatch.clock
         spec = specs[0]
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
-            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
-            completion = await self._dispatch.aonce(run, spec.backend, request, self._complete)
+            request = self._dispatch.request(run, spec.backend, turn=panel_turn(run, specs, plan))
+            completion = await self._dispatch.aonce(
+                run,
+                spec.backend,
+                request,
+                self._complete,
+                self_queued=lambda: queue.absorbs(spec.backend),
+            )
         except BackendError as exc:
             return exc, backend.model, clock() - begun
         return completion, backend.model, clock() - begun

@@ -10,18 +10,27 @@ cancel; what they decide is here, without I/O:
 - :func:`race_action`: the hedge against the fast side, one table over what has happened
   (has the fast side ended and where it goes next, where the hedge stands), returning one
   :class:`RaceAction`, as tenacity's ``iter`` returns the next step of a retry;
-- the panel's requests (:func:`calls`, :func:`panel_turn`), the drafts cut when it is
-  decided (:func:`cut_drafts`, :func:`take_late`), and what a hedge's outcome tells the
-  machine (:func:`hedged`, :func:`hedge_answer`, :func:`record_loser`).
+- the panel's requests (:func:`calls`, :func:`panel_turn`), the timeouts its own queue
+  explains (:class:`OwnQueue`), the drafts cut when it is decided (:func:`cut_drafts`,
+  :func:`take_late`), and what a hedge's outcome tells the machine (:func:`hedged`,
+  :func:`hedge_answer`, :func:`record_loser`).
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
-from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan, draft_turn, plan_panel
+from tiered_router.engine._panel import (
+    DraftSpec,
+    Panel,
+    PanelPlan,
+    draft_turn,
+    own_calls,
+    turn_panel,
+)
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
@@ -32,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FlightPlan",
     "HedgeState",
+    "OwnQueue",
     "RaceAction",
     "calls",
     "cut_drafts",
@@ -55,12 +65,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         return None
     if not run.escalate:  # a shadow run: one call, as documented
         return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=run.ports.multiple_choices,
-    )
+    panel = turn_panel(run)
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
         return None
@@ -200,3 +205,32 @@ def take_late(
             panel.take(groups[job], value, model, latency)
             taken.add(job)
     return pending - taken
+
+
+class OwnQueue:
+    """How many of a panel's drafts wait behind the turn's own drafts, per backend.
+
+    ``k`` drafts on a backend with ``max_concurrency`` slots below ``k``: the server runs
+    ``max_concurrency`` of them and queues the others behind them. A timeout of one of those
+    (at most ``k - max_concurrency`` per backend) is the turn's own doing, not the backend's:
+    :meth:`absorbs` says so, and the breaker counts it as neutral. The others count as usual,
+    so a backend that hangs still opens its breaker. Thread-safe (the sync panel's drafts
+    run on threads).
+    """
+
+    def __init__(self, run: TurnRun, plan: PanelPlan) -> None:
+        self._excess: dict[str, int] = {}
+        self._lock = threading.Lock()
+        for name, count in own_calls(plan).items():
+            config = run.ports.backend_config(name)
+            slots = config.max_concurrency if config is not None else None
+            if slots is not None and count > slots:
+                self._excess[name] = count - slots
+
+    def absorbs(self, backend: str) -> bool:
+        """Whether a timed-out draft on ``backend`` is one the turn's own drafts queued."""
+        with self._lock:
+            left = self._excess.get(backend, 0)
+            if left > 0:
+                self._excess[backend] = left - 1
+            return left > 0

@@ -12,9 +12,6 @@ the routed streams, the drop-in client and the proxy through them)::
     run.conclude(exc)    freeze the trace (once: the driver hands it to the task and sinks)
     run.outcome()        -> RoutedResult, or AllTiersFailed / GateFailed
 
-A flight (a panel's drafts, a hedge) reports through intents (``hedge_started``,
-``hedge_won``, ``keep``, ``cancel_tier``...); nothing else changes a turn's state.
-
 The engine never calls a backend, sleeps, reads a socket or writes a trace: the driver
 (:class:`~tiered_router.engine._dispatch.Dispatcher`) does, and tells the engine what happened.
 What the engine needs from its surroundings (the policy, the gate, the scorer, the clock,
@@ -24,13 +21,11 @@ trace once, so every turn's trace is emitted exactly once, whichever way it ends
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 from tiered_router._types import OTHER_TIER, Tier
-from tiered_router.backends._base import CompletionRequest
 from tiered_router.engine._context import EnginePorts
 from tiered_router.engine._offered import (
     DROPPED_CALLS,
@@ -43,7 +38,6 @@ from tiered_router.engine._result import Kept, RoutedResult, outcome
 from tiered_router.engine.resilience import Deadline
 from tiered_router.exceptions import (
     BackendError,
-    BackendTimeout,
     BackendUnavailable,
     _describe,
 )
@@ -54,6 +48,7 @@ from tiered_router.trace import Attempt, AttemptRole, EscalationReason, TierFail
 if TYPE_CHECKING:
     from tiered_router.engine._context import TaskHooks
     from tiered_router.gate import Verdict
+    from tiered_router.policy._schema import Policy
     from tiered_router.turn import Completion, Turn
 
 __all__ = [
@@ -63,8 +58,6 @@ __all__ = [
     "RoutedResult",
     "TurnRun",
 ]
-
-logger = logging.getLogger("tiered_router.router")
 
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
@@ -84,10 +77,10 @@ _FRONTIER_REASON: dict[TierFailure, EscalationReason] = {
 class TurnRun:
     """The state of one routed turn; see the module docstring for the steps.
 
-    Only the machine changes a turn: the drivers, flights and panel read it through
-    read-only views (``attempts``, ``errors``, ``tried``, ``decision``, ``kept``) and say
-    what happened through its methods (``after_draft``, ``hedge_started``, ``keep``...).
-    ``tests/test_engine_house.py`` checks that no other module assigns or mutates its state.
+    Only the machine changes a turn: drivers, flights, the panel and the monitor read it
+    through read-only views (``attempts``, ``errors``, ``tried``, ``decision``, ``kept``)
+    and say what happened through intents (``after_draft``, ``hedge_started``, ``keep``,
+    ``cancel_tier``, ``redecide``...); ``tests/test_engine_house.py`` checks the source.
     """
 
     def __init__(
@@ -103,8 +96,8 @@ class TurnRun:
     ) -> None:
         self.ports: Final = ports
         self.escalate: Final = escalate
-        self.policy: Final = ports.policy
-        self.turn: Final = turn
+        self._policy = ports.policy
+        self._turn = turn
         self.deadline: Final = deadline
         self.started: Final = started
         self.task: Final = task
@@ -125,6 +118,20 @@ class TurnRun:
         self._holds: dict[str, Callable[[], None]] = {}
 
     # what the turn holds so far (read-only views) -----------------------------------------
+
+    @property
+    def turn(self) -> Turn:
+        """The turn (its metadata grows only by :meth:`annotate`)."""
+        return self._turn
+
+    def annotate(self, metadata: Mapping[str, Any]) -> None:
+        """Add ``metadata`` to the turn's, which its trace carries (the monitor's verdict)."""
+        self._turn = self._turn.with_updates(metadata={**self._turn.metadata, **metadata})
+
+    @property
+    def policy(self) -> Policy:
+        """The policy the turn runs under (changed only by :meth:`redecide`)."""
+        return self._policy
 
     @property
     def decision(self) -> Decision:
@@ -151,11 +158,16 @@ class TurnRun:
         """The draft kept as the answer so far, if any."""
         return self._kept
 
-    def redecide(self, decision: Decision) -> None:
-        """Replace the decision before any call (the fast tier's queue would make it late)."""
+    def redecide(self, decision: Decision, *, policy: Policy | None = None) -> None:
+        """Change the decision before any call (capacity, the quality monitor).
+
+        ``policy``: a stricter one for this turn (the monitor's tightened drafts).
+        """
         if self._attempts:
             raise RuntimeError("a turn is redecided only before its first call")
         self._decision = decision
+        if policy is not None:
+            self._policy = policy
 
     # the in-flight count ----------------------------------------------------------------
 
@@ -227,31 +239,6 @@ class TurnRun:
 
     # one call -------------------------------------------------------------------------------
 
-    def max_retries(self, name: str) -> int:
-        """Retries allowed on backend ``name``."""
-        config = self.ports.backend_config(name)
-        return config.max_retries if config is not None else 0
-
-    def request(self, name: str, *, turn: Turn | None = None) -> CompletionRequest:
-        """The request for backend ``name``, with what is left of the deadline as timeout.
-
-        ``turn`` replaces the turn's own (a panel draft's variant).
-
-        Raises:
-            BackendTimeout: The turn's deadline has passed.
-        """
-        config = self.ports.backend_config(name)
-        per_call = config.timeout_s if config is not None else None
-        left = self.deadline.remaining(self.ports.now())
-        if left is not None and left <= 0:
-            raise BackendTimeout("the turn's deadline has passed", backend=name)
-        timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
-        return CompletionRequest.from_turn(
-            turn or self.turn,
-            timeout_s=timeout,
-            output_tokens=self.policy.task.expected_output_tokens,
-        )
-
     def _attempt(
         self, tier: Tier, backend: str, model: str, latency: float, **fields: Any
     ) -> Attempt:
@@ -318,12 +305,6 @@ class TurnRun:
         """What the turn's draft panel found (the trace's ``panel``)."""
         self._panel = summary
 
-    def keep(
-        self, tier: Tier, completion: Completion, verdict: Verdict | None, *, backend: str
-    ) -> None:
-        """Keep a draft already gated and recorded (a panel's) as the answer so far."""
-        self._kept = Kept(tier, completion, verdict, backend=backend)
-
     def lift(self, completion: Completion) -> Completion:
         """``completion`` with the tool calls its whole text wrote returned as real calls."""
         lifted = self.ports.gate.lift(completion, self.turn)
@@ -332,9 +313,37 @@ class TurnRun:
         return completion
 
     def gated(self, completion: Completion) -> tuple[Completion, Verdict | None]:
-        """A fast ``completion`` lifted (see :meth:`lift`), and the gate's verdict on it."""
+        """A fast ``completion`` lifted (see :meth:`lift`), and its verdict.
+
+        The verdict is the gate's, failed by the offered-calls floor
+        (:func:`~tiered_router.engine._offered.call_problems`) whatever the gate checks: a
+        panel's draft passes the same floor as a single draft.
+        """
         completion = self.lift(completion)
-        return completion, self.ports.gate.evaluate(completion, self.turn)
+        verdict = self.ports.gate.evaluate(completion, self.turn)
+        return completion, checked_verdict(verdict, call_problems(completion, self.turn))
+
+    def keep(
+        self,
+        tier: Tier,
+        completion: Completion,
+        verdict: Verdict | None,
+        *,
+        backend: str | None = None,
+    ) -> Completion:
+        """Keep ``completion`` as the turn's answer so far; return what is kept.
+
+        Every path that returns a draft (single, panel, hedge, stream) keeps it here, so
+        calls to tools the turn did not offer (or outside its ``tool_choice``, or with
+        arguments that are not a JSON object) never reach the caller: they are taken off,
+        and the verdict fails on them. ``backend``: a panel draft's own backend, when it is
+        not the tier's.
+        """
+        problems = call_problems(completion, self.turn)
+        if problems:
+            completion = without_calls(completion)
+        self._kept = Kept(tier, completion, checked_verdict(verdict, problems), backend=backend)
+        return completion
 
     def record_error(
         self, tier: Tier, backend: str, model: str, exc: BackendError, latency: float
@@ -399,17 +408,14 @@ class TurnRun:
         completion = self.lift(completion)
         verdict = self.record_draft(tier, backend, model, completion, latency)
         if verdict is None or verdict.passed:
-            self._kept = Kept(tier, completion, verdict)
+            self.keep(tier, completion, verdict)
             return None
         nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self._kept is None:
             # keep the failing draft until a better one comes: nothing is lost (but calls
             # the caller did not offer, or cannot parse, never reach it)
-            self._kept = Kept(tier, self._offered_only(completion), verdict)
+            self.keep(tier, completion, verdict)
         return nxt
-
-    def _offered_only(self, completion: Completion) -> Completion:
-        return without_calls(completion) if call_problems(completion, self.turn) else completion
 
     def streamed(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
@@ -419,7 +425,7 @@ class TurnRun:
         The verdict goes in the trace.
         """
         verdict = self.record_draft(tier, backend, model, completion, latency)
-        self._kept = Kept(tier, self._offered_only(completion), verdict)
+        self.keep(tier, completion, verdict)
 
     # the end --------------------------------------------------------------------------------
 
@@ -471,10 +477,6 @@ class TurnRun:
             )
         self._trace = self.trace()
         return self._trace
-
-    def tried_backends(self) -> list[str]:
-        """The backends tried, in the order they were first tried."""
-        return list(dict.fromkeys(a.backend for a in self._attempts))
 
     def outcome(self) -> RoutedResult:
         """The concluded turn's result, or its typed error (:func:`.outcome`)."""

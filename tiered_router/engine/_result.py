@@ -58,12 +58,15 @@ class RoutedResult:
         tier: The tier that produced it (``fast`` or ``frontier``).
         escalated: ``True`` when a fast draft failed the gate or the fast backend failed.
         trace: Everything the router decided and tried.
+        shadowed: The quality monitor sent the turn to the frontier tier too, in the
+            background, to compare the answers (``monitor:``; the caller's answer is this one).
     """
 
     completion: Completion
     tier: Tier
     escalated: bool
     trace: Trace
+    shadowed: bool = False
 
     @property
     def decision(self) -> Decision:
@@ -109,10 +112,6 @@ class Concluded(Protocol):
         """Every backend error, in order."""
         ...
 
-    def tried_backends(self) -> list[str]:
-        """The backends tried, in the order they were first tried."""
-        ...
-
 
 def outcome(run: Concluded, trace: Trace) -> RoutedResult:
     """The result of ``run``, concluded with ``trace``.
@@ -123,7 +122,8 @@ def outcome(run: Concluded, trace: Trace) -> RoutedResult:
     """
     kept = run.kept
     if kept is None:
-        tried = ", ".join(run.tried_backends()) or "none"
+        # the backends tried, in the order they were first tried
+        tried = ", ".join(dict.fromkeys(a.backend for a in run.attempts)) or "none"
         # each backend's own last error: the first tier's failure is not hidden behind
         # the next one's
         last = {getattr(e, "backend", "?"): e for e in run.errors}
