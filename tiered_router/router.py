@@ -33,7 +33,7 @@ from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.gate import QualityGate
 from tiered_router.routing import Decision
-from tiered_router.scoring import Score, Scorer, build_scorer
+from tiered_router.scoring import Score, Scorer, build_scorer, load_deferral
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
@@ -41,6 +41,7 @@ from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
     from tiered_router.policy._schema import BackendConfig, Policy
+    from tiered_router.scoring.deferral import DeferralModel
 
 __all__ = ["RoutedResult", "Router"]
 
@@ -97,6 +98,11 @@ class Router:
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
+        deferral = self.policy.drafts.deferral if self.policy.drafts is not None else None
+        self.deferral: DeferralModel | None = (
+            None if deferral is None else load_deferral(deferral.path)
+        )
+        """The panel's deferral model (``drafts.deferral``), read once; ``None`` without one."""
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
         self.record = record

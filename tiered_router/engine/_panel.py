@@ -12,7 +12,11 @@ the next tier:
   (the others are in the trace); none passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
 - they disagree -> escalation with reason ``drafts_disagree``;
-- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
+- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused);
+- with a deferral model (``drafts.deferral``), an answer the panel would accept is scored
+  over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
+  each answered draft gated); a score above the kind's threshold escalates with reason
+  ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,16 @@ from tiered_router.exceptions import (
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally, turn_kind
+from tiered_router.panels import (
+    AnswerKey,
+    DraftView,
+    Tally,
+    answer_key,
+    draft_text,
+    panel_kinds,
+    tally,
+    turn_kind,
+)
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -35,6 +48,7 @@ if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
     from tiered_router.policy import Policy
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.turn import Completion, Turn
 
 __all__ = [
@@ -76,6 +90,8 @@ class PanelPlan:
     n: bool = False
     """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
     dialect that takes ``n`` and does not decode greedily)."""
+    deferral: tuple[DeferralModel, float] | None = None
+    """The deferral model asked after the panel, and the threshold for this turn's kind."""
 
     @property
     def k(self) -> int:
@@ -84,7 +100,12 @@ class PanelPlan:
 
 
 def plan_panel(
-    policy: Policy, turn: Turn, *, usable: Any, multiple_choices: Any = None
+    policy: Policy,
+    turn: Turn,
+    *,
+    usable: Any,
+    multiple_choices: Any = None,
+    deferral: DeferralModel | None = None,
 ) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
@@ -94,6 +115,7 @@ def plan_panel(
         usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
         multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
             in one request (its dialect says so); ``None``: never ask for ``n``.
+        deferral: The loaded ``drafts.deferral`` model (the router reads it once).
     """
     drafts = policy.drafts
     if drafts is None:
@@ -113,10 +135,13 @@ def plan_panel(
         for i in range(k)
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
+    threshold = drafts.deferral_threshold(kind)
+    defer = (deferral, threshold) if deferral is not None and threshold is not None else None
     return PanelPlan(
         drafts=specs,
         min_agreement=min_agreement,
-        early=drafts.early,
+        early=drafts.early and defer is None,
+        deferral=defer,
         temperature=drafts.temperature,
         n=drafts.n
         and same_prompt
@@ -278,16 +303,28 @@ class Panel:
         else:
             reason = "drafts_disagree"
         chosen: tuple[Completion, Verdict | None] | None = None
+        picked: _Arrival | None = None
         for arrival in candidates:
             assert arrival.completion is not None
             completion, verdict = run.gated(arrival.completion)
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
                 chosen = (completion, verdict)
+                picked = arrival
                 run.served_by = (arrival.spec.backend, completion)
                 break
+        deferred: dict[str, float] | None = None
+        if chosen is not None and self.plan.deferral is not None:
+            model, threshold = self.plan.deferral
+            score = model.score(self.turn, self.views(run, verdicts))
+            deferred = {"score": round(score, 4), "threshold": threshold}
+            if score > threshold:  # kept (below) until the frontier answers
+                candidates = [picked] if picked is not None else candidates
+                chosen, reason = None, "deferred"
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
+        if deferred is not None:
+            run.panel["deferral"] = deferred
         if chosen is not None:
             run.returned = ("fast", chosen[0], chosen[1])
             return None
@@ -302,6 +339,33 @@ class Panel:
             run.returned = ("fast", kept[0], kept[1])
             run.served_by = (first.spec.backend, kept[0])
         return nxt
+
+    def views(
+        self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
+    ) -> list[DraftView]:
+        """Every draft as the deferral model sees it, in draft order (each answer gated).
+
+        The key and text are the draft's own; the verdict is the gate's on it (computed
+        here for a draft the panel did not gate yet, and kept in ``verdicts``).
+        """
+        by_index = {a.spec.index: a for a in self.arrivals}
+        out: list[DraftView] = []
+        for i in range(self.plan.k):
+            arrival = by_index.get(i)
+            if arrival is None or arrival.completion is None:
+                out.append(DraftView(key=None))
+                continue
+            if i not in verdicts:
+                verdicts[i] = run.gated(arrival.completion)
+            verdict = verdicts[i][1]
+            out.append(
+                DraftView(
+                    key=self.keys[i],
+                    text=draft_text(arrival.completion),
+                    passed=None if verdict is None else verdict.passed,
+                )
+            )
+        return out
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
         for arrival in answered:
@@ -384,6 +448,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         run.turn,
         usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
         multiple_choices=getattr(run.ports, "multiple_choices", None),
+        deferral=getattr(run.ports, "deferral", None),
     )
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:

@@ -4,7 +4,8 @@ A panel sends a turn to several fast drafts and accepts an answer only when enou
 agree. This wing holds the pure part: the answer key of one draft (:func:`answer_key`,
 what "the same answer" means, see docs/panels.md) and the count of a panel's keys
 (:func:`tally`: agreement, majority, and when the outcome is decided so that the engine can
-cancel the drafts still running). No I/O, no clock, no randomness; it imports only the root's
+cancel the drafts still running), and what the drafts say beyond their majority
+(:func:`draft_signals`, the draft half of a deferral model's features). No I/O, no clock, no randomness; it imports only the root's
 values (``turn``, ``_limits``) and the calls wing's readers.
 
 Example:
@@ -23,20 +24,25 @@ from __future__ import annotations
 from tiered_router.panels._final import final_answer, normalise_answer
 from tiered_router.panels._keys import AnswerKey, AnswerKind, answer_key
 from tiered_router.panels._kinds import TURN_KINDS, panel_kinds, turn_kind
+from tiered_router.panels._signals import SIGNAL_NAMES, DraftView, draft_signals, draft_text
 from tiered_router.panels._tally import Tally, needed_votes, tally
 from tiered_router.panels._values import canonical
 
 __all__ = [
     "AnswerKey",
     "AnswerKind",
+    "DraftView",
     "Tally",
     "answer_key",
     "canonical",
+    "draft_signals",
+    "draft_text",
     "final_answer",
     "needed_votes",
     "normalise_answer",
     "panel_kinds",
     "tally",
     "turn_kind",
+    "SIGNAL_NAMES",
     "TURN_KINDS",
 ]

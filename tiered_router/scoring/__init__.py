@@ -26,6 +26,7 @@ from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
     from tiered_router.policy._checks import Problems
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.policy._schema import Policy, ScoringConfig
     from tiered_router.scoring.learned import (
         LearnedModel,
@@ -52,6 +53,7 @@ __all__ = [
     "scoring_problems",
     "fit",
     "fit_model",
+    "load_deferral",
     "load_weights",
 ]
 
@@ -97,7 +99,24 @@ def scoring_problems(policy: Policy) -> Problems:
     except (ValueError, TypeError, KeyError, OSError) as exc:
         # build_scorer names the field first: "scoring.options.path: no such file ..."
         return from_message(str(exc), "scoring")
+    deferral = policy.drafts.deferral if policy.drafts is not None else None
+    if deferral is not None:
+        try:
+            load_deferral(deferral.path)
+        except ValueError as exc:
+            return [(("drafts", "deferral", "path"), str(exc))]
     return []
+
+
+def load_deferral(path: str) -> DeferralModel:
+    """Read the deferral model a policy's ``drafts.deferral.path`` names.
+
+    Raises:
+        ValueError: When the file cannot be read or is not a deferral model.
+    """
+    from tiered_router.scoring.deferral import DeferralModel
+
+    return DeferralModel.load(path)
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:
