@@ -5,8 +5,9 @@ agree. This wing holds the pure part: the answer key of one draft (:func:`answer
 what "the same answer" means, see docs/panels.md) and the count of a panel's keys
 (:func:`tally`: agreement, majority, and when the outcome is decided so that the engine can
 cancel the drafts still running), and what the drafts say beyond their majority
-(:func:`draft_signals`, the draft half of a deferral model's features). No I/O, no clock, no randomness; it imports only the root's
-values (``turn``, ``_limits``) and the calls wing's readers.
+(:func:`draft_signals`, the draft half of a deferral model's features). No I/O, no clock,
+no randomness; it imports only the root's values (``turn``, ``_limits``) and the calls
+wing's readers.
 
 Example:
     ```python

@@ -26,8 +26,8 @@ from tiered_router.scoring.transfer import TransferModel, TransferScorer
 
 if TYPE_CHECKING:
     from tiered_router.policy._checks import Problems
-    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.policy._schema import Policy, ScoringConfig
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.scoring.learned import (
         LearnedModel,
         LearnedScorer,

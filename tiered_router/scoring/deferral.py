@@ -106,9 +106,13 @@ class DeferralModel:
 
     def score_vector(self, vector: Sequence[float]) -> float:
         """P(the panel's answer is wrong) for a vector of :func:`deferral_features`."""
+        if len(vector) != len(DEFERRAL_FEATURES):
+            raise ValueError(
+                f"a deferral vector has {len(DEFERRAL_FEATURES)} values, got {len(vector)}"
+            )
         w = self.weights
-        z = self.bias + sum(w.get(n, 0.0) * x for n, x in zip(DEFERRAL_FEATURES, vector))
-        return sigmoid(z)
+        pairs = zip(DEFERRAL_FEATURES, vector, strict=True)
+        return sigmoid(self.bias + sum(w.get(n, 0.0) * x for n, x in pairs))
 
     def score(self, turn: Turn, drafts: Sequence[DraftView]) -> float:
         """P(the panel's answer is wrong) for a turn and its drafts (pure)."""
@@ -249,7 +253,9 @@ def fit_deferral(
         grad = [0.0] * (1 + k)
         grad[0] = math.fsum(err)
         for j in live:
-            grad[1 + j] = sum(e * x for e, x in zip(err, columns[j], strict=True)) + l2 * theta[1 + j]
+            grad[1 + j] = (
+                sum(e * x for e, x in zip(err, columns[j], strict=True)) + l2 * theta[1 + j]
+            )
         penalty = math.fsum(theta[1 + j] ** 2 for j in live)
         return loss + 0.5 * l2 * penalty, grad
 
