@@ -136,7 +136,10 @@ def plan_panel(
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
     threshold = drafts.deferral_threshold(kind)
-    defer = (deferral, threshold) if deferral is not None and threshold is not None else None
+    defer = None
+    # the model reads this panel's signals only if it was fitted on a panel of this size
+    if deferral is not None and threshold is not None and deferral.panel.get("k", k) == k:
+        defer = (deferral, threshold)
     return PanelPlan(
         drafts=specs,
         min_agreement=min_agreement,
