@@ -202,7 +202,9 @@ def main() -> None:
         met = h.retained >= retained and h.cost_share <= cost
         print("| held-out half | quality retained | cost share |")
         print("| --- | --- | --- |")
-        print(f"| deferral model (calibrate's choice) | {h.retained:.1%} | {h.cost_share:.1%} |")
+        used = any(k.verification.defer_above is not None for k in choice.kinds)
+        label = "calibrate's choice (" + ("with" if used else "without") + " the deferral model)"
+        print(f"| {label} | {h.retained:.1%} | {h.cost_share:.1%} |")
         for label, (q, c) in base.items():
             print(f"| {label} | {q:.1%} | {c:.1%} |")
         print(

@@ -5,7 +5,8 @@ it with prompt length, random and the policy's current scorer on the same rows, 
 ``--output``) writes the weights fitted on every row. The work is
 :func:`tiered_router.evaluation.scorer_fit.fit_scorer`.
 
-On a policy with a ``drafts:`` panel it fits the panel's **deferral model** instead
+On a policy with a ``drafts:`` panel whose drafts the data records (several models, or
+``samples``) it fits the panel's **deferral model** instead
 (:func:`tiered_router.evaluation.deferral.fit_deferral_model`): prompt features plus what
 the drafts say beyond their majority, cross-validated against the panel alone, prompt
 length and random at the same cost; ``--output`` writes the model ``drafts.deferral.path``
@@ -121,8 +122,8 @@ def fit_scorer_command(
 ) -> None:
     """Fit the learned scorer on recorded outcomes of both tiers; compare it before you switch.
 
-    On a policy with a drafts: panel, fit the panel's deferral model (prompt and draft
-    signals) instead.
+    On a policy with a drafts: panel whose drafts the data records, fit the panel's deferral
+    model (prompt and draft signals) instead.
     """
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.scorer_fit import fit_scorer
@@ -131,7 +132,7 @@ def fit_scorer_command(
     if output is not None and not output.parent.is_dir():
         raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
-    if loaded.drafts is not None and (loaded.drafts.k > 1 or loaded.drafts.backends):
+    if _replays_panel(loaded, dataset, fast_model):
         _fit_deferral(loaded, dataset, output, folds=folds, seed=seed, as_json=as_json)
         return
     try:
@@ -161,6 +162,21 @@ def fit_scorer_command(
         typer.echo(json.dumps(out, indent=2))
         return
     _print_report(report, output)
+
+
+def _replays_panel(policy: Policy, dataset: Dataset, fast_model: str | None) -> bool:
+    """Whether the policy has a panel the data records several drafts of (a deferral fit)."""
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.panel import panel_models, recorded_drafts
+
+    fast = fast_model or dataset.fast_model
+    if policy.drafts is None or fast is None:
+        return False
+    try:
+        spec = panel_models(policy, dataset, fast)
+    except DatasetError:
+        return False
+    return spec is not None and recorded_drafts(dataset, spec) >= 2
 
 
 def _fit_deferral(

@@ -36,7 +36,6 @@ clock; a hold-out split is by a hash of the row id.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -51,6 +50,7 @@ from tiered_router.evaluation._bounds import (
     cost_upper_bound,
     retained_lower_bound,
 )
+from tiered_router.evaluation._kind_sums import _Kind
 from tiered_router.evaluation.baselines import shares_at_cost
 from tiered_router.evaluation.panel import (
     AGREEMENTS,
@@ -304,52 +304,6 @@ def _default_drafts() -> DraftsConfig:
     from tiered_router.policy._drafts import DraftsConfig
 
     return DraftsConfig()
-
-
-class _Kind:
-    """One kind's rows under one verification: prefix sums by score, for every threshold."""
-
-    def __init__(self, runs: Sequence[RowRun]) -> None:
-        ruled = [r for r in runs if r.rule is not None]
-        free = sorted((r for r in runs if r.rule is None), key=lambda r: r.score)
-        self.scores = [r.score for r in free]
-        q0 = c0 = _Sums()
-        fast0 = 0
-        for r in ruled:
-            q0 = q0.add(r.headline.quality, r.frontier.quality)
-            c0 = c0.add(r.headline.cost, r.frontier.cost)
-            fast0 += r.headline.tier == "fast"
-        self.ruled = (q0, c0, fast0)
-        # prefix over the fast path, suffix over the frontier path
-        self.pre: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
-        for r in free:
-            q, c, fa = self.pre[-1]
-            self.pre.append(
-                (
-                    q.add(r.fast.quality, r.frontier.quality),
-                    c.add(r.fast.cost, r.frontier.cost),
-                    fa + (r.fast.tier == "fast"),
-                )
-            )
-        self.suf: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
-        for r in reversed(free):
-            q, c, fa = self.suf[-1]
-            self.suf.append(
-                (
-                    q.add(r.frontier.quality, r.frontier.quality),
-                    c.add(r.frontier.cost, r.frontier.cost),
-                    fa + (r.frontier.tier == "fast"),
-                )
-            )
-        self.suf.reverse()
-
-    def at(self, threshold: float) -> tuple[_Sums, _Sums, int]:
-        """Quality sums, cost sums and rows answered fast at ``threshold``."""
-        i = bisect.bisect_right(self.scores, threshold)
-        q0, c0, f0 = self.ruled
-        qa, ca, fa = self.pre[i]
-        qb, cb, fb = self.suf[i]
-        return q0 + qa + qb, c0 + ca + cb, f0 + fa + fb
 
 
 def _figures(q: _Sums, c: _Sums, fast: int, z: float) -> Figures:
