@@ -126,7 +126,9 @@ async def test_live_and_offline_scores_agree(server: ScriptedServer, tmp_path: P
             "frontier-model": Outcome(quality=1.0, text="B", cost=0.01),
         },
     )
-    data = Dataset(name="one", rows=(row,), fast_model="fast-model", frontier_model="frontier-model")
+    data = Dataset(
+        name="one", rows=(row,), fast_model="fast-model", frontier_model="frontier-model"
+    )
     loaded = load_policy(policy)
     replay = Replay.bind(single_draft(loaded), data)
     spec = panel_models(loaded, data, replay.fast_model)
