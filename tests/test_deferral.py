@@ -91,7 +91,7 @@ def three_drafter_policy(server: ScriptedServer, model_path: Path, threshold: fl
 
 
 TEXTS = {
-    "fast-model": "The answer is B.",
+    "fast-model": "B",
     "fast-b": "I think the answer is B, but it may be A.",
     "fast-c": "B",
 }

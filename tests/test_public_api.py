@@ -270,6 +270,18 @@ PINNED: dict[str, frozenset[str]] = {
             "TraceContextMiddleware",
         }
     ),
+    "tiered_router.monitor": frozenset(
+        {
+            "Comparison",
+            "compare_answers",
+            "KindQuality",
+            "Monitor",
+            "Sampler",
+            "SHADOW_OUTCOMES",
+            "turn_kind",
+            "wilson_lower",
+        }
+    ),
     "tiered_router.panels": frozenset(
         {
             "AnswerKey",
@@ -279,6 +291,7 @@ PINNED: dict[str, frozenset[str]] = {
             "draft_signals",
             "draft_text",
             "DraftView",
+            "exact_form",
             "final_answer",
             "needed_votes",
             "normalise_answer",
@@ -301,6 +314,7 @@ PINNED: dict[str, frozenset[str]] = {
             "HedgeConfig",
             "LatencyModel",
             "load_policy",
+            "MonitorConfig",
             "Policy",
             "Price",
             "ResilienceConfig",
@@ -374,6 +388,7 @@ PINNED: dict[str, frozenset[str]] = {
             "LearnedWeights",
             "load_deferral",
             "load_weights",
+            "panel_deferral",
             "Score",
             "Scorer",
             "scoring_problems",
@@ -395,13 +410,20 @@ PINNED: dict[str, frozenset[str]] = {
             "Admission",
             "BreakerSnapshot",
             "BreakerState",
+            "judge",
             "MemoryStateStore",
+            "MonitorRules",
+            "MonitorSnapshot",
+            "MonitorState",
+            "MonitorStore",
             "Outcome",
+            "perfect_needs",
             "SafeStateStore",
             "StateStore",
             "TaskDelta",
             "TaskRules",
             "TaskSnapshot",
+            "wilson_lower",
         }
     ),
     "tiered_router.task": frozenset(

@@ -459,6 +459,31 @@ class Task:
         snap = await self._store.atask_record(self.id, self._delta(trace), rules=self._rules)
         self._took(trace, snap)
 
+    @staticmethod
+    def _spend(trace: Trace) -> TaskDelta:
+        usage = trace.usage
+        cost, tokens_in, tokens_out = trace.cost, usage.input_tokens, usage.output_tokens
+        return TaskDelta(cost=cost, input_tokens=tokens_in, output_tokens=tokens_out, step=False)
+
+    def charge(self, trace: Trace) -> None:
+        """Add a background call's spend (a monitor's shadow call) to the task's totals.
+
+        Cost and tokens count against the budgets; steps, latency and the lock do not change.
+        """
+        self._charged(self._store.task_record(self.id, self._spend(trace), rules=self._rules))
+
+    async def acharge(self, trace: Trace) -> None:
+        """Async twin of :meth:`charge`."""
+        self._charged(
+            await self._store.atask_record(self.id, self._spend(trace), rules=self._rules)
+        )
+
+    def _charged(self, snap: TaskSnapshot) -> None:
+        with self._lock:
+            self._snap = snap if snap.steps >= self._snap.steps else self._snap
+            if self.max_cost is not None and "cost" not in self._over and snap.cost > self.max_cost:
+                self._over.append("cost")
+
     def _took(self, trace: Trace, snap: TaskSnapshot) -> None:
         with self._lock:
             self._traces.append(trace)

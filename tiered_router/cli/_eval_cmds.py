@@ -56,7 +56,7 @@ def _load(
     """Load the policy (bundled default when ``None``) and the data, with the chosen models."""
     from tiered_router.evaluation.calibration import load_policy_offline
     from tiered_router.evaluation.dataset import DatasetError
-    from tiered_router.evaluation.sources import bundled_policy_path, load_data
+    from tiered_router.evaluation.sources import bundled_policy_path, load_data, split_spec
     from tiered_router.exceptions import PolicyError
 
     source = policy if policy is not None else bundled_policy_path()
@@ -66,10 +66,13 @@ def _load(
         raise _fail(str(exc)) from exc
     if data is None:
         fast = loaded.backends[loaded.tiers.fast]
-        replay_data = fast.options.get("data") if fast.type == "replay" else None
-        data = str(replay_data) if replay_data else "sample"
+        data = str(fast.options.get("data") or "sample") if fast.type == "replay" else "sample"
     try:
         dataset = load_data(data)
+        if split_spec(data)[1:] == (None, None):  # no pair in --data: the tiers' models play
+            named = {t: m for t, (m, _) in _policy_models(loaded).items() if m in dataset.models}
+            fast_model = fast_model or named.get("fast")
+            frontier_model = frontier_model or named.get("frontier")
         if fast_model or frontier_model:
             dataset = dataset.with_pair(
                 fast_model or dataset.fast_model or "",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tiered_router.exceptions import (
     BackendError,
+    BackendTimeout,
     BackendUnavailable,
     CapabilityError,
     StreamInterrupted,
@@ -294,13 +295,22 @@ class BreakerPass:
     content), so that a caller abandoning the call later counts as a success.
     """
 
-    __slots__ = ("_breaker", "admission", "outcome", "progressed")
+    __slots__ = ("_breaker", "admission", "outcome", "progressed", "self_queued")
 
     def __init__(self, breaker: CircuitBreaker) -> None:
         self._breaker = breaker
         self.admission: Admission = _ADMITTED
         self.progressed = False
+        self.self_queued = False
+        """Set when the call timed out waiting behind its own turn's calls (a panel's drafts
+        on a backend with fewer slots): that says nothing of the backend (neutral)."""
         self.outcome: Outcome | None = None
+
+    def _outcome(self, exc: BaseException | None) -> Outcome:
+        outcome = breaker_outcome(exc, progressed=self.progressed)
+        if outcome == "failure" and self.self_queued and isinstance(exc, BackendTimeout):
+            return "neutral"
+        return outcome
 
     @property
     def allowed(self) -> bool:
@@ -312,7 +322,7 @@ class BreakerPass:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        self.outcome = self._outcome(exc)
         if self.admission.allowed:
             self._breaker.record(self.outcome, token=self.admission.token)
 
@@ -321,7 +331,7 @@ class BreakerPass:
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        self.outcome = self._outcome(exc)
         if not self.admission.allowed:
             return
         if exc is not None and not isinstance(exc, Exception):

@@ -229,6 +229,8 @@ def result_route(result: RoutedResult, *, with_trace: bool = False) -> dict[str,
         turn_id=trace.turn_id,
         attempts=trace.attempts,
     )
+    if result.shadowed:
+        route["shadowed"] = True
     if with_trace:
         route["trace"] = trace.to_dict()
     return route

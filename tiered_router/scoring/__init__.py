@@ -55,6 +55,7 @@ __all__ = [
     "fit_model",
     "load_deferral",
     "load_weights",
+    "panel_deferral",
 ]
 
 _LEARNED = frozenset(
@@ -106,6 +107,18 @@ def scoring_problems(policy: Policy) -> Problems:
         except ValueError as exc:
             return [(("drafts", "deferral", "path"), str(exc))]
     return []
+
+
+def panel_deferral(policy: Policy) -> DeferralModel | None:
+    """The deferral model ``policy.drafts.deferral`` names, read; ``None`` without one.
+
+    Raises:
+        ValueError: When the file cannot be read or is not a deferral model.
+    """
+    drafts = policy.drafts
+    if drafts is None or drafts.deferral is None:
+        return None
+    return load_deferral(drafts.deferral.path)
 
 
 def load_deferral(path: str) -> DeferralModel:

@@ -419,7 +419,22 @@ class Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        await self._read_breakers()
+        monitor = self.router.monitor
+        if monitor is not None and self.metrics.monitor is not None:
+            self.metrics.monitor.show(await monitor.aquality())
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def _read_breakers(self) -> None:
+        """Put each routed backend's breaker state on the metrics (one read per scrape)."""
+        policy = self.router.policy
+        drafting = policy.drafts.backends if policy.drafts is not None else ()
+        names = dict.fromkeys((policy.tiers.fast, policy.tiers.frontier, *drafting))
+        states = {}
+        for name in names:
+            snapshot = await self.router.breaker(name).asnapshot()
+            states[name] = str(snapshot.state)
+        self.metrics.breakers(states)
 
 
 def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
