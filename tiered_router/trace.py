@@ -47,9 +47,10 @@ AttemptRole = Literal["call", "draft", "hedge"]
 of a panel's concurrent fast drafts), ``hedge`` (a frontier call started while the fast
 side was undecided)."""
 
-TierFailure = Literal["gate_failed", "backend_error", "circuit_open", "drafts_disagree"]
+TierFailure = Literal["gate_failed", "backend_error", "circuit_open", "drafts_disagree", "deferred"]
 """Why a tier did not answer a turn: its draft failed the gate, its backend failed (retries
-spent), its breaker refused the call, or its panel's drafts did not agree."""
+spent), its breaker refused the call, its panel's drafts did not agree, or the panel's
+deferral model scored the answer the panel would accept above its threshold."""
 
 EscalationReason = Literal[TierFailure, "frontier_backend_error", "hedged"]
 """Why a turn moved to the other tier (:attr:`Trace.escalations`): a fast tier's

@@ -14,8 +14,9 @@ Its modules, in the order a turn meets them (docs/architecture.md draws them):
   retries, the trace's exit), ``resilience`` (retries, deadline, breaker), ``_streaming`` and
   ``_chunks`` (routed streams and one try of a streamed call);
 - in flight: ``_flight_plan`` (the plan, the race's pure decision, what both flights share),
-  ``_flight`` (asyncio) and ``_flight_sync`` (threads), ``_panel`` (a draft panel's plan and
-  tally into the turn), ``_hedge`` (when to start the hedged frontier call);
+  ``_flight`` (asyncio) and ``_flight_sync`` (threads), ``_panel_plan`` (which drafts a
+  panel sends), ``_panel`` (their tally into the turn), ``_hedge`` (when to start the
+  hedged frontier call);
 - after the turn: ``_shadow`` (a sampled share runs on the other tier, for labels).
 """
 

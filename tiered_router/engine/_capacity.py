@@ -222,7 +222,7 @@ def expected_call(
 def _own_calls(run: TurnRun) -> dict[str, int]:
     """The calls the turn's fast side sends each backend: its panel's drafts, or one."""
     if run.policy.drafts is not None:
-        from tiered_router.engine._panel import own_calls, turn_panel
+        from tiered_router.engine._panel_plan import own_calls, turn_panel
 
         plan = turn_panel(run)
         if plan is not None:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from tiered_router.policy._schema import BackendConfig, Policy
     from tiered_router.routing import Decision
     from tiered_router.scoring import Score
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.trace import Trace
     from tiered_router.turn import Turn
 
@@ -50,6 +51,11 @@ class EnginePorts(Protocol):
 
     def multiple_choices(self, backend: str) -> bool:
         """Whether backend ``backend``'s server samples ``n`` choices in one request."""
+        ...
+
+    @property
+    def deferral(self) -> DeferralModel | None:
+        """The panels' deferral model (``drafts.deferral``), ``None`` without one."""
         ...
 
     @property

@@ -39,7 +39,8 @@ from tiered_router.engine._flight_plan import (
     record_loser,
     take_late,
 )
-from tiered_router.engine._panel import DraftSpec, Panel, PanelPlan
+from tiered_router.engine._panel import Panel
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ asyncio, :mod:`tiered_router.engine._flight_sync` on threads). Both drivers only
 cancel; what they decide is here, without I/O:
 
 - :func:`plan_flight`: whether a turn flies at all, with a panel (:func:`~tiered_router.
-  engine._panel.plan_panel`) and a hedge delay (:func:`~tiered_router.engine._hedge.
+  engine._panel_plan.plan_panel`) and a hedge delay (:func:`~tiered_router.engine._hedge.
   hedge_delay`);
 - :func:`race_action`: the hedge against the fast side, one table over what has happened
   (has the fast side ended and where it goes next, where the hedge stands), returning one
@@ -23,14 +23,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
-from tiered_router.engine._panel import (
-    DraftSpec,
-    Panel,
-    PanelPlan,
-    draft_turn,
-    own_calls,
-    turn_panel,
-)
+from tiered_router.engine._panel import Panel
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan, draft_turn, own_calls, turn_panel
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier

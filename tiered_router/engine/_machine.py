@@ -63,10 +63,10 @@ LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
 _ESCALATING: frozenset[EscalationReason] = frozenset(
-    {"gate_failed", "backend_error", "circuit_open", "drafts_disagree"}
+    {"gate_failed", "backend_error", "circuit_open", "drafts_disagree", "deferred"}
 )
 """The reasons that make a fast turn ``escalated`` (``hedged`` and the frontier's do not)."""
-_DRAFT_FAILURES: frozenset[TierFailure] = frozenset({"gate_failed", "drafts_disagree"})
+_DRAFT_FAILURES: frozenset[TierFailure] = frozenset({"gate_failed", "drafts_disagree", "deferred"})
 _FRONTIER_REASON: dict[TierFailure, EscalationReason] = {
     "backend_error": "frontier_backend_error",
     "circuit_open": "circuit_open",

@@ -1,7 +1,7 @@
-"""A draft panel's plan and state: which drafts to send, and what their answers decide.
+"""A draft panel's state: what its drafts' answers decide, written into the turn.
 
-The panel is pure, like the machine it serves: :func:`plan_panel` says whether a turn gets
-a panel and what each draft is (backend, prompt variant); :class:`Panel` takes the drafts
+The panel is pure, like the machine it serves. Its plan (which drafts to send) is
+:mod:`tiered_router.engine._panel_plan`; :class:`Panel` takes the drafts
 as the driver reports them (:meth:`Panel.arrived`, :meth:`Panel.failed`), tallies their
 answer keys (:func:`tiered_router.panels.tally`) and says when the outcome is decided;
 :meth:`Panel.settle` writes every draft into the turn (each an ``Attempt`` with role
@@ -15,16 +15,20 @@ the next tier:
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
 - they disagree, or agree only once normalised -> escalation with reason
   ``drafts_disagree``;
-- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
+- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused);
+- with a deferral model (``drafts.deferral``), an answer the panel would accept is scored
+  over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
+  each answered draft gated); a score above the kind's threshold escalates with reason
+  ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._offered import DROPPED_CALLS, call_problems
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
@@ -32,12 +36,12 @@ from tiered_router.exceptions import (
 )
 from tiered_router.panels import (
     AnswerKey,
+    DraftView,
     Tally,
     answer_key,
+    draft_text,
     exact_form,
-    panel_kinds,
     tally,
-    turn_kind,
 )
 from tiered_router.pricing import cost_of
 
@@ -45,145 +49,10 @@ if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
-    from tiered_router.policy import Policy
     from tiered_router.trace import TierFailure
     from tiered_router.turn import Completion, Turn
 
-__all__ = [
-    "DraftSpec",
-    "Panel",
-    "PanelPlan",
-    "draft_turn",
-    "own_calls",
-    "panel_kinds",
-    "plan_panel",
-    "turn_kind",
-    "turn_panel",
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DraftSpec:
-    """One draft of a panel.
-
-    Attributes:
-        index: The draft's position (0-based).
-        backend: The backend drafting it.
-        variant: The instruction added to its system prompt (``""``: none).
-    """
-
-    index: int
-    backend: str
-    variant: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PanelPlan:
-    """The drafts of one turn's panel and how to count them."""
-
-    drafts: tuple[DraftSpec, ...]
-    min_agreement: float
-    early: bool
-    temperature: float | None
-    n: bool = False
-    """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
-    dialect that takes ``n`` and does not decode greedily)."""
-
-    @property
-    def k(self) -> int:
-        """The panel's size."""
-        return len(self.drafts)
-
-
-def plan_panel(
-    policy: Policy,
-    turn: Turn,
-    *,
-    usable: Callable[[str], bool],
-    multiple_choices: Callable[[str], bool] | None = None,
-) -> PanelPlan | None:
-    """The panel of a fast turn, or ``None`` for a single draft (pure).
-
-    Args:
-        policy: The policy (its ``drafts:``).
-        turn: The turn.
-        usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
-        multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
-            in one request (its dialect says so); ``None``: never ask for ``n``.
-    """
-    drafts = policy.drafts
-    if drafts is None:
-        return None
-    kind = turn_kind(turn)
-    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
-        return None
-    k, min_agreement, backends = drafts.for_kind(kind)
-    if k < 2:
-        return None
-    names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
-    if not names:
-        return None
-    variants = drafts.variants or [""]
-    specs = tuple(
-        DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
-        for i in range(k)
-    )
-    return PanelPlan(
-        drafts=specs,
-        min_agreement=min_agreement,
-        early=drafts.early,
-        temperature=drafts.temperature,
-        n=drafts.n and _one_request(names, variants, multiple_choices),
-    )
-
-
-def _one_request(
-    names: list[str], variants: list[str], multiple_choices: Callable[[str], bool] | None
-) -> bool:
-    """Whether a panel is sampled in one request (one backend, one prompt, ``n`` choices)."""
-    if len(set(names)) != 1 or len(set(variants)) != 1 or multiple_choices is None:
-        return False
-    return bool(multiple_choices(names[0]))
-
-
-def draft_turn(
-    turn: Turn, spec: DraftSpec, *, temperature: float | None, n: int | None = None
-) -> Turn:
-    """The turn draft ``spec`` sends: its variant in the system prompt, its temperature.
-
-    ``n``: the whole panel in one request (``n`` choices).
-    """
-    messages = _with_variant(list(turn.messages), spec.variant) if spec.variant else turn.messages
-    params = dict(turn.params)
-    if temperature is not None:
-        params["temperature"] = temperature
-    if n is not None:
-        params["n"] = n
-    if not spec.variant and temperature is None and n is None:
-        return turn
-    return replace(turn, messages=messages, params=params)
-
-
-def _with_variant(messages: list[Any], variant: str) -> list[Any]:
-    """``messages`` with ``variant`` added to the system prompt; the operator's text stays.
-
-    A string gets the variant after a blank line, a list of content parts gets it as one
-    more text part, an empty prompt becomes the variant; any other form is left as it is and
-    the variant follows it as a system message of its own.
-    """
-    if not messages or messages[0].get("role") != "system":
-        return [{"role": "system", "content": variant}, *messages]
-    first = dict(messages[0])
-    content = first.get("content")
-    if isinstance(content, str) and content:
-        first["content"] = f"{content}\n\n{variant}"
-    elif isinstance(content, list) and content:
-        first["content"] = [*content, {"type": "text", "text": variant}]
-    elif not content:
-        first["content"] = variant
-    else:
-        return [messages[0], {"role": "system", "content": variant}, *messages[1:]]
-    return [first, *messages[1:]]
+__all__ = ["Panel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,16 +175,16 @@ class Panel:
         answered = [a for a in self.arrivals if a.completion is not None]
         candidates, reason = self._candidates(answered, result)
         verdicts: dict[int, tuple[Completion, Verdict | None]] = {}
-        chosen: _Arrival | None = None
-        for arrival in candidates:
-            assert arrival.completion is not None
-            # the gate and the offered-calls floor, as for a single draft
-            verdicts[arrival.spec.index] = gated = run.gated(arrival.completion)
-            if gated[1] is None or gated[1].passed:
-                chosen = arrival
-                break
+        chosen = _choose(run, candidates, verdicts)
+        deferred = self._deferred(run, chosen, verdicts)  # (score, threshold), if asked
+        if chosen is not None and deferred is not None and deferred[0] > deferred[1]:
+            # kept (below) until the frontier answers
+            candidates, chosen, reason = [chosen], None, "deferred"
         index_of = self._record_all(run, verdicts, cancelled)
-        run.panel_found(self._summary(result, index_of, bool(answered)))
+        summary = self._summary(result, index_of, bool(answered))
+        if deferred is not None:
+            summary["deferral"] = {"score": round(deferred[0], 4), "threshold": deferred[1]}
+        run.panel_found(summary)
         if chosen is not None:
             self._keep(run, chosen, verdicts[chosen.spec.index])
             return None
@@ -348,6 +217,38 @@ class Panel:
         if not result.comparable:
             return answered, "gate_failed"  # prose: the panel cannot judge, the gate decides
         return [], "drafts_disagree"
+
+    def _deferred(
+        self,
+        run: TurnRun,
+        chosen: _Arrival | None,
+        verdicts: dict[int, tuple[Completion, Verdict | None]],
+    ) -> tuple[float, float] | None:
+        """The deferral model's score of an answer the panel would accept, and its threshold."""
+        if chosen is None or self.plan.deferral is None:
+            return None
+        model, threshold = self.plan.deferral
+        return model.score(self.turn, self.views(run, verdicts)), threshold
+
+    def views(
+        self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
+    ) -> list[DraftView]:
+        """Every draft in draft order for the deferral model, each answer gated (``verdicts``)."""
+        by_index = {a.spec.index: a for a in self.arrivals}
+        out: list[DraftView] = []
+        for i in range(self.plan.k):
+            arrival = by_index.get(i)
+            if arrival is None or arrival.completion is None:
+                out.append(DraftView(key=None))
+                continue
+            if i not in verdicts:
+                verdicts[i] = run.gated(arrival.completion)
+            verdict = verdicts[i][1]
+            passed = None if verdict is None else verdict.passed
+            out.append(
+                DraftView(key=self.keys[i], text=draft_text(arrival.completion), passed=passed)
+            )
+        return out
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
         for arrival in answered:
@@ -410,23 +311,15 @@ def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:
     return {"kind": key.kind, "value": key.value, "detail": key.detail}
 
 
-def turn_panel(run: TurnRun) -> PanelPlan | None:
-    """The panel ``run``'s fast side would send (``None``: one draft); pure."""
-    if run.policy.drafts is None or not run.escalate:  # a shadow run: one call, as documented
-        return None
-    return plan_panel(
-        run.policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=run.ports.multiple_choices,
-    )
-
-
-def own_calls(plan: PanelPlan) -> dict[str, int]:
-    """The requests a panel sends each backend: one per draft, or one for all (``n``)."""
-    if plan.n:
-        return {plan.drafts[0].backend: 1}
-    counts: dict[str, int] = {}
-    for spec in plan.drafts:
-        counts[spec.backend] = counts.get(spec.backend, 0) + 1
-    return counts
+def _choose(
+    run: TurnRun,
+    candidates: list[_Arrival],
+    verdicts: dict[int, tuple[Completion, Verdict | None]],
+) -> _Arrival | None:
+    """The first candidate the gate and the offered-calls floor accept (each gated once)."""
+    for arrival in candidates:
+        assert arrival.completion is not None
+        verdicts[arrival.spec.index] = gated = run.gated(arrival.completion)
+        if gated[1] is None or gated[1].passed:
+            return arrival
+    return None

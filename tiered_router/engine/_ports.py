@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from tiered_router.gate import QualityGate
     from tiered_router.policy._schema import BackendConfig, Policy
     from tiered_router.scoring import Score, Scorer
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.state import StateStore
     from tiered_router.trace import Trace, TraceSink
     from tiered_router.turn import Turn
@@ -42,6 +43,7 @@ class RouterPorts:
         state: Where breakers and task totals live.
         latency: Measured latency per backend.
         sinks: Where finished traces go.
+        deferral: The panels' deferral model (``drafts.deferral``), loaded once.
     """
 
     def __init__(
@@ -56,12 +58,14 @@ class RouterPorts:
         state: StateStore,
         latency: LatencyTracker,
         sinks: Sequence[TraceSink],
+        deferral: DeferralModel | None = None,
     ) -> None:
         self.policy = policy
         self.gate = gate
         self.record = record
         self.state = state
         self.latency = latency
+        self.deferral = deferral
         self._scorer = scorer
         self._clock = clock
         self._backends = backends
