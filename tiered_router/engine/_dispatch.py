@@ -9,8 +9,7 @@ retry schedule, clock, sleep functions and sink; it knows nothing of the router.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from tiered_router.backends._base import CompletionRequest
@@ -194,7 +193,7 @@ class Dispatcher:
             if not guard.allowed and await self._may_route_around(run, tier):
                 raise BackendUnavailable("circuit breaker is open", backend=name)
             try:
-                with _translated(name):
+                with _Translated(name):
                     return await once(backend, request)
             except BackendTimeout:
                 guard.self_queued = self_queued is not None and self_queued()
@@ -221,33 +220,15 @@ class Dispatcher:
             if not guard.allowed and self._may_route_around_sync(run, tier):
                 raise BackendUnavailable("circuit breaker is open", backend=name)
             try:
-                with watch.around(), _translated(name):
+                with watch, _Translated(name):
                     return once(backend, request)
             except BackendTimeout:  # (a call given up is Abandoned, not its timeout)
                 guard.self_queued = self_queued is not None and self_queued()
                 raise
 
-    @contextmanager
-    def _recorded(self, run: TurnRun, tier: Tier, backend: Backend) -> Iterator[float]:
-        """Around one try: yields its start, and records in ``run`` how it failed, once.
-
-        A ``BackendError`` is the try's error; anything else that cuts it short (a
-        cancellation, an abandoned stream, an error that is no backend's) is recorded as cut;
-        :class:`Abandoned` records nothing (the turn traced the call as cancelled) and gives
-        back the in-flight count.
-        """
-        started = self.clock()
-        try:
-            yield started
-        except Abandoned:
-            run.release_hold(backend.name)
-            raise
-        except BackendError as exc:
-            run.record_error(tier, backend.name, backend.model, exc, self.clock() - started)
-            raise
-        except BaseException as exc:
-            run.record_cut(tier, backend.name, backend.model, exc, self.clock() - started)
-            raise
+    def _recorded(self, run: TurnRun, tier: Tier, backend: Backend) -> _Recorded:
+        """Around one try: gives its start, and records in ``run`` how it failed, once."""
+        return _Recorded(run, tier, backend, self.clock)
 
     # -- a panel's draft: one try -----------------------------------------------------------
 
@@ -390,7 +371,7 @@ class Dispatcher:
         loop = self._retries.retrying(
             max_retries=self._max_retries(run, name), deadline=run.deadline, sleep=self._sleep
         )
-        watch = _Watch(abandoned)
+        watch = _Watch(abandoned) if abandoned is not None else _WANTED
         for attempt in loop:
             with attempt:
                 watch.check()
@@ -402,15 +383,58 @@ class Dispatcher:
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
 
-@contextmanager
-def _translated(name: str) -> Iterator[None]:
-    """Anything but a ``BackendError`` a backend raises becomes its typed error."""
-    try:
-        yield
-    except BackendError:
-        raise
-    except Exception as exc:
-        raise unexpected_error(exc, name) from exc
+class _Translated:
+    """Around a backend's call: anything but a ``BackendError`` becomes its typed error.
+
+    A class, not a generator-based context manager: it wraps every call (cheaper by a few
+    microseconds).
+    """
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, BackendError):
+            raise unexpected_error(exc, self._name) from exc
+
+
+class _Recorded:
+    """Around one try: its start on entry, and how it failed recorded in the turn, once.
+
+    A ``BackendError`` is the try's error; anything else that cuts it short (a
+    cancellation, an abandoned stream, an error that is no backend's) is recorded as cut;
+    :class:`Abandoned` records nothing (the turn traced the call as cancelled) and gives
+    back the in-flight count.
+    """
+
+    __slots__ = ("_backend", "_clock", "_run", "_tier", "started")
+
+    def __init__(
+        self, run: TurnRun, tier: Tier, backend: Backend, clock: Callable[[], float]
+    ) -> None:
+        self._run, self._tier, self._backend, self._clock = run, tier, backend, clock
+        self.started = 0.0
+
+    def __enter__(self) -> float:
+        self.started = self._clock()
+        return self.started
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            return
+        run, tier, backend = self._run, self._tier, self._backend
+        if isinstance(exc, Abandoned):
+            run.release_hold(backend.name)
+        elif isinstance(exc, BackendError):
+            latency = self._clock() - self.started
+            run.record_error(tier, backend.name, backend.model, exc, latency)
+        else:
+            run.record_cut(tier, backend.name, backend.model, exc, self._clock() - self.started)
 
 
 class _Watch:
@@ -431,13 +455,16 @@ class _Watch:
         if self._gone is not None and self._gone():
             raise Abandoned
 
-    @contextmanager
-    def around(self) -> Iterator[None]:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         """The call's end, answer or failure, becomes :class:`Abandoned` once it is unwanted."""
-        try:
-            yield
-        except Exception as exc:
-            if self._gone is not None and self._gone():
-                raise Abandoned from exc
-            raise
-        self.check()
+        if exc is None:
+            self.check()
+        elif isinstance(exc, Exception) and self._gone is not None and self._gone():
+            raise Abandoned from exc
+
+
+_WANTED = _Watch(None)
+"""The watch of a call nothing gives up (a sync turn's own calls)."""

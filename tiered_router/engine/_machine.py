@@ -194,7 +194,7 @@ class TurnRun:
 
     def usable(self, tier: Tier) -> bool:
         """Whether ``tier``'s backend can serve this turn (tools, what its dialect expresses)."""
-        return self.ports.capability_gap(self.policy.backend_for(tier), self.turn) is None
+        return self.ports.capability_gap(self._policy.backend_for(tier), self._turn) is None
 
     def first_tier(self) -> Tier:
         """The tier to call first."""
@@ -203,7 +203,7 @@ class TurnRun:
     def route_around(self, tier: Tier) -> Tier | None:
         """The tier to try when ``tier``'s breaker refuses the call, if the policy allows one."""
         other = OTHER_TIER[tier]
-        if not self.escalate or (tier == "fast" and not self.policy.escalation.on_backend_error):
+        if not self.escalate or (tier == "fast" and not self._policy.escalation.on_backend_error):
             return None
         if other in self._tried or not self.usable(other):
             return None
@@ -217,7 +217,7 @@ class TurnRun:
         if not self.escalate or other in self._tried or not self.usable(other):
             return None
         if tier == "fast":
-            esc = self.policy.escalation
+            esc = self._policy.escalation
             allowed = esc.on_gate_failure if reason in _DRAFT_FAILURES else esc.on_backend_error
             return other if allowed else None
         # a frontier draft is never sent down to the fast tier; a frontier error may be
@@ -234,7 +234,7 @@ class TurnRun:
         """Whether a failing draft from ``tier`` could still be replaced (or raised)."""
         return (
             self.next_tier(tier, "gate_failed") is not None
-            or self.policy.escalation.when_frontier_fails_gate == "raise"
+            or self._policy.escalation.when_frontier_fails_gate == "raise"
         )
 
     # one call -------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ class TurnRun:
 
     def lift(self, completion: Completion) -> Completion:
         """``completion`` with the tool calls its whole text wrote returned as real calls."""
-        lifted = self.ports.gate.lift(completion, self.turn)
+        lifted = self.ports.gate.lift(completion, self._turn)
         if lifted is not completion:
             return replace(lifted, conversions=(*lifted.conversions, LIFTED_TEXT_CALLS))
         return completion
@@ -320,8 +320,8 @@ class TurnRun:
         panel's draft passes the same floor as a single draft.
         """
         completion = self.lift(completion)
-        verdict = self.ports.gate.evaluate(completion, self.turn)
-        return completion, checked_verdict(verdict, call_problems(completion, self.turn))
+        verdict = self.ports.gate.evaluate(completion, self._turn)
+        return completion, checked_verdict(verdict, call_problems(completion, self._turn))
 
     def keep(
         self,
@@ -339,7 +339,7 @@ class TurnRun:
         and the verdict fails on them. ``backend``: a panel draft's own backend, when it is
         not the tier's.
         """
-        problems = call_problems(completion, self.turn)
+        problems = call_problems(completion, self._turn)
         if problems:
             completion = without_calls(completion)
         self._kept = Kept(tier, completion, checked_verdict(verdict, problems), backend=backend)
@@ -370,10 +370,10 @@ class TurnRun:
     ) -> Verdict | None:
         """Gate and record a draft without keeping it as the answer; return its verdict."""
         verdict: Verdict | None = None
-        if tier == "fast" or self.policy.gate.check_frontier:
-            verdict = self.ports.gate.evaluate(completion, self.turn)
+        if tier == "fast" or self._policy.gate.check_frontier:
+            verdict = self.ports.gate.evaluate(completion, self._turn)
         # calls to tools not offered, or arguments not JSON, fail whatever the gate checks
-        problems = call_problems(completion, self.turn)
+        problems = call_problems(completion, self._turn)
         verdict = checked_verdict(verdict, problems)
         config = self.ports.backend_config(backend)
         cost = cost_of(completion.usage, config.price) if config is not None else 0.0
@@ -443,18 +443,18 @@ class TurnRun:
             e in _ESCALATING for e in self._escalations
         )
         return Trace(
-            turn_id=self.turn.id,
+            turn_id=self._turn.id,
             decision=self._decision,
             attempts=tuple(self._attempts),
             tier=kept.tier if kept else None,
-            backend=(kept.backend or self.policy.backend_for(kept.tier)) if kept else None,
+            backend=(kept.backend or self._policy.backend_for(kept.tier)) if kept else None,
             escalated=escalated,
             escalations=tuple(self._escalations),
             verdict=kept.verdict if kept else None,
             latency_s=self.ports.now() - self.started,
-            metadata=self.turn.metadata,
+            metadata=self._turn.metadata,
             interrupted=self._interrupted,
-            record=build_record(self.ports.record, self.turn, self._drafts, len(self._attempts)),
+            record=build_record(self.ports.record, self._turn, self._drafts, len(self._attempts)),
             panel=self._panel,
         )
 
