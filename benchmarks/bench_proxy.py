@@ -148,32 +148,43 @@ async def drive(
         finally:
             writer.close()
 
-    cpu0 = process_cpu_s(pid) if pid else 0.0
+    cpu0 = process_tree_cpu_s(pid) if pid else 0.0
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     run.wall_s = time.perf_counter() - started
-    run.cpu_s = (process_cpu_s(pid) - cpu0) if pid else 0.0
+    run.cpu_s = (process_tree_cpu_s(pid) - cpu0) if pid else 0.0
     return run
 
 
 def _children(pid: int) -> list[int]:
+    """The child processes of every thread of ``pid``."""
+    found: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return found
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live child processes."""
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live process under it, all threads."""
     total = 0.0
-    for p in [pid, *_children(pid)]:
+    todo = [pid]
+    while todo:
+        p = todo.pop()
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        todo.extend(_children(p))
     return total
 
 
