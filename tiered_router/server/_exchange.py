@@ -15,9 +15,8 @@ that ran out).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Mapping, MutableMapping
 from typing import Any
 
 __all__ = ["ClientGone", "Exchange", "Reply", "TooLarge", "uncancel"]
@@ -138,8 +137,9 @@ class Exchange:
     def watch(self) -> None:
         """From now on, cancel the current task when the client goes away.
 
-        Call it once the body has been read: the watcher reads ``receive`` for the
-        ``http.disconnect`` that comes when the connection closes.
+        Call it once the body has been read: the watcher (one task for the rest of the
+        request) reads ``receive`` for the ``http.disconnect`` that comes when the
+        connection closes. :meth:`close` ends it.
         """
         self._task = asyncio.current_task()
         self._armed = True
@@ -148,44 +148,38 @@ class Exchange:
     async def _watch(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        self.gone = True
         if self._armed:
-            self.gone = True
             self._armed = False
             if self._task is not None:
                 self._task.cancel()
 
-    def unwatch(self) -> None:
-        """Stop watching (the answer is ready, or the request is over)."""
+    def disarm(self) -> None:
+        """Stop cancelling the task when the client goes (a whole reply is about to go out)."""
+        self._armed = False
+
+    def close(self) -> None:
+        """Stop watching: the request is over."""
         self._armed = False
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """Watch for the client leaving while the block runs."""
-        self.watch()
-        try:
-            yield
-        finally:
-            self.unwatch()
 
     async def stream(self, headers: Mapping[str, str], events: AsyncIterator[bytes]) -> None:
         """Send a ``200 text/event-stream`` response, one body message per event.
 
         Each ``send`` waits while the client's socket is backed up (backpressure), so a
         slow reader slows the upstream read instead of filling memory. A client that
-        leaves cancels the current task; the stream (and the upstream call under it) is
-        closed before this returns.
+        leaves cancels the current task (see :meth:`watch`); the stream (and the upstream
+        call under it) is closed before this returns.
         """
         raw = _raw(headers, "text/event-stream", None)
         send = self.send
         try:
-            with self.watching():
-                await send({"type": "http.response.start", "status": 200, "headers": raw})
-                async for event in events:
-                    await send({"type": "http.response.body", "body": event, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.start", "status": 200, "headers": raw})
+            async for event in events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not self.gone:
                 raise

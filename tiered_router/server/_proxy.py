@@ -3,7 +3,7 @@
 A chat request goes through four steps, each its own method of :class:`Proxy`: admit (loop,
 key, client limits), read (body, checks, the turn), route (the router, cancelled if the
 client leaves) and render (OpenAI's JSON or Server-Sent Events). A step that refuses the
-request raises ``_Refused`` with its answer.
+request raises ``Refused`` with its answer.
 """
 
 from __future__ import annotations
@@ -11,36 +11,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tiered_router import _json, _limits
+from tiered_router import _json
 from tiered_router._types import Unset
 from tiered_router.exceptions import (
     AllTiersFailed,
     GateFailed,
-    InvalidRequest,
     TieredRouterError,
 )
 from tiered_router.openai._wire import (
     ChunkRenderer,
-    UnknownModel,
     completion_body,
     model_ids,
-    parse_request,
-    resolve_model,
     result_route,
     stream_route,
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
-from tiered_router.server._exchange import ClientGone, Exchange, Reply, TooLarge, uncancel
-from tiered_router.server._hops import HOP_HEADER, MAX_HOPS, forward_chain, hops_of
+from tiered_router.server._exchange import ClientGone, Exchange, Reply, uncancel
+from tiered_router.server._hops import HOP_HEADER, MAX_HOPS, hops_of
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
+from tiered_router.server._read import Call, Refused, RequestReader
 from tiered_router.server._responses import (
     SHUTTING_DOWN,
     access_log,
@@ -52,21 +48,13 @@ from tiered_router.server._responses import (
     shutting_down,
 )
 from tiered_router.server._settings import ServerSettings
-from tiered_router.server._validate import (
-    BadRequest,
-    check_body,
-    check_header_value,
-    has_lone_surrogate,
-)
 from tiered_router.trace import Trace
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
-    from tiered_router._types import Tier
     from tiered_router.engine._streaming import AsyncRoutedStream
-    from tiered_router.openai._wire import RequestOptions
     from tiered_router.policy._schema import Policy
     from tiered_router.turn import Turn
 
@@ -75,59 +63,10 @@ __all__ = ["CHAT", "COUNTED", "Proxy"]
 logger = logging.getLogger("tiered_router.server")
 
 
-# fields that configure a client, not a completion: never honoured, never sent upstream
-_FORBIDDEN = frozenset(
-    {
-        "api_key",
-        "api_base",
-        "base_url",
-        "api_version",
-        "organization",
-        "extra_headers",
-        "extra_query",
-        "extra_body",
-        "default_headers",
-        "custom_llm_provider",
-    }
-)
-_TRUE = frozenset({"true", "1", "yes"})
 CHAT = "/v1/chat/completions"
 COUNTED = "tiered_router.counted"
 """Scope key set once a handler has counted its own response in ``http_responses_total``."""
 _HOP = HOP_HEADER.encode("latin-1")
-
-
-if sys.version_info >= (3, 11):
-
-    def _within(seconds: float) -> contextlib.AbstractAsyncContextManager[Any]:
-        return asyncio.timeout(seconds)
-
-else:  # pragma: no cover - Python 3.10
-
-    @contextlib.asynccontextmanager
-    async def _within(seconds: float) -> AsyncIterator[None]:
-        import anyio
-
-        with anyio.fail_after(seconds):
-            yield
-
-
-class _Refused(Exception):
-    """A request answered before it is routed; ``reply`` says why."""
-
-    def __init__(self, reply: Reply) -> None:
-        super().__init__(reply.status_code)
-        self.reply = reply
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """A request read and checked: the turn to route and how to answer it."""
-
-    turn: Turn
-    options: RequestOptions
-    tier: Tier | None
-    client: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +100,7 @@ class Proxy:
         self.limiter = ClientLimiter(
             self.policy.server.limits, getattr(router.state, "store", router.state)
         )
+        self.reader = RequestReader(self.policy, settings)
         self.ready = False
 
     def _denied(self, authorization: str | None) -> Reply | None:
@@ -179,27 +119,35 @@ class Proxy:
         started = time.perf_counter()
         scope[COUNTED] = True  # the app does not count this response again
         exchange = Exchange(scope, receive, send)
+        try:
+            answer, trace = await self._answer(exchange, started)
+            self.metrics.response(CHAT, answer.status_code)
+            if isinstance(answer, _Stream):  # a stream logs when it ends
+                await exchange.stream(answer.headers, answer.events)
+                return
+            exchange.disarm()
+            access_log(exchange.path, answer.status_code, started, trace)
+            if answer is not _GONE:
+                await answer(scope, receive, send)
+        finally:
+            exchange.close()
+
+    async def _answer(self, exchange: Exchange, started: float) -> _Outcome:
+        """The answer to a request, whatever happens on the way (counted in flight)."""
         self.metrics.in_flight.inc()
         try:
-            answer, trace = await self._chat(exchange, started)
+            return await self._chat(exchange, started)
         except asyncio.CancelledError:
             # the client left (its upstream call is cancelled), or uvicorn's graceful
             # shutdown ran out: then the client gets OpenAI's shape and a status to retry on
             uncancel()
-            answer, trace = (_GONE if exchange.gone else shutting_down()), None
+            return (_GONE if exchange.gone else shutting_down()), None
         except ClientGone:
-            answer, trace = _GONE, None
+            return _GONE, None
         except Exception as exc:  # counted and answered here, so /metrics sees every 500
-            answer, trace = internal_error(exchange.path, exc), None
+            return internal_error(exchange.path, exc), None
         finally:
             self.metrics.in_flight.dec()
-        self.metrics.response(CHAT, answer.status_code)
-        if isinstance(answer, _Stream):  # a stream logs when it ends
-            await exchange.stream(answer.headers, answer.events)
-            return
-        access_log(exchange.path, answer.status_code, started, trace)
-        if answer is not _GONE:
-            await answer(scope, receive, send)
 
     def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
         """A client's ``timeout`` may shorten the policy's deadline, never lengthen it."""
@@ -211,9 +159,10 @@ class Proxy:
     async def _chat(self, exchange: Exchange, started: float) -> _Outcome:
         try:
             hops, client = await self._admit(exchange)
-            call = await self._read(exchange, hops, client)
-        except _Refused as refused:
+            call = await self.reader.read(exchange, hops, client)
+        except Refused as refused:
             return refused.reply, None
+        exchange.watch()  # from here on, a client that leaves cancels the turn
         if call.options.stream:
             return await self._stream(exchange, call, started), None
         return await self._complete(exchange, call, started)
@@ -225,106 +174,26 @@ class Proxy:
         if hops:
             looped = self._loop(hops)
             if looped is not None:
-                raise _Refused(looped)
+                raise Refused(looped)
         authorization = exchange.header(b"authorization")
         denied = self._denied(authorization)
         if denied is not None:
-            raise _Refused(denied)
+            raise Refused(denied)
         client = client_id(authorization)
         if self.limiter.enabled:
             allowed, reason, retry_after = await self.limiter.admit(client)
             if not allowed:
-                raise _Refused(limited(reason, retry_after))
+                raise Refused(limited(reason, retry_after))
         return hops, client
 
-    async def _read(self, exchange: Exchange, hops: list[str], client: str) -> _Call:
-        """Read and check the body; return the turn it asks for."""
-        raw, data = await self._json_body(exchange)
-        self._check(raw, data)
-        signals = data.pop("tiered_router", None) or {}
-        if not isinstance(signals, dict):
-            raise _Refused(error(400, "tiered_router: must be an object", param="tiered_router"))
-        final = exchange.header(b"x-tiered-router-final")
-        if final is not None and final.lower() in _TRUE:
-            signals = {**signals, "final": True}
-        turn, options = self._parse(data, signals, hops)
-        try:
-            tier = resolve_model(self.policy, options.model)
-        except UnknownModel as exc:
-            raise _Refused(error(404, str(exc), param="model", code="model_not_found")) from None
-        return _Call(turn, options, tier, client)
-
-    async def _json_body(self, exchange: Exchange) -> tuple[bytes, dict[str, Any]]:
-        """The body, read under its size and time limits, and parsed as a JSON object."""
-        content_type = exchange.header(b"content-type") or ""
-        if not content_type.lower().startswith("application/json"):
-            raise _Refused(error(415, "send the body as JSON with Content-Type: application/json"))
-        limit = self.settings.max_body_bytes
-        try:
-            async with _within(self.settings.read_timeout_s):
-                raw = await exchange.body(limit)
-        except TooLarge:
-            message = f"request body is larger than {limit} bytes"
-            raise _Refused(error(413, message, code="request_too_large")) from None
-        except TimeoutError:
-            message = f"request body not received within {self.settings.read_timeout_s:g} s"
-            raise _Refused(error(408, message, code="request_timeout")) from None
-        try:
-            data = _limits.loads(raw)
-        except _limits.JSONTooDeep as exc:
-            raise _Refused(error(400, f"request body: {exc}", code="json_too_deep")) from None
-        except ValueError as exc:
-            message = f"request body is not valid JSON: {exc}"
-            raise _Refused(error(400, message, code="invalid_json")) from None
-        if not isinstance(data, dict):
-            raise _Refused(error(400, "request body must be a JSON object", code="invalid_json"))
-        return raw, data
-
-    def _check(self, raw: bytes, data: dict[str, Any]) -> None:
-        """Refuse what no backend may be sent: bad Unicode, oversized tools, client config."""
-        if has_lone_surrogate(raw, data):
-            message = "request body has a string with a lone UTF-16 surrogate (not valid Unicode)"
-            raise _Refused(error(400, message, code="invalid_unicode"))
-        settings = self.settings
-        try:
-            check_body(
-                data, max_tools=settings.max_tools, max_schema_bytes=settings.max_schema_bytes
-            )
-        except BadRequest as exc:
-            raise _Refused(error(400, str(exc), param=exc.param, code=exc.code)) from None
-        forbidden = _FORBIDDEN.intersection(data)
-        if forbidden:
-            name = min(forbidden)
-            message = f"{name!r} is not accepted: the proxy decides where requests go"
-            raise _Refused(error(400, message, param=name, code="forbidden_field"))
-
-    def _parse(
-        self, data: dict[str, Any], signals: dict[str, Any], hops: list[str]
-    ) -> tuple[Turn, RequestOptions]:
-        """The turn and the call options in a checked body (400 for what they refuse)."""
-        try:
-            for name in ("turn_id", "task_id"):
-                if signals.get(name) is not None:
-                    check_header_value(f"tiered_router.{name}", signals[name])
-            turn, options = parse_request(data, signals=signals)
-        except InvalidRequest as exc:
-            raise _Refused(error(400, str(exc), param=exc.param, code=exc.code)) from None
-        except ValueError as exc:
-            raise _Refused(error(400, str(exc))) from None
-        chain = forward_chain(hops, self.settings.hop_id)
-        if chain is not None:  # came through other proxies: name them all upstream
-            turn = turn.with_updates(params={**turn.params, "extra_headers": {HOP_HEADER: chain}})
-        return turn, options
-
-    async def _complete(self, exchange: Exchange, call: _Call, started: float) -> _Outcome:
+    async def _complete(self, exchange: Exchange, call: Call, started: float) -> _Outcome:
         """Route a JSON turn (cancelled if the client leaves) and render its completion."""
         turn = call.turn
         try:
-            with exchange.watching():
-                async with self._task(turn):
-                    result = await self.router.acomplete(
-                        turn, tier=call.tier, deadline_s=self._deadline(call.options.deadline_s)
-                    )
+            async with self._task(turn):
+                result = await self.router.acomplete(
+                    turn, tier=call.tier, deadline_s=self._deadline(call.options.deadline_s)
+                )
         except (AllTiersFailed, GateFailed) as exc:
             trace = _trace_of(exc)
             self._overhead(started, trace)
@@ -380,7 +249,7 @@ class Proxy:
             return contextlib.nullcontext()
         return self.router.task(str(task_id))
 
-    async def _stream(self, exchange: Exchange, call: _Call, started: float) -> Reply | _Stream:
+    async def _stream(self, exchange: Exchange, call: Call, started: float) -> Reply | _Stream:
         """Start a routed stream (cancelled if the client leaves) and render its events."""
         turn = call.turn
         async with self._task(turn):
@@ -391,8 +260,7 @@ class Proxy:
         overhead = time.perf_counter() - started
         self.metrics.overhead.observe(overhead)
         try:
-            with exchange.watching():
-                await stream.start()
+            await stream.start()
         except asyncio.CancelledError:
             await stream.aclose()  # its upstream connection goes now, not at exit
             raise
@@ -417,7 +285,7 @@ class Proxy:
         stream: AsyncRoutedStream,
         renderer: ChunkRenderer,
         exchange: Exchange,
-        call: _Call,
+        call: Call,
         started: float,
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight.inc()
