@@ -97,12 +97,12 @@ def start_targets(args: argparse.Namespace, up: subprocess.Popen[bytes], up_port
     here = Path.cwd()
     chat = "/v1/chat/completions"
     plan: list[tuple[str, Path, object]] = [("asgi/uvicorn", here, _serve)]
-    have_granian = Path(sys.executable).with_name("granian").exists()
+    have_granian = Path(sys.executable).with_name("granian").exists() and not args.no_granian
     if have_granian:
         plan.append(("asgi/granian", here, _granian))
     if args.before:
         before = Path(args.before).resolve()
-        plan.insert(0, ("starlette/uvicorn", before, _serve))
+        plan.insert(0, (args.before_name, before, _serve))
         if have_granian and args.granian_before:
             plan.append(("starlette/granian", before, _granian))
     targets = [Target("direct", up_port, up, payloads(up_port, chat, None, "fast-model"))]
@@ -134,6 +134,9 @@ def spread(values: list[float], fmt: str = "{:.0f}") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", help="tree of the Starlette chat path to compare with")
+    parser.add_argument("--before-name", default="starlette/uvicorn", help="its label")
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[1, 32, 64])
+    parser.add_argument("--no-granian", action="store_true", help="leave granian out")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--n1", type=int, default=600, help="requests per rep at concurrency 1")
     parser.add_argument("--n", type=int, default=3000, help="requests per rep at C=32 and 64")
@@ -151,7 +154,7 @@ def main() -> None:
         runs: dict[tuple[str, int, str], list[Run]] = defaultdict(list)
         added: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
         for rep in range(args.reps):
-            for kind, c in PHASES:
+            for kind, c in [(k, c) for k, c in PHASES if c in args.concurrency]:
                 order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
                 got = {}
                 for target in order:
@@ -159,7 +162,7 @@ def main() -> None:
                         continue
                     got[target.name] = asyncio.run(one_phase(target, kind, c, args))
                     runs[kind, c, target.name].append(got[target.name])
-                if c == 1:
+                if c == 1 and "direct" in got:
                     base = got["direct"]
                     for name, run in got.items():
                         added[kind, name].append(
@@ -190,7 +193,7 @@ def report(
     names = [t.name for t in targets if t.name != "direct"]
     for kind in ("json", "sse"):
         print(f"\n{kind.upper()}: C=1 added over direct (ms), median (min-max) over reps")
-        for name in names:
+        for name in names if added else []:
             rows = added[kind, name]
             line = f"  {name:<18} p50 {spread([r[0] for r in rows], '{:+.2f}')}"
             line += f"  p99 {spread([r[1] for r in rows], '{:+.2f}')}"
@@ -198,6 +201,8 @@ def report(
                 line += f"  ttfb p50 {spread([r[2] for r in rows], '{:+.2f}')}"
             print(line)
         for c in (1, 32, 64):
+            if not runs.get((kind, c, names[0])):
+                continue
             print(f"{kind.upper()}  C={c}: requests/s and CPU per request (ms)")
             for name in names:
                 rs = runs[kind, c, name]

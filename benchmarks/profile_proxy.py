@@ -76,9 +76,10 @@ def part_of(frame: str) -> str:
     return "other (standard library, C calls from Python frames)"
 
 
-def summarise(raw: str) -> None:
+def summarise(raw: str, top: int = 0) -> None:
     """Print self shares by part and inclusive shares of :data:`FUNCTIONS`."""
     leaf: Counter[str] = Counter()
+    frames_seen: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
     for line in raw.splitlines():
@@ -89,6 +90,7 @@ def summarise(raw: str) -> None:
         total += n
         frames = stack.split(";")
         leaf[part_of(frames[-1])] += n
+        frames_seen[frames[-1]] += n
         for fn in FUNCTIONS:
             if any(fn in f for f in frames):
                 inclusive[fn] += n
@@ -98,6 +100,10 @@ def summarise(raw: str) -> None:
     print("inclusive (a frame anywhere on the stack):")
     for fn in FUNCTIONS:
         print(f"  {inclusive[fn] / total:6.1%}  {fn.split(' (')[0]} ({fn.split(' (')[1]})")
+    if top:
+        print(f"the {top} innermost frames with most samples:")
+        for frame, n in frames_seen.most_common(top):
+            print(f"  {n / total:6.1%}  {frame}")
 
 
 def main() -> None:
@@ -107,6 +113,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--svg", help="also write a flame graph here")
+    parser.add_argument("--top", type=int, default=0, help="also list the N busiest frames")
+    parser.add_argument("--stacks", help="also keep the sampled stacks (collapsed) here")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     up_port, port = free_port(), free_port()
@@ -145,7 +153,9 @@ def main() -> None:
             f"{args.kind.upper()} C={args.concurrency}: {run.rps:.0f} req/s,"
             f" {run.cpu_ms_per_request:.3f} ms CPU per request"
         )
-        summarise(raw.read_text())
+        summarise(raw.read_text(), args.top)
+        if args.stacks:
+            shutil.copy(raw, args.stacks)
     finally:
         if proxy is not None:
             stop(proxy)

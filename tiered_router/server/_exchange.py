@@ -6,10 +6,10 @@ scope once, the body from ``receive`` under its size and time limits, and the re
 is an ASGI callable, so its handlers return it too.
 
 A client that goes away is noticed by a watcher (:meth:`Exchange.watch`): it reads
-``receive`` until ``http.disconnect`` and then cancels the task serving the request, so the
-upstream call (JSON or a stream) is cancelled at once, not when it next produces something.
-:attr:`Exchange.gone` tells that cancellation from the server's own (a graceful shutdown
-that ran out).
+``receive`` until ``http.disconnect`` and then, until the first byte of the answer, cancels
+the task serving the request, so the upstream call (JSON, or a stream not yet started) is
+cancelled at once; :attr:`Exchange.gone` tells that cancellation from the server's own (a
+graceful shutdown that ran out). A stream already sending ends at its next event.
 """
 
 from __future__ import annotations
@@ -170,16 +170,22 @@ class Exchange:
 
         Each ``send`` waits while the client's socket is backed up (backpressure), so a
         slow reader slows the upstream read instead of filling memory. A client that
-        leaves cancels the current task (see :meth:`watch`); the stream (and the upstream
-        call under it) is closed before this returns.
+        leaves ends the stream at the next event; the stream (and the upstream call under
+        it) is closed before this returns.
         """
         raw = _raw(headers, "text/event-stream", None)
         send = self.send
+        # from the first byte on, a client that leaves ends the stream at its next event:
+        # closing the routed stream there traces it as abandoned by its client
+        self._armed = False
         try:
             await send({"type": "http.response.start", "status": 200, "headers": raw})
             async for event in events:
+                if self.gone:
+                    break
                 await send({"type": "http.response.body", "body": event, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not self.gone:
                 raise
