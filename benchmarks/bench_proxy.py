@@ -8,7 +8,8 @@ Everything runs on 127.0.0.1, each server in its own process:
   the venv of ``--litellm-version`` (default :data:`LITELLM_VERSION`, the newest whose proxy
   installs with ``litellm[proxy]``); when none has it, the script installs that version from
   the registry into its own venv under the temporary directory (a few minutes, once; never
-  into this project's environment), so anyone can rerun the comparison.
+  into this project's environment), so anyone can rerun the comparison. The LiteLLM
+  version compared with is printed at the start and in the table.
 
 Measured, for JSON and for SSE (``stream: true``), ``--reps`` rounds with the targets
 interleaved (the order rotating), so that load from other processes hits all alike:
@@ -303,6 +304,20 @@ def find_litellm(explicit: str | None, version: str) -> str | None:
     return None
 
 
+def litellm_version(executable: str) -> str:
+    """The installed litellm version beside ``executable`` (its venv's python), or ``unknown``."""
+    python = Path(executable).with_name("python")
+    if not python.exists():
+        return "unknown"
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
 def install_litellm(version: str) -> str:
     """Install ``litellm[proxy]==version`` into its own venv (never this project's)."""
     venv = litellm_venv(version)
@@ -477,7 +492,10 @@ def main() -> None:
             litellm = find_litellm(args.litellm, args.litellm_version) or install_litellm(
                 args.litellm_version
             )
+        lite_version = None
         if litellm is not None:
+            lite_version = litellm_version(litellm)
+            print(f"LiteLLM: litellm {lite_version} ({litellm})")
             config = tmp / "litellm.yaml"
             config.write_text(LITELLM_CONFIG.format(port=up_port), encoding="utf-8")
             lite = start(
@@ -504,7 +522,7 @@ def main() -> None:
         load = os.getloadavg()[0]
         print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, load {load:.1f}")
         figures = measure(targets, args)
-        table(figures, f"LiteLLM {args.litellm_version}" if litellm is not None else None)
+        table(figures, f"LiteLLM {lite_version}" if lite_version is not None else None)
     finally:
         for proc in reversed(procs):
             if proc.stdin is not None:

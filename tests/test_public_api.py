@@ -270,18 +270,33 @@ PINNED: dict[str, frozenset[str]] = {
             "TraceContextMiddleware",
         }
     ),
+    "tiered_router.monitor": frozenset(
+        {
+            "Comparison",
+            "compare_answers",
+            "KindQuality",
+            "Monitor",
+            "Sampler",
+            "SHADOW_OUTCOMES",
+            "turn_kind",
+            "wilson_lower",
+        }
+    ),
     "tiered_router.panels": frozenset(
         {
             "AnswerKey",
             "AnswerKind",
             "answer_key",
             "canonical",
+            "exact_form",
             "final_answer",
             "needed_votes",
             "normalise_answer",
             "panel_kinds",
             "Tally",
             "tally",
+            "turn_kind",
+            "TURN_KINDS",
         }
     ),
     "tiered_router.policy": frozenset(
@@ -295,6 +310,7 @@ PINNED: dict[str, frozenset[str]] = {
             "HedgeConfig",
             "LatencyModel",
             "load_policy",
+            "MonitorConfig",
             "Policy",
             "Price",
             "ResilienceConfig",
@@ -388,13 +404,20 @@ PINNED: dict[str, frozenset[str]] = {
             "Admission",
             "BreakerSnapshot",
             "BreakerState",
+            "judge",
             "MemoryStateStore",
+            "MonitorRules",
+            "MonitorSnapshot",
+            "MonitorState",
+            "MonitorStore",
             "Outcome",
+            "perfect_needs",
             "SafeStateStore",
             "StateStore",
             "TaskDelta",
             "TaskRules",
             "TaskSnapshot",
+            "wilson_lower",
         }
     ),
     "tiered_router.task": frozenset(

@@ -8,10 +8,13 @@ answer keys (:func:`tiered_router.panels.tally`) and says when the outcome is de
 ``draft``, its answer key, cost and, for the ones still running, ``cancelled``) and returns
 the next tier:
 
-- the drafts agree: the first majority draft to arrive that passes the gate is the answer
-  (the others are in the trace); none passes -> ``gate_failed``;
+- the drafts agree, on the answer and on its exact form (what the caller would receive:
+  :func:`tiered_router.panels.exact_form`): the first of those drafts to arrive that passes
+  the gate and the offered-calls floor is the answer (the others are in the trace); none
+  passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
-- they disagree -> escalation with reason ``drafts_disagree``;
+- they disagree, or agree only once normalised -> escalation with reason
+  ``drafts_disagree``;
 - every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
 """
 
@@ -21,13 +24,22 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally
+from tiered_router.panels import (
+    AnswerKey,
+    Tally,
+    answer_key,
+    exact_form,
+    panel_kinds,
+    tally,
+    turn_kind,
+)
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -43,9 +55,12 @@ __all__ = [
     "Panel",
     "PanelPlan",
     "draft_turn",
+    "own_calls",
     "panel_kinds",
     "plan_flight",
     "plan_panel",
+    "turn_kind",
+    "turn_panel",
 ]
 
 
@@ -95,22 +110,26 @@ def plan_panel(
             in one request (its dialect says so); ``None``: never ask for ``n``.
     """
     drafts = policy.drafts
-    if drafts is None or drafts.k < 2:
+    if drafts is None:
         return None
-    if not panel_kinds(turn).intersection(drafts.when):
+    kind = turn_kind(turn)
+    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
         return None
-    names = [n for n in (drafts.backends or [policy.tiers.fast]) if usable(n)]
+    k, min_agreement, backends = drafts.for_kind(kind)
+    if k < 2:
+        return None
+    names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
     if not names:
         return None
     variants = drafts.variants or [""]
     specs = tuple(
         DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
-        for i in range(drafts.k)
+        for i in range(k)
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
     return PanelPlan(
         drafts=specs,
-        min_agreement=drafts.min_agreement,
+        min_agreement=min_agreement,
         early=drafts.early,
         temperature=drafts.temperature,
         n=drafts.n
@@ -127,16 +146,7 @@ def draft_turn(
 
     ``n``: the whole panel in one request (``n`` choices).
     """
-    messages = list(turn.messages)
-    if spec.variant:
-        if messages and messages[0].get("role") == "system":
-            first = dict(messages[0])
-            content = first.get("content")
-            text = content if isinstance(content, str) else ""
-            first["content"] = f"{text}\n\n{spec.variant}" if text else spec.variant
-            messages[0] = first
-        else:
-            messages.insert(0, {"role": "system", "content": spec.variant})
+    messages = _with_variant(list(turn.messages), spec.variant) if spec.variant else turn.messages
     params = dict(turn.params)
     if temperature is not None:
         params["temperature"] = temperature
@@ -145,6 +155,28 @@ def draft_turn(
     if not spec.variant and temperature is None and n is None:
         return turn
     return replace(turn, messages=messages, params=params)
+
+
+def _with_variant(messages: list[Any], variant: str) -> list[Any]:
+    """``messages`` with ``variant`` added to the system prompt; the operator's text stays.
+
+    A string gets the variant after a blank line, a list of content parts gets it as one
+    more text part, an empty prompt becomes the variant; any other form is left as it is and
+    the variant follows it as a system message of its own.
+    """
+    if not messages or messages[0].get("role") != "system":
+        return [{"role": "system", "content": variant}, *messages]
+    first = dict(messages[0])
+    content = first.get("content")
+    if isinstance(content, str) and content:
+        first["content"] = f"{content}\n\n{variant}"
+    elif isinstance(content, list) and content:
+        first["content"] = [*content, {"type": "text", "text": variant}]
+    elif not content:
+        first["content"] = variant
+    else:
+        return [messages[0], {"role": "system", "content": variant}, *messages[1:]]
+    return [first, *messages[1:]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +195,14 @@ class Panel:
         self.plan = plan
         self.turn = turn
         self.keys: list[AnswerKey | None] = [None] * plan.k
+        self.exact: list[str | None] = [None] * plan.k  # what each draft would return
         self.arrivals: list[_Arrival] = []  # in arrival order
         self._failed: set[int] = set()
 
     def arrived(self, spec: DraftSpec, model: str, completion: Completion, latency: float) -> None:
         """Draft ``spec`` answered."""
         self.keys[spec.index] = answer_key(completion, self.turn)
+        self.exact[spec.index] = exact_form(completion, self.turn)
         self.arrivals.append(_Arrival(spec, model, latency, completion=completion))
 
     def take(self, specs: tuple[DraftSpec, ...], value: Any, model: str, latency: float) -> None:
@@ -196,7 +230,11 @@ class Panel:
     def tally(self) -> Tally:
         """What the drafts in so far say."""
         return tally(
-            self.keys, k=self.plan.k, min_agreement=self.plan.min_agreement, failed=self._failed
+            self.keys,
+            k=self.plan.k,
+            min_agreement=self.plan.min_agreement,
+            failed=self._failed,
+            exact=self.exact,  # the panel returns words the majority gave, never merged ones
         )
 
     @property
@@ -272,30 +310,30 @@ class Panel:
             reason = "gate_failed"
         else:
             reason = "drafts_disagree"
-        chosen: tuple[Completion, Verdict | None] | None = None
+        chosen: tuple[_Arrival, Completion, Verdict | None] | None = None
         for arrival in candidates:
             assert arrival.completion is not None
+            # the gate and the offered-calls floor, as for a single draft
             completion, verdict = run.gated(arrival.completion)
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
-                chosen = (completion, verdict)
-                run.served_by = (arrival.spec.backend, completion)
+                chosen = (arrival, completion, verdict)
                 break
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
         if chosen is not None:
-            run.returned = ("fast", chosen[0], chosen[1])
+            run.served_by = (chosen[0].spec.backend, run.keep("fast", chosen[1], chosen[2]))
             return None
         nxt = run.move_on("fast", reason)
         if run.returned is None and answered:
-            # keep a draft (the majority's first) until a better one comes: nothing is lost
+            # keep a draft (the majority's first) until a better one comes: nothing is lost,
+            # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
             kept = verdicts.get(first.spec.index)
             if kept is None:
                 assert first.completion is not None
                 kept = run.gated(first.completion)
-            run.returned = ("fast", kept[0], kept[1])
-            run.served_by = (first.spec.backend, kept[0])
+            run.served_by = (first.spec.backend, run.keep("fast", kept[0], kept[1]))
         return nxt
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
@@ -326,8 +364,12 @@ class Panel:
         assert completion is not None
         config = run.ports.backend_config(spec.backend)
         key = self.keys[spec.index]
+        conversions = completion.conversions
         if gated is not None:
             completion = gated[0]
+            conversions = completion.conversions
+            if call_problems(completion, run.turn):  # as a single draft's attempt says
+                conversions = (*conversions, DROPPED_CALLS)
         run.drafts[len(run.attempts)] = completion
         run.add_attempt(
             "fast",
@@ -338,7 +380,7 @@ class Panel:
             usage=completion.usage,
             cost=cost_of(completion.usage, config.price) if config is not None else 0.0,
             verdict=gated[1] if gated is not None else None,
-            conversions=completion.conversions,
+            conversions=conversions,
             answer_key=_key_dict(key),
         )
 
@@ -367,6 +409,28 @@ FlightPlan = tuple["PanelPlan | None", "float | None"]
 """A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
 
 
+def turn_panel(run: TurnRun) -> PanelPlan | None:
+    """The panel ``run``'s fast side would send (``None``: one draft); pure."""
+    if run.policy.drafts is None or not run.escalate:  # a shadow run: one call, as documented
+        return None
+    return plan_panel(
+        run.policy,
+        run.turn,
+        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
+        multiple_choices=getattr(run.ports, "multiple_choices", None),
+    )
+
+
+def own_calls(plan: PanelPlan) -> dict[str, int]:
+    """The requests a panel sends each backend: one per draft, or one for all (``n``)."""
+    if plan.n:
+        return {plan.drafts[0].backend: 1}
+    counts: dict[str, int] = {}
+    for spec in plan.drafts:
+        counts[spec.backend] = counts.get(spec.backend, 0) + 1
+    return counts
+
+
 def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
     """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
     policy = run.policy
@@ -374,12 +438,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         return None
     if not run.escalate:  # a shadow run: one call, as documented
         return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
-    )
+    panel = turn_panel(run)
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
         return None

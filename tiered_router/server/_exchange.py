@@ -90,14 +90,25 @@ class Exchange:
 
     """
 
-    __slots__ = ("_armed", "_headers", "_task", "_watcher", "gone", "path", "receive", "send")
+    __slots__ = (
+        "_armed",
+        "_headers",
+        "_raw_headers",
+        "_task",
+        "_watcher",
+        "gone",
+        "path",
+        "receive",
+        "send",
+    )
 
     def __init__(self, scope: Scope, receive: Any, send: Any) -> None:
         self.path: str = scope["path"]
         self.receive = receive
         self.send = send
         # ASGI servers give header names in lower case; the first of a repeated header wins
-        self._headers: dict[bytes, bytes] = dict(reversed(scope["headers"]))
+        self._raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        self._headers: dict[bytes, bytes] = dict(reversed(self._raw_headers))
         self.gone = False
         """Whether the client closed the connection (then the task was cancelled)."""
         self._task: asyncio.Task[Any] | None = None
@@ -108,6 +119,12 @@ class Exchange:
         """The value of header ``name`` (lower case), or ``None``."""
         value = self._headers.get(name)
         return None if value is None else value.decode("latin-1")
+
+    def header_values(self, name: bytes) -> list[str]:
+        """Every value of header ``name`` (lower case), in order; ``[]`` when it is absent."""
+        if name not in self._headers:
+            return []
+        return [v.decode("latin-1") for k, v in self._raw_headers if k == name]
 
     async def body(self, limit: int) -> bytes:
         """Read the whole body.

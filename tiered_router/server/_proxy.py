@@ -33,7 +33,7 @@ from tiered_router.openai._wire import (
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
 from tiered_router.server._exchange import ClientGone, Exchange, Reply, uncancel
-from tiered_router.server._hops import HOP_HEADER, MAX_HOPS, hops_of
+from tiered_router.server._hops import HOP_HEADER, HopRefused, read_chain
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
 from tiered_router.server._read import Call, Refused, RequestReader
@@ -169,12 +169,15 @@ class Proxy:
 
     async def _admit(self, exchange: Exchange) -> tuple[list[str], str]:
         """Refuse a looping request, a wrong key, a client over its limits; else who sent it."""
-        hop_header = exchange.header(_HOP)
-        hops = hops_of(hop_header) if hop_header is not None else []
-        if hops:
-            looped = self._loop(hops)
-            if looped is not None:
-                raise Refused(looped)
+        hops: list[str] = []
+        hop_headers = exchange.header_values(_HOP)  # empty, straight from a client
+        if hop_headers:
+            try:  # a loop, or a chain too long or not a proxy's, ends here before any call
+                hops = read_chain(hop_headers, self.settings.hop_id)
+            except HopRefused as exc:
+                raise Refused(
+                    error(exc.status, str(exc), param=HOP_HEADER, code=exc.code)
+                ) from None
         authorization = exchange.header(b"authorization")
         denied = self._denied(authorization)
         if denied is not None:
@@ -209,29 +212,6 @@ class Proxy:
         )
         headers = route_headers(route, self._overhead(started, trace))
         return Reply(_json.dumps(body), headers=headers), trace
-
-    def _loop(self, hops: list[str]) -> Reply | None:
-        """508 ``loop_detected`` for a request that came back to this proxy, else ``None``."""
-        if self.settings.hop_id in hops:
-            if hops[-1] == self.settings.hop_id:
-                message = (
-                    "this request came from this proxy itself: a backend's base_url is the "
-                    "proxy's own address (change that backend's base_url or the proxy's port)"
-                )
-            else:
-                message = (
-                    f"this request left this proxy and came back through {len(hops) - 1} "
-                    "other tiered-router proxies: their backends point at one another "
-                    "(change one backend's base_url)"
-                )
-        elif len(hops) > MAX_HOPS:
-            message = (
-                f"this request came through {len(hops)} tiered-router proxies, more than "
-                f"{MAX_HOPS}: their backends point at one another"
-            )
-        else:
-            return None
-        return error(508, message, error_type="invalid_request_error", code="loop_detected")
 
     def _overhead(self, started: float, trace: Trace | None) -> float:
         """Observe and return the time this request spent outside its upstream calls."""
@@ -369,7 +349,22 @@ class Proxy:
         denied = self._denied(request.headers.get("authorization"))
         if denied is not None:
             return denied
+        await self._read_breakers()
+        monitor = self.router.monitor
+        if monitor is not None and self.metrics.monitor is not None:
+            self.metrics.monitor.show(await monitor.aquality())
         return Reply(self.metrics.render().encode("utf-8"), media_type=CONTENT_TYPE)
+
+    async def _read_breakers(self) -> None:
+        """Put each routed backend's breaker state on the metrics (one read per scrape)."""
+        policy = self.router.policy
+        drafting = policy.drafts.backends if policy.drafts is not None else ()
+        names = dict.fromkeys((policy.tiers.fast, policy.tiers.frontier, *drafting))
+        states = {}
+        for name in names:
+            snapshot = await self.router.breaker(name).asnapshot()
+            states[name] = str(snapshot.state)
+        self.metrics.breakers(states)
 
 
 def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
