@@ -1,6 +1,6 @@
 """The async retry loop decides as the sync path's tenacity loop does, try by try.
 
-``RetrySchedule.aretrying`` is the router's own loop (``AsyncRetryLoop``), ``retrying`` is
+``RetrySchedule.aretrying`` is the router's own loop, ``retrying`` is
 tenacity's: the same sequence of outcomes must give the same tries, the same waits (the
 jitter source seeded alike) and the same error raised at the end, or the same answer.
 """

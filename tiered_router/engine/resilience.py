@@ -1,7 +1,7 @@
 """Retries, the per-turn deadline and the per-backend circuit breaker.
 
 The router owns the only retry loop (backends are built with the SDK's ``max_retries=0``).
-Sync retries use tenacity, async ones :class:`AsyncRetryLoop` (the same decisions, through
+Sync retries use tenacity, async ones the router's own loop (the same decisions, through
 the same :meth:`RetrySchedule.backoff` and :meth:`RetrySchedule.give_up`): retryable
 errors (connection errors, 408, 409, 429, 5xx but 508, broken bodies) are retried up to the
 backend's ``max_retries``, waiting ``min(base_s * 2**n, max_s) * jitter`` with jitter in
@@ -33,14 +33,7 @@ if TYPE_CHECKING:
 
     from tiered_router.policy._schema import BreakerConfig, RetryConfig
 
-__all__ = [
-    "AsyncRetryLoop",
-    "BreakerPass",
-    "CircuitBreaker",
-    "Deadline",
-    "RetrySchedule",
-    "breaker_outcome",
-]
+__all__ = ["BreakerPass", "CircuitBreaker", "Deadline", "RetrySchedule", "breaker_outcome"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +144,13 @@ class RetrySchedule:
         max_retries: int,
         deadline: Deadline,
         sleep: Callable[[float], Awaitable[None]],
-    ) -> AsyncRetryLoop:
+    ) -> _AsyncRetryLoop:
         """Return an async retry loop (``async for attempt in loop: with attempt: ...``)."""
-        return AsyncRetryLoop(self, max_retries=max_retries, deadline=deadline, sleep=sleep)
+        return _AsyncRetryLoop(self, max_retries=max_retries, deadline=deadline, sleep=sleep)
 
 
 class _Attempt:
-    """One try of an :class:`AsyncRetryLoop`: keeps the exception it ended with."""
+    """One try of an :class:`_AsyncRetryLoop`: keeps the exception it ended with."""
 
     __slots__ = ("error",)
 
@@ -172,7 +165,7 @@ class _Attempt:
         return True  # the loop decides: retry, or raise it again
 
 
-class AsyncRetryLoop:
+class _AsyncRetryLoop:
     """The async retry loop: the decisions of the sync path's tenacity loop, without it.
 
     The same order as ``tenacity.AsyncRetrying(retry=retry_if_exception(retryable),
@@ -200,7 +193,7 @@ class AsyncRetryLoop:
         self._tries = 0
         self._attempt: _Attempt | None = None
 
-    def __aiter__(self) -> AsyncRetryLoop:
+    def __aiter__(self) -> _AsyncRetryLoop:
         return self
 
     async def __anext__(self) -> _Attempt:
