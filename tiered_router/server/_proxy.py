@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from tiered_router.engine._streaming import AsyncRoutedStream
     from tiered_router.policy._schema import Policy
+    from tiered_router.router import RoutedResult
     from tiered_router.turn import Turn
 
 __all__ = ["CHAT", "COUNTED", "Proxy"]
@@ -201,17 +202,21 @@ class Proxy:
             trace = _trace_of(exc)
             self._overhead(started, trace)
             return failure(exc), trace
+        self.limiter.spent(call.client, result.trace.cost)
+        return self._render(result, started), result.trace
+
+    def _render(self, result: RoutedResult, started: float) -> Reply:
+        """OpenAI's chat completion for a routed turn, with the route in its headers."""
         trace = result.trace
-        self.limiter.spent(call.client, trace.cost)
         route = result_route(result)
         body = completion_body(
             result.completion,
-            completion_id=f"chatcmpl-tr-{turn.id}",
+            completion_id=f"chatcmpl-tr-{trace.turn_id}",
             model=trace.backend or "",
             route=route,
         )
         headers = route_headers(route, self._overhead(started, trace))
-        return Reply(_json.dumps(body), headers=headers), trace
+        return Reply(_json.dumps(body), headers=headers)
 
     def _overhead(self, started: float, trace: Trace | None) -> float:
         """Observe and return the time this request spent outside its upstream calls."""
