@@ -34,7 +34,7 @@ from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.gate import QualityGate
 from tiered_router.monitor._build import build_monitor
 from tiered_router.routing import Decision
-from tiered_router.scoring import Score, Scorer, build_scorer
+from tiered_router.scoring import Score, Scorer, build_scorer, panel_deferral
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
@@ -99,6 +99,7 @@ class Router:
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
+        self.deferral = panel_deferral(self.policy)  # drafts.deferral's model, read once
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
         self.record = record

@@ -68,8 +68,10 @@ logger = logging.getLogger("tiered_router.router")
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
-_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open", "drafts_disagree"})
-_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree"})
+_ESCALATING = frozenset(
+    {"gate_failed", "backend_error", "circuit_open", "drafts_disagree", "deferred"}
+)
+_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree", "deferred"})
 
 
 class EnginePorts(Protocol):

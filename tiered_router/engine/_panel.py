@@ -15,7 +15,11 @@ the next tier:
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
 - they disagree, or agree only once normalised -> escalation with reason
   ``drafts_disagree``;
-- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
+- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused);
+- with a deferral model (``drafts.deferral``), an answer the panel would accept is scored
+  over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
+  each answered draft gated); a score above the kind's threshold escalates with reason
+  ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from tiered_router.exceptions import (
 )
 from tiered_router.panels import (
     AnswerKey,
+    DraftView,
     Tally,
     answer_key,
+    draft_text,
     exact_form,
     panel_kinds,
     tally,
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
     from tiered_router.policy import Policy
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.turn import Completion, Turn
 
 __all__ = [
@@ -90,6 +97,8 @@ class PanelPlan:
     n: bool = False
     """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
     dialect that takes ``n`` and does not decode greedily)."""
+    deferral: tuple[DeferralModel, float] | None = None
+    """The deferral model asked after the panel, and the threshold for this turn's kind."""
 
     @property
     def k(self) -> int:
@@ -98,7 +107,12 @@ class PanelPlan:
 
 
 def plan_panel(
-    policy: Policy, turn: Turn, *, usable: Any, multiple_choices: Any = None
+    policy: Policy,
+    turn: Turn,
+    *,
+    usable: Any,
+    multiple_choices: Any = None,
+    deferral: DeferralModel | None = None,
 ) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
@@ -108,6 +122,7 @@ def plan_panel(
         usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
         multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
             in one request (its dialect says so); ``None``: never ask for ``n``.
+        deferral: The loaded ``drafts.deferral`` model (the router reads it once).
     """
     drafts = policy.drafts
     if drafts is None:
@@ -127,10 +142,16 @@ def plan_panel(
         for i in range(k)
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
+    threshold = drafts.deferral_threshold(kind)
+    defer = None
+    # the model reads this panel's signals only if it was fitted on a panel of this size
+    if deferral is not None and threshold is not None and deferral.panel.get("k", k) == k:
+        defer = (deferral, threshold)
     return PanelPlan(
         drafts=specs,
         min_agreement=min_agreement,
-        early=drafts.early,
+        early=drafts.early and defer is None,
+        deferral=defer,
         temperature=drafts.temperature,
         n=drafts.n
         and same_prompt
@@ -319,8 +340,17 @@ class Panel:
             if verdict is None or verdict.passed:
                 chosen = (arrival, completion, verdict)
                 break
+        deferred: dict[str, float] | None = None
+        if chosen is not None and self.plan.deferral is not None:
+            model, threshold = self.plan.deferral
+            score = model.score(self.turn, self.views(run, verdicts))
+            deferred = {"score": round(score, 4), "threshold": threshold}
+            if score > threshold:  # kept (below) until the frontier answers
+                candidates, chosen, reason = [chosen[0]], None, "deferred"
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
+        if deferred is not None:
+            run.panel["deferral"] = deferred
         if chosen is not None:
             run.served_by = (chosen[0].spec.backend, run.keep("fast", chosen[1], chosen[2]))
             return None
@@ -335,6 +365,26 @@ class Panel:
                 kept = run.gated(first.completion)
             run.served_by = (first.spec.backend, run.keep("fast", kept[0], kept[1]))
         return nxt
+
+    def views(
+        self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
+    ) -> list[DraftView]:
+        """Every draft in draft order for the deferral model, each answer gated (``verdicts``)."""
+        by_index = {a.spec.index: a for a in self.arrivals}
+        out: list[DraftView] = []
+        for i in range(self.plan.k):
+            arrival = by_index.get(i)
+            if arrival is None or arrival.completion is None:
+                out.append(DraftView(key=None))
+                continue
+            if i not in verdicts:
+                verdicts[i] = run.gated(arrival.completion)
+            verdict = verdicts[i][1]
+            passed = None if verdict is None else verdict.passed
+            out.append(
+                DraftView(key=self.keys[i], text=draft_text(arrival.completion), passed=passed)
+            )
+        return out
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
         for arrival in answered:
@@ -418,6 +468,7 @@ def turn_panel(run: TurnRun) -> PanelPlan | None:
         run.turn,
         usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
         multiple_choices=getattr(run.ports, "multiple_choices", None),
+        deferral=getattr(run.ports, "deferral", None),
     )
 
 

@@ -22,7 +22,10 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
     ``scoring.threshold``; per kind of turn present in the data, ``drafts.kinds.<kind>``
     (``k``, ``min_agreement``, ``backends``) for tools, JSON and final answers, and the
     ``drafts:`` section's own ``k``, ``min_agreement`` and ``backends`` for prose (with
-    ``all`` added to ``drafts.when`` when prose gets a panel). Written with ruamel.yaml
+    ``all`` added to ``drafts.when`` when prose gets a panel); with ``drafts.deferral``, each
+    kind's deferral threshold (``drafts.kinds.<kind>.deferral_threshold``, prose:
+    ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model).
+    Written with ruamel.yaml
     (comments kept), loaded before the file is written.
 
     Returns:
@@ -50,12 +53,17 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         seq.fa.set_flow_style()
         return seq
 
+    deferral = drafts.get("deferral")
     for kc in choice.kinds:
         v = kc.verification
+        # with a deferral model, a kind chosen without it never defers (1.0)
+        defer = (v.defer_above if v.defer_above is not None else 1.0) if deferral else None
         if kc.kind == "prose":
             drafts["k"] = v.k
             drafts["min_agreement"] = v.min_agreement
             drafts["backends"] = flow(list(v.backends))
+            if isinstance(deferral, dict) and defer is not None:
+                deferral["threshold"] = round(defer, 6)
             when = drafts.get("when")
             if v.k > 1 and isinstance(when, list) and "all" not in when:
                 when.append("all")
@@ -67,6 +75,8 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         entry = CommentedMap(
             [("k", v.k), ("min_agreement", v.min_agreement), ("backends", flow(list(v.backends)))]
         )
+        if defer is not None:
+            entry["deferral_threshold"] = round(defer, 6)
         entry.fa.set_flow_style()
         kinds[kc.kind] = entry
     out = io.StringIO()

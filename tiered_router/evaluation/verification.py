@@ -13,7 +13,12 @@ re-counted over the same recorded rows, :func:`~tiered_router.evaluation.panel.a
   (a checkable final answer), ``prose``): each kind gets its own panel (prose is written
   to the section's own keys: a panel that cannot compare prose falls back to the gate on
   one draft, so it is chosen for prose only where the figures say so);
-- **the threshold** (one for the policy: it is decided before any draft).
+- **the threshold** (one for the policy: it is decided before any draft);
+- with ``drafts.deferral`` (a model ``fit-scorer`` fitted for the policy's panel), **the
+  deferral threshold** per kind: the policy's panel (its ``k`` and backends) at every
+  majority ``min_agreement`` and 41 thresholds (quantiles of the model's scores on the
+  calibration rows), beside the verifications above
+  (:func:`tiered_router.evaluation.deferral.deferral_candidates`).
 
 **The bound.** A target is met when a one-sided lower confidence bound (default 95 %) of
 the quality retained meets it, not the point estimate. Quality retained is a ratio of two
@@ -31,7 +36,6 @@ clock; a hold-out split is by a hash of the row id.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -46,6 +50,7 @@ from tiered_router.evaluation._bounds import (
     cost_upper_bound,
     retained_lower_bound,
 )
+from tiered_router.evaluation._kind_sums import _Kind
 from tiered_router.evaluation.baselines import shares_at_cost
 from tiered_router.evaluation.panel import (
     AGREEMENTS,
@@ -101,20 +106,25 @@ class Verification:
         backends: Policy backends that draft, in turn.
         k: Drafts per turn (1: one draft and the gate).
         min_agreement: Share of the drafts that must agree.
+        defer_above: The deferral threshold (``None``: no deferral model asked).
     """
 
     backends: tuple[str, ...]
     k: int
     min_agreement: float
+    defer_above: float | None = None
 
     def describe(self) -> str:
         """In words."""
         if self.k == 1:
             return f"one draft of {self.backends[0]} + gate"
-        return (
+        text = (
             f"{self.k} drafts of {'+'.join(self.backends)}, "
             f"{needed_votes(self.k, self.min_agreement)} must agree ({self.min_agreement:g})"
         )
+        if self.defer_above is not None:
+            text += f", deferred above {self.defer_above:.4g}"
+        return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +204,7 @@ class Choice:
                     "backends": list(c.verification.backends),
                     "k": c.verification.k,
                     "min_agreement": c.verification.min_agreement,
+                    "deferral_threshold": c.verification.defer_above,
                     "figures": c.figures.to_dict(),
                 }
                 for c in self.kinds
@@ -263,56 +274,36 @@ def _candidates(
     return out
 
 
+def _with_deferral(
+    policy: Policy,
+    dataset: Dataset,
+    replay: Replay,
+    single: list[RowRun],
+    gate: QualityGate,
+    key: Callable[[Outcome, str, EvalRow], AnswerKey],
+    ids: set[str],
+) -> list[tuple[Verification, list[RowRun]]]:
+    """The policy's panel with its deferral model at each threshold (none without one)."""
+    drafts = policy.drafts
+    if drafts is None or drafts.deferral is None:
+        return []
+    from tiered_router.evaluation.deferral import deferral_candidates
+    from tiered_router.scoring import load_deferral
+
+    model = load_deferral(drafts.deferral.path)
+    names = tuple(drafts.backends) or (policy.tiers.fast,)
+    return [
+        (Verification(backends=names, k=k, min_agreement=a, defer_above=t), runs)
+        for k, a, t, runs in deferral_candidates(
+            policy, dataset, replay, single, gate=gate, key=key, model=model, ids=ids
+        )
+    ]
+
+
 def _default_drafts() -> DraftsConfig:
     from tiered_router.policy._drafts import DraftsConfig
 
     return DraftsConfig()
-
-
-class _Kind:
-    """One kind's rows under one verification: prefix sums by score, for every threshold."""
-
-    def __init__(self, runs: Sequence[RowRun]) -> None:
-        ruled = [r for r in runs if r.rule is not None]
-        free = sorted((r for r in runs if r.rule is None), key=lambda r: r.score)
-        self.scores = [r.score for r in free]
-        q0 = c0 = _Sums()
-        fast0 = 0
-        for r in ruled:
-            q0 = q0.add(r.headline.quality, r.frontier.quality)
-            c0 = c0.add(r.headline.cost, r.frontier.cost)
-            fast0 += r.headline.tier == "fast"
-        self.ruled = (q0, c0, fast0)
-        # prefix over the fast path, suffix over the frontier path
-        self.pre: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
-        for r in free:
-            q, c, fa = self.pre[-1]
-            self.pre.append(
-                (
-                    q.add(r.fast.quality, r.frontier.quality),
-                    c.add(r.fast.cost, r.frontier.cost),
-                    fa + (r.fast.tier == "fast"),
-                )
-            )
-        self.suf: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
-        for r in reversed(free):
-            q, c, fa = self.suf[-1]
-            self.suf.append(
-                (
-                    q.add(r.frontier.quality, r.frontier.quality),
-                    c.add(r.frontier.cost, r.frontier.cost),
-                    fa + (r.frontier.tier == "fast"),
-                )
-            )
-        self.suf.reverse()
-
-    def at(self, threshold: float) -> tuple[_Sums, _Sums, int]:
-        """Quality sums, cost sums and rows answered fast at ``threshold``."""
-        i = bisect.bisect_right(self.scores, threshold)
-        q0, c0, f0 = self.ruled
-        qa, ca, fa = self.pre[i]
-        qb, cb, fb = self.suf[i]
-        return q0 + qa + qb, c0 + ca + cb, f0 + fa + fb
 
 
 def _figures(q: _Sums, c: _Sums, fast: int, z: float) -> Figures:
@@ -405,6 +396,7 @@ def choose_verification(
     for verification, spec in candidates:
         runs = single if spec is None else apply_panel(replay, single, spec, gate=gate, key=key)[0]
         all_runs.append((verification, runs))
+    all_runs += _with_deferral(policy, dataset, replay, single, gate, key, calib_ids)
     thresholds = _thresholds([r for r in single if r.row_id in calib_ids])
     # per kind and verification: the prefix sums on the calibration rows
     table: dict[str, list[tuple[Verification, _Kind]]] = {}
