@@ -145,7 +145,13 @@ class Proxy:
             return (_GONE if exchange.gone else shutting_down()), None
         except ClientGone:
             return _GONE, None
-        except Exception as exc:  # counted and answered here, so /metrics sees every 500
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise  # the process is stopping: nothing to answer
+        except BaseException as exc:  # any other failure is a bug, answered here
+            # counted and answered in OpenAI's shape, so /metrics sees every 500; a
+            # BaseException that is not the process stopping (a test double's ScriptError, a
+            # library's own) would otherwise reach uvicorn, which writes a plain-text 500
+            # that no client library can read and /metrics never counts
             return internal_error(exchange.path, exc), None
         finally:
             self.metrics.in_flight.dec()
