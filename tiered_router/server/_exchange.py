@@ -27,7 +27,8 @@ Scope = MutableMapping[str, Any]
 CONNECTION = "tiered_router.connection"
 """ASGI scope key of a connection that says when its client leaves (``serve``'s protocol,
 :class:`~tiered_router.server._protocol.GuardedHttpToolsProtocol`): it has ``client_lost``
-and calls ``on_client_lost`` once when the connection closes."""
+and calls ``on_client_lost`` once when the connection closes; ``bodies_received`` says
+whether every request begun on it has come in whole."""
 
 
 class TooLarge(Exception):
@@ -135,6 +136,15 @@ class Exchange:
         if name not in self._headers:
             return []
         return [v.decode("latin-1") for k, v in self._raw_headers if k == name]
+
+    @property
+    def body_received(self) -> bool:
+        """Whether the whole body has arrived (then :meth:`body` returns without waiting).
+
+        Known only under ``serve``'s protocol (:data:`CONNECTION`); ``False`` otherwise.
+        """
+        conn = self._conn
+        return conn is not None and bool(conn.bodies_received)
 
     async def body(self, limit: int) -> bytes:
         """Read the whole body.

@@ -13,7 +13,8 @@ With ``--workers`` the protocol is named to uvicorn by its import path (worker p
 cannot receive a class made at run time) and reads its limit from
 ``TIERED_ROUTER_HEADER_TIMEOUT_S``.
 
-The protocol also tells the request it serves when the client goes away: it puts itself in
+The protocol also tells the request it serves whether its body is already in (then it is
+read with no timer) and when the client goes away: it puts itself in
 the ASGI scope (:data:`~tiered_router.server._exchange.CONNECTION`), and the chat handler
 sets :attr:`GuardedHttpToolsProtocol.on_client_lost` instead of running a task per request
 that waits for ``http.disconnect``.
@@ -58,6 +59,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Whether the connection has closed."""
     on_client_lost: Callable[[], None] | None = None
     """Called once when the connection closes (set by the request being served)."""
+    _begun = 0
+    _complete = 0
+
+    @property
+    def bodies_received(self) -> bool:
+        """Whether every request begun on this connection has come in whole, body too."""
+        return self._complete == self._begun
 
     def _limit(self) -> float:
         if self.header_timeout_s is not None:
@@ -108,7 +116,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()  # makes the request's scope
         self.scope[CONNECTION] = self  # type: ignore[literal-required]
+        self._begun += 1
         self._awaiting_headers()
+
+    def on_message_complete(self) -> None:
+        self._complete += 1
+        super().on_message_complete()
 
     def on_headers_complete(self) -> None:
         self._headers_since = None
