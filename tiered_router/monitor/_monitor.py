@@ -339,6 +339,7 @@ class Monitor:
                 lower_bound=round(bound, 6),
                 target=self.config.target,
                 state=snap.state,
+                judged=snap.compared >= self.rules.min_compared,
             )
             if snap.changed:
                 info["change"] = f"{snap.previous}->{snap.state}"
@@ -367,6 +368,7 @@ class Monitor:
                 snap,
                 z=self.rules.z,
                 target=self.config.target,
+                min_compared=self.rules.min_compared,
                 calls={o: n for (k, o), n in calls.items() if k == snap.kind},
             )
             for snap in snapshots

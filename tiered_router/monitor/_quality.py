@@ -35,6 +35,10 @@ class KindQuality:
             ``monitor.confidence`` (0 before the first comparison).
         target: ``monitor.target``.
         state: ``ok``, ``below_target`` or ``enforcing``.
+        judged: Whether the kind has a verdict: at least the comparisons it needs to be
+            judged (``monitor.min_compared``, and never fewer than a perfect record needs to
+            clear the target). Until then ``state`` is ``ok`` and the figures say nothing
+            about the target; ``/metrics`` exports no ``lower_bound`` for it.
         total: Comparisons ever recorded for the kind in the store.
         shadow_calls: Shadow calls this process made for the kind, by outcome.
     """
@@ -46,14 +50,20 @@ class KindQuality:
     lower_bound: float
     target: float
     state: MonitorState
+    judged: bool = False
     total: int = 0
     shadow_calls: Mapping[str, int] = field(default_factory=dict)
 
 
 def quality_of(
-    snapshot: MonitorSnapshot, *, z: float, target: float, calls: Mapping[str, int]
+    snapshot: MonitorSnapshot,
+    *,
+    z: float,
+    target: float,
+    min_compared: int,
+    calls: Mapping[str, int],
 ) -> KindQuality:
-    """The :class:`KindQuality` of a store's snapshot."""
+    """The :class:`KindQuality` of a store's snapshot (judged from ``min_compared`` on)."""
     return KindQuality(
         kind=snapshot.kind,
         compared=snapshot.compared,
@@ -62,6 +72,7 @@ def quality_of(
         lower_bound=wilson_lower(snapshot.matched, snapshot.compared, z),
         target=target,
         state=snapshot.state,
+        judged=snapshot.compared >= min_compared,
         total=snapshot.total,
         shadow_calls=dict(calls),
     )
