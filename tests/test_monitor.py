@@ -251,6 +251,38 @@ async def test_a_cancelled_turn_is_not_shadowed(server: ScriptedServer) -> None:
     assert server.requests_for("frontier-model") == []
 
 
+def test_shadow_calls_cut_short_are_counted_and_traced(server: ScriptedServer) -> None:
+    # in flight (the loop's tasks cancelled, as at shutdown) and never started (asyncio.run
+    # ending right after the turn): each is counted `cancelled` and its trace says so
+    sink = MemorySink()
+    router = monitored(server, sinks=[sink])
+    server.default = lambda body: (
+        call("Lyon") if body["model"] == "fast-model" else Reply.slow(5.0, call("Lyon"))
+    )
+
+    async def in_flight() -> None:
+        for i in range(3):
+            assert (await router.acomplete(weather_turn(f"f{i}"))).shadowed
+        while len(server.requests_for("frontier-model")) < 3:
+            await asyncio.sleep(0.01)
+        for job in asyncio.all_tasks():
+            if job is not asyncio.current_task():
+                job.cancel()
+        await asyncio.sleep(0.05)
+
+    async def never_started() -> None:
+        assert (await router.acomplete(weather_turn("n"))).shadowed
+
+    asyncio.run(in_flight())
+    asyncio.run(never_started())
+    assert router.quality()["tools"].shadow_calls == {"cancelled": 4}
+    shadows = [t for t in sink.traces if t.metadata.get("shadow")]
+    assert len(shadows) == 4  # each emitted once
+    assert {t.metadata["monitor"]["outcome"] for t in shadows} == {"cancelled"}
+    assert {t.interrupted for t in shadows} == {"CancelledError"}
+    assert len(server.requests_for("frontier-model")) == 3  # the last one never started
+
+
 # -- concurrency, tasks, streams -------------------------------------------------------------
 
 

@@ -12,7 +12,9 @@ __all__ = ["SHADOW_OUTCOMES", "KindQuality", "quality_of"]
 SHADOW_OUTCOMES = ("matched", "mismatched", "not_comparable", "failed", "cancelled")
 """How a shadow call ends: compared (``matched`` / ``mismatched``), ``not_comparable``
 (neither answer is checkable; a prose turn), ``failed`` (the frontier gave no answer: an
-error, a timeout), ``cancelled`` (the process stopped it)."""
+error, a timeout), ``cancelled`` (stopped before it had an outcome: its task cancelled, the
+event loop ended before it ran or finished, its thread stopped; its trace says
+``outcome: cancelled`` and ``interrupted``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
