@@ -43,7 +43,7 @@ MONITOR = {
     "enforce": True,
     "window": 20,
     "min_compared": 5,
-    "explore": 0.0,
+    "explore": 1e-6,  # practically never: a test picks explorers with its sampler
     "refresh_s": 0,
 }
 
@@ -119,6 +119,33 @@ def test_policy_errors_name_file_line_and_field(tmp_path: Path, server: Scripted
     assert f"{path}:" in message
     with pytest.raises(PolicyError, match=r"monitor\.kinds\[0\]"):
         load_policy({**make_policy(server), "monitor": {"kinds": ["pros"]}})
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "field", "says"),
+    [
+        # target 1: the target's line, not a window the file does not set
+        ("  shadow_rate: 0.05\n  target: 1.0\n", 3, "monitor.target", "must be below 1"),
+        # the default window too small for the target: blame the target the file sets
+        ("  target: 0.999\n", 2, "monitor.target", "(the default window)"),
+        # enforcing with no explore share would never relax
+        ("  enforce: true\n  explore: 0\n", 3, "monitor.explore", "never relaxes"),
+    ],
+)
+def test_a_monitor_that_could_never_judge_or_relax_is_refused_at_its_line(
+    tmp_path: Path, server: ScriptedServer, section: str, line: int, field: str, says: str
+) -> None:
+    import yaml
+
+    head = yaml.safe_dump(make_policy(server), sort_keys=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(head + "monitor:\n" + section, encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    at = head.count("\n") + line
+    assert str(err.value).startswith(f"{path}:{at}: {field}: "), str(err.value)
+    assert says in str(err.value)
+    assert "window" not in str(err.value).split(":", 3)[2]  # the field named is the culprit
 
 
 def test_kinds_and_comparisons() -> None:
