@@ -148,6 +148,19 @@ def test_a_monitor_that_could_never_judge_or_relax_is_refused_at_its_line(
     assert "window" not in str(err.value).split(":", 3)[2]  # the field named is the culprit
 
 
+def test_a_question_with_its_options_on_one_line_is_compared(server: ScriptedServer) -> None:
+    # the default kinds (tools, json, final) shadow it; the fast answer (B) is compared
+    router = monitored(server, kinds=["tools", "json", "final"])
+    server.default = lambda body: Reply.text(
+        "The answer is (B)." if body["model"] == "fast-model" else "(B)"
+    )
+    prompt = "Which is a prime number? (A) 4 (B) 7 (C) 9 (D) 12"
+    result = router.complete(Turn([{"role": "user", "content": prompt}], id="mc"))
+    router.drain_shadows()
+    assert result.tier == "fast" and result.shadowed
+    assert router.quality()["final"].shadow_calls == {"matched": 1}
+
+
 def test_kinds_and_comparisons() -> None:
     tools_turn = weather_turn(1)
     assert turn_kind(tools_turn) == "tools"
