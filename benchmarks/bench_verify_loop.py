@@ -247,11 +247,11 @@ def main() -> None:
             print(f"target (<= 5 % wrong, >= 50 % fast): {'met' if met(s) else 'MISSED'}")
     if args.tune:
         passing = [
-            name
-            for name, _ in configs
-            if all(met(out[alt][name], bounds=True) for alt in cases)
+            name for name, _ in configs if all(met(out[alt][name], bounds=True) for alt in cases)
         ]
-        print("\nmeet the target in every case with their one-sided 95 % bounds:", passing or "none")
+        print(
+            "\nmeet the target in every case with their one-sided 95 % bounds:", passing or "none"
+        )
         if passing:
             cheapest = min(passing, key=lambda n: max(out[a][n]["cost_per_step"] for a in cases))
             print(f"chosen (the cheapest of them, worst case over the cases): {cheapest}")

@@ -106,9 +106,7 @@ def test_each_gauge_has_a_defined_value_across_workers(tmp_path: Path) -> None:
     assert values[calls % "matched"] == 1 and values[calls % "mismatched"] == 1
 
 
-def test_two_workers_export_the_worst_workers_bound(
-    server: ScriptedServer, tmp_path: Path
-) -> None:
+def test_two_workers_export_the_worst_workers_bound(server: ScriptedServer, tmp_path: Path) -> None:
     # every fast answer matches: each worker's bound is wilson(n, n) over its own n
     # comparisons (in-process state), so the worker with fewer comparisons is the worst
     server.default = Reply.tool_calls([("get_weather", {"city": "Paris"})])

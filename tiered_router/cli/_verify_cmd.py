@@ -134,7 +134,7 @@ def calibrate_verification(
     if write and choice.threshold < 0:
         raise _fail(
             "not writing: on these rows only sending every turn to the frontier meets the "
-            f"target for the bound (no threshold of 0 to 1 does); record more rows, or lower "
+            "target for the bound (no threshold of 0 to 1 does); record more rows, or lower "
             "the target"
         )
     if write:

@@ -180,9 +180,11 @@ def _check(confidence: float) -> float:
 
 
 def retained_low(s: _Sums, z: float, *, fast: _Sums | None = None) -> float:
-    """The quality ratio's lower bound: Fieller's, and below :data:`MIN_BOUND_ROWS` rows at
-    most the exact one (the module docstring). ``fast``: the sums of the rows answered fast
-    (``None``: every row); the others are the frontier's own answers."""
+    """The quality ratio's lower bound (Fieller's; below 200 rows, at most the exact one).
+
+    ``fast``: the sums of the rows answered fast (``None``: every row); the others are the
+    frontier's own answers. See the module docstring and :data:`MIN_BOUND_ROWS`.
+    """
     bound = _fieller(s, z, upper=False)
     if s.n < MIN_BOUND_ROWS:
         fast = s if fast is None else fast
@@ -200,8 +202,10 @@ def retained_lower_bound(
     confidence: float = 0.95,
     answered_fast: Sequence[bool] | None = None,
 ) -> float:
-    """One-sided lower confidence bound of ``sum(policy) / sum(frontier)`` (Fieller's method;
-    on fewer than :data:`MIN_BOUND_ROWS` rows, at most the exact bound).
+    """One-sided lower confidence bound of ``sum(policy) / sum(frontier)`` (Fieller's method).
+
+    On fewer than :data:`MIN_BOUND_ROWS` rows it is at most the exact bound
+    (:func:`exact_retained_lower`).
 
     Args:
         policy_quality: Each row's quality under the policy.

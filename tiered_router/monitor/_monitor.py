@@ -403,8 +403,11 @@ class Monitor:
 
 
 def _pending(shadow: TurnRun) -> None:
-    """Mark a shadow call ``cancelled`` until it settles: a trace emitted before then (the
-    call cut short: its task cancelled, the event loop ended) says so."""
+    """Mark a shadow call ``cancelled`` until it settles.
+
+    A trace emitted before then (the call cut short: its task cancelled, the event loop
+    ended) says so.
+    """
     info = {**shadow.turn.metadata.get("monitor", {}), "outcome": CUT_SHORT}
     shadow.turn = shadow.turn.with_updates(metadata={**shadow.turn.metadata, "monitor": info})
 

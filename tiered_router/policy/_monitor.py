@@ -106,7 +106,9 @@ class MonitorConfig(Model):
         if needs > self.window:
             # blame the key the file sets: the window, else the target (or the confidence)
             given = self.model_fields_set
-            field = "window" if "window" in given else "target" if "target" in given else "confidence"
+            field = (
+                "window" if "window" in given else "target" if "target" in given else "confidence"
+            )
             window = f"{self.window}" + ("" if "window" in given else " (the default window)")
             raise FieldErrors(
                 [

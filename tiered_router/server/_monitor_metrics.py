@@ -22,7 +22,7 @@ tightening the kind).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -55,7 +55,7 @@ class MonitorMetrics:
     def __init__(self, kinds: Iterable[str]) -> None:
         p = "tiered_router_monitor_"
 
-        def gauge(name: str, help_: str, mode: str) -> Gauge:
+        def gauge(name: str, help_: str, mode: Literal["livemin", "livemax"]) -> Gauge:
             # a worker's gauges go with it (live*); see the module docstring for the modes
             return Gauge(p + name, help_, ("kind",), registry=None, multiprocess_mode=mode)
 
