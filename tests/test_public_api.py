@@ -288,6 +288,7 @@ PINNED: dict[str, frozenset[str]] = {
             "AnswerKind",
             "answer_key",
             "canonical",
+            "draft_parts",
             "draft_signals",
             "draft_text",
             "DraftView",
@@ -301,6 +302,9 @@ PINNED: dict[str, frozenset[str]] = {
             "SIGNAL_NAMES",
             "turn_kind",
             "TURN_KINDS",
+            "PARTS",
+            "unshared_parts",
+            "without_parts",
         }
     ),
     "tiered_router.policy": frozenset(
