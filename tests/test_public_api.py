@@ -276,6 +276,7 @@ PINNED: dict[str, frozenset[str]] = {
             "compare_answers",
             "KindQuality",
             "Monitor",
+            "random_sampler",
             "Sampler",
             "SHADOW_OUTCOMES",
             "turn_kind",
