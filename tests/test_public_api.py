@@ -295,6 +295,7 @@ PINNED: dict[str, frozenset[str]] = {
             "DraftView",
             "exact_form",
             "final_answer",
+            "majority_only",
             "needed_votes",
             "normalise_answer",
             "panel_kinds",

@@ -28,14 +28,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
-from tiered_router.engine._offered import DROPPED_CALLS, call_problems
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems, unconfirmed
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
     _describe,
 )
-from tiered_router.gate._verdict import CheckFailure, Verdict
 from tiered_router.panels import (
     AnswerKey,
     DraftView,
@@ -43,18 +42,18 @@ from tiered_router.panels import (
     answer_key,
     draft_text,
     exact_form,
+    majority_only,
     needed_votes,
     panel_kinds,
     tally,
     turn_kind,
-    unshared_parts,
-    without_parts,
 )
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.engine._machine import TurnRun
+    from tiered_router.gate import Verdict
     from tiered_router.policy import Policy
     from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.turn import Completion, Turn
@@ -338,7 +337,10 @@ class Panel:
         if result.agreed:
             # the parts beside the agreed answer that too few members gave come off; the
             # drafts that lose the fewest are tried first
-            drafts = self._majority_parts(candidates)
+            needed = needed_votes(self.plan.k, self.plan.min_agreement)
+            given = [a.completion for a in candidates if a.completion is not None]
+            said = majority_only(given, self.turn, needed=needed, k=self.plan.k)
+            drafts = {a.spec.index: d for a, d in zip(candidates, said, strict=True)}
             candidates = sorted(candidates, key=lambda a: drafts[a.spec.index] is not a.completion)
         chosen: tuple[_Arrival, Completion, Verdict | None] | None = None
         for arrival in candidates:
@@ -379,18 +381,6 @@ class Panel:
                 verdict = unconfirmed(verdict, why)
             run.served_by = (first.spec.backend, run.keep("fast", kept[0], verdict))
         return nxt
-
-    def _majority_parts(self, members: list[_Arrival]) -> dict[int, Completion]:
-        """Each member's draft with the parts fewer than ``needed`` members gave taken off."""
-        needed = needed_votes(self.plan.k, self.plan.min_agreement)
-        given = [a.completion for a in members if a.completion is not None]
-        out: dict[int, Completion] = {}
-        for arrival in members:
-            assert arrival.completion is not None
-            dropped = unshared_parts(arrival.completion, given, self.turn, needed=needed)
-            why = f"fewer than {needed} of the {self.plan.k} drafts gave it"
-            out[arrival.spec.index] = without_parts(arrival.completion, dropped, why=why)
-        return out
 
     def views(
         self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
@@ -473,16 +463,6 @@ class Panel:
             "members": [index_of[i] for i in result.members if i in index_of],
             "reason": result.reason if answered else "every draft failed",
         }
-
-
-def unconfirmed(verdict: Verdict | None, why: str) -> Verdict:
-    """``verdict`` failed on the check ``panel``: the panel did not confirm the draft."""
-    failure = CheckFailure(check="panel", reason=why)
-    if verdict is None:
-        return Verdict(passed=False, failures=(failure,), checks=("panel",))
-    return Verdict(
-        passed=False, failures=(*verdict.failures, failure), checks=(*verdict.checks, "panel")
-    )
 
 
 def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:

@@ -8,7 +8,7 @@ cancel the drafts still running), the exact form of a draft (:func:`exact_form`:
 caller would receive), which the majority must share for the panel to return it, the
 other parts of a draft (:func:`draft_parts`: text beside calls, before an answer, thinking,
 reasoning), which it returns only when its majority gave them too (:func:`unshared_parts`,
-:func:`without_parts`), and what the drafts say beyond their majority
+:func:`without_parts`, :func:`majority_only`), and what the drafts say beyond their majority
 (:func:`draft_signals`, the draft half of a deferral model's features). No I/O, no clock,
 no randomness; it imports only the root's values (``turn``, ``_limits``) and the calls
 wing's readers.
@@ -30,6 +30,7 @@ from tiered_router.panels._exact import (
     PARTS,
     draft_parts,
     exact_form,
+    majority_only,
     unshared_parts,
     without_parts,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "draft_text",
     "exact_form",
     "final_answer",
+    "majority_only",
     "needed_votes",
     "normalise_answer",
     "panel_kinds",

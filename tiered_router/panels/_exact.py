@@ -52,7 +52,14 @@ from tiered_router.calls._text import (
 from tiered_router.panels._final import _BOXED, _HASHES, _MARKERS, _MAX_TEXT, final_answer
 from tiered_router.turn import Completion, ToolCall, Turn
 
-__all__ = ["PARTS", "draft_parts", "exact_form", "unshared_parts", "without_parts"]
+__all__ = [
+    "PARTS",
+    "draft_parts",
+    "exact_form",
+    "majority_only",
+    "unshared_parts",
+    "without_parts",
+]
 
 _SPACE = re.compile(r"\s+")
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
@@ -143,6 +150,25 @@ def unshared_parts(
         for part in PARTS
         if part in mine and sum(g.get(part) == mine[part] for g in given) < needed
     )
+
+
+def majority_only(
+    members: Sequence[Completion], turn: Turn, *, needed: int, k: int
+) -> list[Completion]:
+    """Each of ``members`` with only the parts at least ``needed`` of them gave.
+
+    The others are taken off, each draft's conversions saying so.
+
+    Args:
+        members: The drafts of the agreed answer, in any order.
+        turn: The turn.
+        needed: The drafts agreement needs.
+        k: The panel's size (for the trace).
+    """
+    why = f"fewer than {needed} of the {k} drafts gave it"
+    return [
+        without_parts(m, unshared_parts(m, members, turn, needed=needed), why=why) for m in members
+    ]
 
 
 def without_parts(completion: Completion, parts: Collection[str], *, why: str) -> Completion:
