@@ -123,6 +123,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.engine._machine": frozenset(
         {
             "EnginePorts",
+            "Kept",
             "LIFTED_TEXT_CALLS",
             "RoutedResult",
             "TurnRun",
@@ -450,6 +451,7 @@ PINNED: dict[str, frozenset[str]] = {
             "ReplyLike",
             "ScriptedBackend",
             "ScriptedServer",
+            "ScriptError",
             "ScriptItem",
             "ToolCallSpec",
         }
@@ -458,9 +460,11 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "Attempt",
             "AttemptRole",
+            "EscalationReason",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",
+            "TierFailure",
             "Trace",
             "TraceSink",
         }

@@ -322,6 +322,11 @@ class BreakerPass:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """Record the call's outcome (a refused call records nothing).
+
+        Differs from the async twin: that one records a cancelled call with this sync
+        record (an await could be cancelled again); this one has one way out.
+        """
         self.outcome = self._outcome(exc)
         if self.admission.allowed:
             self._breaker.record(self.outcome, token=self.admission.token)

@@ -237,14 +237,16 @@ class Monitor:
             return
         config = self.config
         if self.sample(f"monitor.explore|{run.turn.id}", config.explore):
-            run.decision = replace(
-                decision,
-                rule=EXPLORE_RULE,
-                reasons=(
-                    f"monitor: {kind} is enforcing; this turn explores (explore "
-                    f"{config.explore:g}): fast as usual, compared with the frontier",
-                    *decision.reasons,
-                ),
+            run.redecide(
+                replace(
+                    decision,
+                    rule=EXPLORE_RULE,
+                    reasons=(
+                        f"monitor: {kind} is enforcing; this turn explores (explore "
+                        f"{config.explore:g}): fast as usual, compared with the frontier",
+                        *decision.reasons,
+                    ),
+                )
             )
             return
         bound = wilson_lower(snap.matched, snap.compared, self.rules.z)
@@ -253,31 +255,35 @@ class Monitor:
             f"({snap.matched}/{snap.compared} matched)"
         )
         if config.tighten == "drafts" and self._strict is not None:
-            run.policy = self._strict
             strict = config.tighten_drafts
-            run.decision = replace(
-                decision,
-                rule=TIGHTEN_RULE,
-                reasons=(
-                    f"{why}: {strict.k} drafts, min_agreement {strict.min_agreement:g}",
-                    *decision.reasons,
+            run.redecide(
+                replace(
+                    decision,
+                    rule=TIGHTEN_RULE,
+                    reasons=(
+                        f"{why}: {strict.k} drafts, min_agreement {strict.min_agreement:g}",
+                        *decision.reasons,
+                    ),
                 ),
+                policy=self._strict,
             )
         elif run.usable("frontier"):
-            run.decision = replace(
-                decision,
-                tier="frontier",
-                backend=run.policy.backend_for("frontier"),
-                rule=TIGHTEN_RULE,
-                reasons=(f"{why}: frontier", *decision.reasons),
+            run.redecide(
+                replace(
+                    decision,
+                    tier="frontier",
+                    backend=run.policy.backend_for("frontier"),
+                    rule=TIGHTEN_RULE,
+                    reasons=(f"{why}: frontier", *decision.reasons),
+                )
             )
 
     # -- after the turn ---------------------------------------------------------------------
 
     def _plan(self, run: TurnRun) -> tuple[TurnRun, MonitorKind, Completion] | None:
         trace = run.trace()
-        returned = run.returned
-        if returned is None or trace.tier != "fast" or trace.escalated:
+        kept = run.kept
+        if kept is None or trace.tier != "fast" or trace.escalated:
             return None
         if trace.verdict is not None and not trace.verdict.passed:
             return None  # a fast draft kept because nothing else answered: not accepted
@@ -309,7 +315,7 @@ class Monitor:
             ),
             metadata={"shadow": True, "monitor": {"kind": kind, "explore": explore}},
         )
-        return shadow, kind, returned[1]
+        return shadow, kind, kept.completion
 
     def shadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
         """After a turn (sync path): shadow it when sampled; return the result, marked."""
@@ -353,10 +359,10 @@ class Monitor:
         return replace(result, shadowed=True)
 
     def _outcome(self, shadow: TurnRun, kind: MonitorKind, fast: Completion) -> str:
-        returned = shadow.returned
-        if returned is None:
+        kept = shadow.kept
+        if kept is None:
             return "failed"
-        comparison: Comparison = compare_answers(fast, returned[1], shadow.turn)
+        comparison: Comparison = compare_answers(fast, kept.completion, shadow.turn)
         return comparison
 
     def _settle(
@@ -392,7 +398,7 @@ class Monitor:
                     snap.compared,
                     self.config.confidence,
                 )
-        shadow.turn = shadow.turn.with_updates(metadata={**shadow.turn.metadata, "monitor": info})
+        shadow.annotate({"monitor": info})
 
     # -- figures --------------------------------------------------------------------------
 
