@@ -201,9 +201,7 @@ class Panel:
             # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
             # a draft the panel did not confirm is never kept as verified
-            why = "deferred by the deferral model" if reason == "deferred" else result.reason
-            unsure = reason in ("drafts_disagree", "deferred")
-            self._keep(run, first, verdicts.get(first.spec.index), why=why if unsure else None)
+            self._keep(run, first, verdicts.get(first.spec.index), why=_doubt(reason, result))
         return nxt
 
     def _keep(
@@ -329,6 +327,13 @@ class Panel:
             "members": [index_of[i] for i in result.members if i in index_of],
             "reason": result.reason if answered else "every draft failed",
         }
+
+
+def _doubt(reason: str, result: Tally) -> str | None:
+    """Why the panel did not confirm the draft it keeps (``None``: it did not judge it)."""
+    if reason == "deferred":
+        return "deferred by the deferral model"
+    return result.reason if reason == "drafts_disagree" else None
 
 
 def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:
