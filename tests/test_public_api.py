@@ -123,6 +123,7 @@ PINNED: dict[str, frozenset[str]] = {
     "tiered_router.engine._machine": frozenset(
         {
             "EnginePorts",
+            "Kept",
             "LIFTED_TEXT_CALLS",
             "RoutedResult",
             "TurnRun",
@@ -276,6 +277,7 @@ PINNED: dict[str, frozenset[str]] = {
             "compare_answers",
             "KindQuality",
             "Monitor",
+            "random_sampler",
             "Sampler",
             "SHADOW_OUTCOMES",
             "turn_kind",
@@ -288,11 +290,13 @@ PINNED: dict[str, frozenset[str]] = {
             "AnswerKind",
             "answer_key",
             "canonical",
+            "draft_parts",
             "draft_signals",
             "draft_text",
             "DraftView",
             "exact_form",
             "final_answer",
+            "majority_only",
             "needed_votes",
             "normalise_answer",
             "panel_kinds",
@@ -301,6 +305,9 @@ PINNED: dict[str, frozenset[str]] = {
             "SIGNAL_NAMES",
             "turn_kind",
             "TURN_KINDS",
+            "PARTS",
+            "unshared_parts",
+            "without_parts",
         }
     ),
     "tiered_router.policy": frozenset(
@@ -444,6 +451,7 @@ PINNED: dict[str, frozenset[str]] = {
             "ReplyLike",
             "ScriptedBackend",
             "ScriptedServer",
+            "ScriptError",
             "ScriptItem",
             "ToolCallSpec",
         }
@@ -452,9 +460,11 @@ PINNED: dict[str, frozenset[str]] = {
         {
             "Attempt",
             "AttemptRole",
+            "EscalationReason",
             "JSONLSink",
             "LoggingSink",
             "MemorySink",
+            "TierFailure",
             "Trace",
             "TraceSink",
         }

@@ -157,8 +157,9 @@ class RequestShaping:
             if choice == "none":
                 tools = []
             elif isinstance(choice, Mapping):
-                name = (choice.get("function") or {}).get("name")
-                only = [t for t in tools if (t.get("function") or {}).get("name") == name]
+                fn = choice.get("function")
+                name = fn.get("name") if isinstance(fn, Mapping) else None
+                only = [t for t in tools if _tool_name(t) == name] if name else []
                 if only:
                     tools, params["tool_choice"] = only, "required"
             notes.append(
@@ -246,3 +247,8 @@ class RequestShaping:
         )
         notes.append(f"{field}: {value!r} -> {clamped!r} ({q.name} quirks)")
         return clamped
+
+
+def _tool_name(tool: Mapping[str, Any]) -> Any:
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, Mapping) else None
