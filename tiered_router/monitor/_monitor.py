@@ -452,7 +452,7 @@ def _pending(shadow: TurnRun) -> None:
     ended) says so.
     """
     info = {**shadow.turn.metadata.get("monitor", {}), "outcome": CUT_SHORT}
-    shadow.turn = shadow.turn.with_updates(metadata={**shadow.turn.metadata, "monitor": info})
+    shadow.annotate({"monitor": info})
 
 
 def _charge(charge: Callable[[Any], None], shadow: TurnRun) -> None:
