@@ -121,6 +121,37 @@ class RoutePath:
                     break
         return chunks, stream
 
+    def start(self, router: Router, turn: Turn, **options: Any) -> RoutedStream | AsyncRoutedStream:
+        """Open ``router.stream`` (or ``astream``) and start it: its tier is chosen, no
+        chunk has been read."""
+        if self.is_async:
+            astream = router.astream(turn, **options)
+            self._await(astream.start())
+            return astream
+        stream = router.stream(turn, **options)
+        stream.start()
+        return stream
+
+    def read(
+        self,
+        stream: RoutedStream | AsyncRoutedStream,
+        *,
+        into: list[CompletionChunk] | None = None,
+    ) -> list[CompletionChunk]:
+        """Read the rest of a stream; ``into`` keeps what was read should it raise."""
+        chunks = [] if into is None else into
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(self._read(stream, chunks))
+        else:
+            for chunk in stream:
+                chunks.append(chunk)
+        return chunks
+
+    @staticmethod
+    async def _read(stream: AsyncRoutedStream, chunks: list[CompletionChunk]) -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
     def close(self) -> None:
         """Close the test's event loop."""
         if self._loop is not None:
