@@ -121,16 +121,26 @@ class RoutePath:
                     break
         return chunks, stream
 
+    def open(self, router: Router, turn: Turn, **options: Any) -> RoutedStream | AsyncRoutedStream:
+        """``router.stream`` (or ``astream``), not started: no call is made yet."""
+        return router.astream(turn, **options) if self.is_async else router.stream(turn, **options)
+
     def start(self, router: Router, turn: Turn, **options: Any) -> RoutedStream | AsyncRoutedStream:
         """Open ``router.stream`` (or ``astream``) and start it: its tier is chosen, no
         chunk has been read."""
-        if self.is_async:
-            astream = router.astream(turn, **options)
-            self._await(astream.start())
-            return astream
-        stream = router.stream(turn, **options)
-        stream.start()
+        stream = self.open(router, turn, **options)
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(stream.start())
+        else:
+            stream.start()
         return stream
+
+    def abandon(self, stream: RoutedStream | AsyncRoutedStream) -> None:
+        """Close a stream its caller stopped reading (``close`` or ``aclose``)."""
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(stream.aclose())
+        else:
+            stream.close()
 
     def read(
         self,

@@ -86,23 +86,22 @@ def test_an_abandoned_sync_stream_is_traced_when_the_loop_ends(server: ScriptedS
     assert trace.interrupted == "abandoned"
 
 
-@pytest.mark.anyio
-async def test_an_abandoned_stream_counts_in_its_task(server: ScriptedServer) -> None:
+def test_an_abandoned_stream_counts_in_its_task(server: ScriptedServer, path: RoutePath) -> None:
     sink = MemorySink()
     r = router(server, sink, policy=CHEAP)
     server.script([Reply.text(PROSE).streamed(chunks=8)], model="fast-model")
-    async with r.task("t-abandon") as task:
-        stream = r.astream(easy_turn())
-        await stream.start()
-        await stream.aclose()
+    with r.task("t-abandon") as task:
+        path.abandon(path.start(r, easy_turn()))
     assert task.steps == 1 and task.traces == tuple(sink.traces)
+    assert len(sink.traces) == 1 and sink.traces[0].interrupted == "abandoned"
 
 
-def test_a_stream_closed_before_it_started_is_traced(server: ScriptedServer) -> None:
+def test_a_stream_closed_before_it_started_is_traced(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     sink = MemorySink()
     r = router(server, sink)
-    with r.stream(easy_turn()):
-        pass
+    path.abandon(path.open(r, easy_turn()))
     (trace,) = sink.traces
     assert trace.interrupted == "abandoned" and trace.attempts == ()
     assert server.requests == []
