@@ -127,11 +127,27 @@ def _join(content: Any) -> str:
 def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     names: dict[str, str] = {}
     for message in messages:
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function") or {}
+        for call in _calls(message):
+            fn = _function(call)
             if isinstance(call.get("id"), str) and isinstance(fn.get("name"), str):
                 names[call["id"]] = fn["name"]
     return names
+
+
+def _calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's tool calls that are objects (a turn's were checked when it was built)."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+
+
+def _function(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = call.get("function")
+    return fn if isinstance(fn, Mapping) else {}
+
+
+def _arguments(call: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
+    args = _function(call).get("arguments")
+    return args if isinstance(args, (str, Mapping)) else None
 
 
 def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
@@ -141,13 +157,10 @@ def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[d
     calls_done = results_done = 0
     for message in messages:
         role = message.get("role")
-        if role == "assistant" and message.get("tool_calls"):
+        if role == "assistant" and _calls(message):
             rendered = [
-                _pt.render_tool_call(
-                    str((c.get("function") or {}).get("name", "")),
-                    (c.get("function") or {}).get("arguments"),
-                )
-                for c in message["tool_calls"]
+                _pt.render_tool_call(str(_function(c).get("name", "")), _arguments(c))
+                for c in _calls(message)
             ]
             text = _join(message.get("content"))
             new = {k: v for k, v in message.items() if k != "tool_calls"}
@@ -378,9 +391,9 @@ def _simple_tool_choice(out: dict[str, Any], notes: list[str]) -> None:
     if choice == "none":
         tools = []
     elif isinstance(choice, Mapping):
-        name = (choice.get("function") or {}).get("name")
-        only = [t for t in tools if (t.get("function") or {}).get("name") == name]
-        if only:
+        name = _function(choice).get("name")
+        only = [t for t in tools if isinstance(t, Mapping) and _function(t).get("name") == name]
+        if name and only:
             tools, out["tool_choice"] = only, "required"
     notes.append(
         f"tool_choice {json.dumps(choice)} -> {len(tools)} tool(s)"
