@@ -288,6 +288,8 @@ def shape(
     """
     out = dict(body)
     notes: list[str] = []
+    if not profile.named_tool_choice and profile.tools == "native":
+        _simple_tool_choice(out, notes)
     tools = list(out.get("tools") or ())
     response_format = out.get("response_format")
     gap = capability_gap(
@@ -344,6 +346,14 @@ def shape(
     if not profile.stop and out.get("stop") is not None:
         stop = _stop_sequences(out.pop("stop"))
         notes.append(f"stop: {len(stop)} sequence(s) applied to the reply")
+    elif profile.max_stop is not None and isinstance(out.get("stop"), (list, tuple)):
+        given, most = list(out["stop"]), profile.max_stop
+        if len(given) > most:
+            # the rest are cut from the reply, so text after them never reaches the caller
+            out["stop"], stop = given[:most], _stop_sequences(given[most:])
+            notes.append(
+                f"stop: sent the first {most} of {len(given)}, the rest applied to the reply"
+            )
     if not profile.stream_options and "stream_options" in out:
         out.pop("stream_options")
         notes.append("stream_options dropped")
@@ -370,6 +380,30 @@ def shape(
         tool_choice=choice if parse_against else None,
         parallel_tool_calls=parallel if parse_against and isinstance(parallel, bool) else None,
     )
+
+
+def _simple_tool_choice(out: dict[str, Any], notes: list[str]) -> None:
+    """A named ``tool_choice`` as ``required`` with only that tool; ``none`` as no tools."""
+    choice = out.get("tool_choice")
+    tools = list(out.get("tools") or ())
+    if not tools or choice in (None, "auto", "required"):
+        return
+    if choice == "none":
+        tools = []
+    elif isinstance(choice, Mapping):
+        name = _function(choice).get("name")
+        only = [t for t in tools if isinstance(t, Mapping) and _function(t).get("name") == name]
+        if name and only:
+            tools, out["tool_choice"] = only, "required"
+    notes.append(
+        f"tool_choice {json.dumps(choice)} -> {len(tools)} tool(s)"
+        + (", tool_choice required" if out.get("tool_choice") == "required" else "")
+    )
+    if tools:
+        out["tools"] = tools
+    else:  # OpenAI-style servers refuse tool_choice without tools
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            out.pop(key, None)
 
 
 _SAMPLING = ("temperature", "top_p", "top_k")
