@@ -90,6 +90,8 @@ def random_sampler(rng: random.Random | None = None) -> Sampler:
 SHADOW_RULE = "monitor.shadow"
 EXPLORE_RULE = "monitor.explore"
 TIGHTEN_RULE = "monitor"
+CUT_SHORT = "cancelled"
+"""The outcome of a shadow call stopped before it had one (see ``SHADOW_OUTCOMES``)."""
 
 
 class Monitor:
@@ -323,6 +325,7 @@ class Monitor:
         if planned is None:
             return result
         shadow, kind, fast = planned
+        _pending(shadow)
         task = run.task
 
         def finish(shadow_run: TurnRun) -> None:
@@ -334,7 +337,7 @@ class Monitor:
             if task is not None:
                 _charge(task.charge, shadow_run)
 
-        self._shadows.launch(shadow, finish)
+        self._shadows.launch(shadow, finish, cut=self._cut)
         return replace(result, shadowed=True)
 
     def ashadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
@@ -343,6 +346,7 @@ class Monitor:
         if planned is None:
             return result
         shadow, kind, fast = planned
+        _pending(shadow)
         task = run.task
 
         async def finish(shadow_run: TurnRun) -> None:
@@ -355,7 +359,7 @@ class Monitor:
             if task is not None:
                 await _acharge(task, shadow_run)
 
-        self._shadows.alaunch(shadow, finish)
+        self._shadows.alaunch(shadow, finish, cut=self._cut)
         return replace(result, shadowed=True)
 
     def _outcome(self, shadow: TurnRun, kind: MonitorKind, fast: Completion) -> str:
@@ -364,6 +368,14 @@ class Monitor:
             return "failed"
         comparison: Comparison = compare_answers(fast, kept.completion, shadow.turn)
         return comparison
+
+    def _cut(self, shadow: TurnRun) -> None:
+        """A shadow call cut short before it settled: count it ``cancelled`` (its trace says so)."""
+        info = shadow.turn.metadata.get("monitor", {})
+        if info.get("outcome") == CUT_SHORT:  # not settled: _settle never writes this outcome
+            with self._lock:
+                key = (str(info.get("kind")), CUT_SHORT)
+                self._calls[key] = self._calls.get(key, 0) + 1
 
     def _settle(
         self, shadow: TurnRun, kind: MonitorKind, outcome: str, snap: MonitorSnapshot | None
@@ -382,6 +394,7 @@ class Monitor:
                 lower_bound=round(bound, 6),
                 target=self.config.target,
                 state=snap.state,
+                judged=snap.compared >= self.rules.min_compared,
             )
             if snap.changed:
                 info["change"] = f"{snap.previous}->{snap.state}"
@@ -410,6 +423,7 @@ class Monitor:
                 snap,
                 z=self.rules.z,
                 target=self.config.target,
+                min_compared=self.rules.min_compared,
                 calls={o: n for (k, o), n in calls.items() if k == snap.kind},
             )
             for snap in snapshots
@@ -429,6 +443,16 @@ class Monitor:
         snapshots = [await store.amonitor_snapshot(k, rules=rules) for k in self.config.kinds]
         self._saw(snapshots)
         return self._figures(snapshots)
+
+
+def _pending(shadow: TurnRun) -> None:
+    """Mark a shadow call ``cancelled`` until it settles.
+
+    A trace emitted before then (the call cut short: its task cancelled, the event loop
+    ended) says so.
+    """
+    info = {**shadow.turn.metadata.get("monitor", {}), "outcome": CUT_SHORT}
+    shadow.annotate({"monitor": info})
 
 
 def _charge(charge: Callable[[Any], None], shadow: TurnRun) -> None:
