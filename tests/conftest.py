@@ -121,6 +121,47 @@ class RoutePath:
                     break
         return chunks, stream
 
+    def open(self, router: Router, turn: Turn, **options: Any) -> RoutedStream | AsyncRoutedStream:
+        """``router.stream`` (or ``astream``), not started: no call is made yet."""
+        return router.astream(turn, **options) if self.is_async else router.stream(turn, **options)
+
+    def start(self, router: Router, turn: Turn, **options: Any) -> RoutedStream | AsyncRoutedStream:
+        """Open ``router.stream`` (or ``astream``) and start it: its tier is chosen, no
+        chunk has been read."""
+        stream = self.open(router, turn, **options)
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(stream.start())
+        else:
+            stream.start()
+        return stream
+
+    def abandon(self, stream: RoutedStream | AsyncRoutedStream) -> None:
+        """Close a stream its caller stopped reading (``close`` or ``aclose``)."""
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(stream.aclose())
+        else:
+            stream.close()
+
+    def read(
+        self,
+        stream: RoutedStream | AsyncRoutedStream,
+        *,
+        into: list[CompletionChunk] | None = None,
+    ) -> list[CompletionChunk]:
+        """Read the rest of a stream; ``into`` keeps what was read should it raise."""
+        chunks = [] if into is None else into
+        if isinstance(stream, AsyncRoutedStream):
+            self._await(self._read(stream, chunks))
+        else:
+            for chunk in stream:
+                chunks.append(chunk)
+        return chunks
+
+    @staticmethod
+    async def _read(stream: AsyncRoutedStream, chunks: list[CompletionChunk]) -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
     def close(self) -> None:
         """Close the test's event loop."""
         if self._loop is not None:

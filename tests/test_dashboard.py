@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ MONITOR_METRICS = frozenset(
     {
         "tiered_router_monitor_matched_share",
         "tiered_router_monitor_lower_bound",
+        "tiered_router_monitor_judged",
         "tiered_router_monitor_target",
         "tiered_router_monitor_enforcing",
         "tiered_router_monitor_compared_total",
@@ -120,7 +122,8 @@ def _policy(directory: Path) -> dict[str, Any]:
             "breaker": {"consecutive_failures": 2, "cooldown_s": 600},
         },
     }
-    policy["monitor"] = {"shadow_rate": 1.0}  # every accepted fast answer is compared
+    # every accepted fast answer is compared; target 0.5 is judged from 3 comparisons on
+    policy["monitor"] = {"shadow_rate": 1.0, "target": 0.5, "min_compared": 3}
     return policy
 
 
@@ -167,8 +170,14 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
             for _ in range(3):  # panels: two drafts agree, the recorded one fails
                 tools = proxy.chat(http, "Weather in Paris?", tools=[_TOOL])
                 assert tools.status_code == 200, tools.text
-            response = http.get(f"{proxy.url}/metrics", headers=AUTH)
-            assert response.status_code == 200
+            deadline = time.monotonic() + 20
+            while True:  # the shadow calls run in the background: wait for the verdict
+                response = http.get(f"{proxy.url}/metrics", headers=AUTH)
+                assert response.status_code == 200
+                judged = 'tiered_router_monitor_judged{kind="tools"} 1.0'
+                if judged in response.text or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
     finally:
         proxy.stop()
     values: dict[str, float] = {}
@@ -213,6 +222,14 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported(
     assert scrape['tiered_router_breaker_state{backend="fast",state="closed"}'] == 1
     errors = scrape['tiered_router_backend_errors_total{backend="recorded",error="BackendError"}']
     assert errors == 2  # then its breaker refused the third draft
+    # the monitor speaks only for a kind with a verdict: tools (3 comparisons) has a bound,
+    # the idle kinds have none, so the alert on the bound cannot fire for them
+    assert scrape['tiered_router_monitor_judged{kind="tools"}'] == 1
+    assert 'tiered_router_monitor_lower_bound{kind="tools"}' in scrape
+    for idle in ("json", "final"):
+        assert scrape[f'tiered_router_monitor_judged{{kind="{idle}"}}'] == 0
+        assert f'tiered_router_monitor_lower_bound{{kind="{idle}"}}' not in scrape
+        assert f'tiered_router_monitor_matched_share{{kind="{idle}"}}' not in scrape
     spent = sum(v for k, v in scrape.items() if k.startswith("tiered_router_cost_usd_total"))
     all_frontier = scrape["tiered_router_cost_all_frontier_usd_total{}"]
     assert 0 < spent < all_frontier  # fast answers were cheaper than the frontier's

@@ -49,16 +49,17 @@ def call(a: int, b: int, *, quality: float, cost: float = 0.001) -> Outcome:
     )
 
 
-def dataset() -> Dataset:
-    """Ten rows "add 1 and i": the fast model is right on the first six.
+def dataset(n: int = 10) -> Dataset:
+    """Ten rows "add 1 and i": the fast model is right on the first six (``n``: that pattern
+    repeated over ``n`` rows).
 
     Its two samples agree with it where it is right (rows 0-5) and disagree with it and with
     each other where it is wrong (rows 6-9); the second fast model ("other") matches the fast
     model everywhere except rows 6-9, where it is right. The frontier is always right.
     """
     rows = []
-    for i in range(10):
-        right = i < 6
+    for i in range(n):
+        right = i % 10 < 6
         fast = call(1, i if right else i + 1, quality=1.0 if right else 0.0)
         samples = (
             (call(1, i, quality=1.0), call(1, i, quality=1.0))
@@ -200,14 +201,15 @@ def test_calibrate_sweeps_k_and_min_agreement() -> None:
 
 
 def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
-    data = write_dataset(dataset(), tmp_path / "adds.jsonl")
+    # 250 rows: from 200 calibration rows on the bound is Fieller's (fewer get the exact one)
+    data = write_dataset(dataset(250), tmp_path / "adds.jsonl")
     policy = tmp_path / "policy.yaml"
     policy.write_text(POLICY + "drafts: {k: 3, min_agreement: 0.67}\n")
     app = build_app()
     out = CliRunner().invoke(app, ["eval", str(policy), "--data", str(data), "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
-    assert report["panel"]["k"] == 3 and report["summary"]["escalations"] == 4
+    assert report["panel"]["k"] == 3 and report["summary"]["escalations"] == 100
     text = CliRunner().invoke(app, ["eval", str(policy), "--data", str(data)])
     assert "draft panel: k=3" in text.output and "at the policy's cost" in text.output
     cal = CliRunner().invoke(
@@ -220,7 +222,6 @@ def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
             "--target-quality-retained",
             "1.0",
             "--write",
-            "--force",
         ],
     )
     assert cal.exit_code == 0, cal.output
@@ -228,6 +229,23 @@ def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
     # calibrate chooses per kind of turn (tools here) and writes drafts.kinds
     assert written.drafts is not None and written.drafts.for_kind("tools")[0] == 2
     assert "wrote scoring.threshold and drafts" in cal.output
+
+
+def test_calibrate_on_few_rows_warns_refuses_to_write_and_shows_little(tmp_path: Path) -> None:
+    data = write_dataset(dataset(), tmp_path / "adds.jsonl")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY + "drafts: {k: 3, min_agreement: 0.67}\n")
+    args = ["calibrate", str(policy), "--data", str(data), "--target-quality-retained", "0.7"]
+    out = CliRunner().invoke(build_app(), args)
+    assert out.exit_code == 0, out.output
+    assert "warning: only 10 calibration row(s): fewer than 200" in out.output
+    assert "fewer than 200 calibration rows for tools (10)" in out.output
+    # the six agreed fast rows are all right, but six rows cannot show 100 %
+    assert "lower bound 100.0%" not in out.output
+    refused = CliRunner().invoke(build_app(), [*args, "--write"])
+    assert refused.exit_code == 1 and "not writing" in refused.output
+    as_json = json.loads(CliRunner().invoke(build_app(), [*args, "--json"]).output)
+    assert len(as_json["warnings"]) == 2
 
 
 def test_turns_drafts_when_leaves_out_keep_one_draft() -> None:

@@ -43,7 +43,7 @@ MONITOR = {
     "enforce": True,
     "window": 20,
     "min_compared": 5,
-    "explore": 0.0,
+    "explore": 1e-6,  # practically never: a test picks explorers with its sampler
     "refresh_s": 0,
 }
 
@@ -119,6 +119,46 @@ def test_policy_errors_name_file_line_and_field(tmp_path: Path, server: Scripted
     assert f"{path}:" in message
     with pytest.raises(PolicyError, match=r"monitor\.kinds\[0\]"):
         load_policy({**make_policy(server), "monitor": {"kinds": ["pros"]}})
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "field", "says"),
+    [
+        # target 1: the target's line, not a window the file does not set
+        ("  shadow_rate: 0.05\n  target: 1.0\n", 3, "monitor.target", "must be below 1"),
+        # the default window too small for the target: blame the target the file sets
+        ("  target: 0.999\n", 2, "monitor.target", "(the default window)"),
+        # enforcing with no explore share would never relax
+        ("  enforce: true\n  explore: 0\n", 3, "monitor.explore", "never relaxes"),
+    ],
+)
+def test_a_monitor_that_could_never_judge_or_relax_is_refused_at_its_line(
+    tmp_path: Path, server: ScriptedServer, section: str, line: int, field: str, says: str
+) -> None:
+    import yaml
+
+    head = yaml.safe_dump(make_policy(server), sort_keys=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(head + "monitor:\n" + section, encoding="utf-8")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    at = head.count("\n") + line
+    assert str(err.value).startswith(f"{path}:{at}: {field}: "), str(err.value)
+    assert says in str(err.value)
+    assert "window" not in str(err.value).split(":", 3)[2]  # the field named is the culprit
+
+
+def test_a_question_with_its_options_on_one_line_is_compared(server: ScriptedServer) -> None:
+    # the default kinds (tools, json, final) shadow it; the fast answer (B) is compared
+    router = monitored(server, kinds=["tools", "json", "final"])
+    server.default = lambda body: Reply.text(
+        "The answer is (B)." if body["model"] == "fast-model" else "(B)"
+    )
+    prompt = "Which is a prime number? (A) 4 (B) 7 (C) 9 (D) 12"
+    result = router.complete(Turn([{"role": "user", "content": prompt}], id="mc"))
+    router.drain_shadows()
+    assert result.tier == "fast" and result.shadowed
+    assert router.quality()["final"].shadow_calls == {"matched": 1}
 
 
 def test_kinds_and_comparisons() -> None:
@@ -249,6 +289,38 @@ async def test_a_cancelled_turn_is_not_shadowed(server: ScriptedServer) -> None:
     assert [t.interrupted for t in sink.traces] == ["CancelledError"]
     assert router.quality()["tools"].shadow_calls == {}
     assert server.requests_for("frontier-model") == []
+
+
+def test_shadow_calls_cut_short_are_counted_and_traced(server: ScriptedServer) -> None:
+    # in flight (the loop's tasks cancelled, as at shutdown) and never started (asyncio.run
+    # ending right after the turn): each is counted `cancelled` and its trace says so
+    sink = MemorySink()
+    router = monitored(server, sinks=[sink])
+    server.default = lambda body: (
+        call("Lyon") if body["model"] == "fast-model" else Reply.slow(5.0, call("Lyon"))
+    )
+
+    async def in_flight() -> None:
+        for i in range(3):
+            assert (await router.acomplete(weather_turn(f"f{i}"))).shadowed
+        while len(server.requests_for("frontier-model")) < 3:
+            await asyncio.sleep(0.01)
+        for job in asyncio.all_tasks():
+            if job is not asyncio.current_task():
+                job.cancel()
+        await asyncio.sleep(0.05)
+
+    async def never_started() -> None:
+        assert (await router.acomplete(weather_turn("n"))).shadowed
+
+    asyncio.run(in_flight())
+    asyncio.run(never_started())
+    assert router.quality()["tools"].shadow_calls == {"cancelled": 4}
+    shadows = [t for t in sink.traces if t.metadata.get("shadow")]
+    assert len(shadows) == 4  # each emitted once
+    assert {t.metadata["monitor"]["outcome"] for t in shadows} == {"cancelled"}
+    assert {t.interrupted for t in shadows} == {"CancelledError"}
+    assert len(server.requests_for("frontier-model")) == 3  # the last one never started
 
 
 # -- concurrency, tasks, streams -------------------------------------------------------------

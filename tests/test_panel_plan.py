@@ -69,6 +69,30 @@ def test_panel_kinds_of_turns() -> None:
     assert "answer" in panel_kinds(Turn([{"role": "user", "content": "How many cats?"}]))
 
 
+@pytest.mark.parametrize(
+    ("prompt", "kind"),
+    [
+        # options on one line, after a question or a colon
+        ("Which is a prime number? (A) 4 (B) 7 (C) 9 (D) 12", "answer"),
+        ("Pick one: A) red B) green C) blue", "answer"),
+        ("Which is prime? (A) 4, (B) 7, (C) 9 or (D) 12", "answer"),
+        ("(A) 4 (B) 7 (C) 9", "answer"),
+        # prose with parentheses stays prose
+        ("I went (with Bob) to the store (again).", "prose"),
+        ("See Figure 2 (A) and (B) for details (C) too.", "prose"),
+        ("We could (a) wait, (b) leave or (c) call.", "prose"),
+        ("Options (A), (B) and (C) are all fine.", "prose"),
+        ("Plan (A) was good (B) was bad (C) was ugly.", "prose"),
+        ("Why? Because (A) it rains (B) it is cold (C) it is late.", "prose"),
+        ("The factors (A)(B)(C) multiply.", "prose"),
+    ],
+)
+def test_inline_options_ask_for_an_answer_and_parentheses_do_not(prompt: str, kind: str) -> None:
+    from tiered_router.panels import turn_kind
+
+    assert turn_kind(Turn([{"role": "user", "content": prompt}])) == kind
+
+
 def test_plan_panel_rotates_backends_and_variants() -> None:
     loaded = load_policy(
         policy(drafts={"k": 3, "backends": ["fast", "fast2"], "variants": ["", "v"]})

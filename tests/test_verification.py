@@ -87,8 +87,62 @@ def test_the_bound_is_below_the_point_estimate_and_shrinks_with_rows() -> None:
     few = retained_lower_bound([1.0] * 99 + [0.0], [1.0] * 100)
     many = retained_lower_bound([1.0] * 990 + [0.0] * 10, [1.0] * 1000)
     assert few < many < 0.99
-    assert retained_lower_bound([1.0] * 50, [1.0] * 50) == 1.0
+    # the frontier's own answers on every row: exactly the frontier's quality
+    assert retained_lower_bound([1.0] * 50, [1.0] * 50, answered_fast=[False] * 50) == 1.0
     assert cost_upper_bound([1.0, 3.0, 2.0, 2.0], [4.0, 4.0, 4.0, 4.0]) > 0.5
+
+
+def test_few_rows_get_a_conservative_bound_not_the_point_estimate() -> None:
+    # fast answers that matched on every row: Fieller's variance is 0, its bound the point
+    # estimate (1.0 on one row); the exact bound says what so few rows show
+    assert retained_lower_bound([1.0], [1.0]) == pytest.approx(0.025)
+    assert retained_lower_bound([1.0] * 20, [1.0] * 20) == pytest.approx(0.025 ** (1 / 20))
+    assert retained_lower_bound([1.0] * 50, [1.0] * 50) < 0.93
+    # rows the frontier answered itself are known: only the fast ones are uncertain
+    mixed = retained_lower_bound([1.0] * 20, [1.0] * 20, answered_fast=[True] * 5 + [False] * 15)
+    assert retained_lower_bound([1.0] * 20, [1.0] * 20) < mixed < 1.0
+    # from 200 rows on, Fieller's alone (as before)
+    rows = [0.0 if i % 50 == 0 else 1.0 for i in range(400)]
+    assert retained_lower_bound(rows, [1.0] * 400) == pytest.approx(
+        _fieller_only(rows, [1.0] * 400)
+    )
+
+
+def _fieller_only(p: list[float], f: list[float]) -> float:
+    from tiered_router.evaluation._bounds import _fieller, _Sums, _z
+
+    s = _Sums()
+    for a, b in zip(p, f, strict=True):
+        s = s.add(a, b)
+    return _fieller(s, _z(0.95), upper=False)
+
+
+@pytest.mark.parametrize("n", [5, 20, 60, 150])
+def test_the_small_sample_bound_holds_its_coverage(n: int) -> None:
+    """Simulated: paired 0/1 qualities (a 95 % accurate frontier, a fast tier that agrees on
+    most rows), half the rows answered fast; the bound is at or below the true ratio in at
+    least 95 % of 1,000 samples, where Fieller's alone is not at small n."""
+    import random
+
+    rng = random.Random(n)
+    pf, right_when_right, right_when_wrong = 0.95, 0.97, 0.3
+    own_rate = pf * right_when_right + (1 - pf) * right_when_wrong
+    truth = (0.5 * own_rate + 0.5 * pf) / pf  # half the rows are the frontier's own answer
+    covered = fieller = 0
+    for _ in range(1000):
+        p, f, fast = [], [], []
+        for _ in range(n):
+            front = rng.random() < pf
+            own = rng.random() < (right_when_right if front else right_when_wrong)
+            was_fast = rng.random() < 0.5
+            f.append(float(front))
+            p.append(float(own) if was_fast else float(front))
+            fast.append(was_fast)
+        covered += retained_lower_bound(p, f, answered_fast=fast) <= truth + 1e-12
+        fieller += _fieller_only(p, f) <= truth + 1e-12
+    assert covered / 1000 >= 0.95
+    if n <= 20:
+        assert fieller / 1000 < 0.9  # why: the normal approximation fails on few rows
 
 
 def test_calibrate_meets_the_target_for_the_bound_not_the_point_estimate() -> None:

@@ -54,7 +54,8 @@ def _line(name: str, fig: Figures) -> str:
 def _print(choice: Choice, target: Target, written: Path | None) -> None:
     typer.echo(
         f"target: {target.describe()}, for the one-sided {choice.confidence:.0%} lower bound "
-        "(Fieller's bound on the quality ratio, per kind of turn)"
+        "(Fieller's bound on the quality ratio, per kind of turn; at most the exact "
+        "Clopper-Pearson bound below 200 rows)"
     )
     typer.echo(f"threshold: {choice.threshold:g}  ({choice.tried} verifications replayed)")
     for kc in choice.kinds:
@@ -70,6 +71,29 @@ def _print(choice: Choice, target: Target, written: Path | None) -> None:
         typer.echo(f"  {name:<26} {retained:6.1%}  {cost:6.1%}")
     if written is not None:
         typer.echo(f"wrote scoring.threshold and drafts (per kind) to {written}")
+
+
+def _small(choice: Choice) -> list[str]:
+    """Warnings for a choice made on few rows (overall, and per kind: the exact bound)."""
+    from tiered_router.evaluation._bounds import MIN_BOUND_ROWS
+    from tiered_router.evaluation.verdict import MIN_CALIBRATION_ROWS
+
+    out = []
+    n = choice.calibration.n
+    if n < MIN_CALIBRATION_ROWS:
+        out.append(
+            f"only {n} calibration row(s): fewer than {MIN_CALIBRATION_ROWS}, the choice and "
+            "its figures are noise (calibrate --write refuses without --force); record more "
+            "traffic, or keep a smaller --holdout"
+        )
+    few = [f"{kc.kind} ({kc.figures.n})" for kc in choice.kinds if kc.figures.n < MIN_BOUND_ROWS]
+    if few:
+        out.append(
+            f"fewer than {MIN_BOUND_ROWS} calibration rows for {', '.join(few)}: their quality "
+            "bound is the exact (Clopper-Pearson) one where it is lower than Fieller's, so "
+            "few rows show little"
+        )
+    return out
 
 
 def calibrate_verification(
@@ -98,10 +122,20 @@ def calibrate_verification(
         )
     except (CalibrationError, DatasetError, TieredRouterError, ValueError) as exc:
         raise _fail(str(exc)) from exc
+    warnings = _small(choice)
+    if not as_json:
+        for warning in warnings:
+            typer.echo(f"warning: {warning}", err=True)
     if write and choice.calibration.n < MIN_CALIBRATION_ROWS and not force:
         raise _fail(
             f"not writing: the choice comes from {choice.calibration.n} calibration rows, "
             f"fewer than {MIN_CALIBRATION_ROWS}; record more traffic, or pass --force"
+        )
+    if write and choice.threshold < 0:
+        raise _fail(
+            "not writing: on these rows only sending every turn to the frontier meets the "
+            "target for the bound (no threshold of 0 to 1 does); record more rows, or lower "
+            "the target"
         )
     if write:
         try:
@@ -111,6 +145,7 @@ def calibrate_verification(
     if as_json:
         out = choice.to_dict()
         out.update(policy=str(path), dataset=dataset.name, target=target.describe(), written=write)
+        out["warnings"] = warnings
         typer.echo(json.dumps(out, indent=2))
         return
     _print(choice, target, path if write else None)

@@ -29,6 +29,7 @@ __all__ = [
     "CallHold",
     "call_problems",
     "checked_verdict",
+    "unconfirmed",
     "whole_calls",
     "without_calls",
 ]
@@ -88,6 +89,20 @@ def checked_verdict(verdict: Verdict | None, problems: tuple[str, ...]) -> Verdi
         return Verdict(passed=False, failures=failures, checks=(_CHECK,))
     checks = verdict.checks if _CHECK in verdict.checks else (*verdict.checks, _CHECK)
     return Verdict(passed=False, failures=(*verdict.failures, *failures), checks=checks)
+
+
+def unconfirmed(verdict: Verdict | None, why: str) -> Verdict:
+    """``verdict`` failed on the check ``panel``: the panel did not confirm the draft.
+
+    A draft kept when the panel's drafts disagree (or its deferral model defers) is never
+    returned as verified: ``when_frontier_fails_gate: raise`` raises ``GateFailed``.
+    """
+    failure = CheckFailure(check="panel", reason=why)
+    if verdict is None:
+        return Verdict(passed=False, failures=(failure,), checks=("panel",))
+    return Verdict(
+        passed=False, failures=(*verdict.failures, failure), checks=(*verdict.checks, "panel")
+    )
 
 
 def without_calls(completion: Completion) -> Completion:

@@ -10,8 +10,9 @@ the next tier:
 
 - the drafts agree, on the answer and on its exact form (what the caller would receive:
   :func:`tiered_router.panels.exact_form`): the first of those drafts to arrive that passes
-  the gate and the offered-calls floor is the answer (the others are in the trace); none
-  passes -> ``gate_failed``;
+  the gate and the offered-calls floor is the answer (the others are in the trace), with
+  only the parts its majority gave too (text beside calls, before the answer, thinking,
+  reasoning: :func:`tiered_router.panels.majority_only`); none passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
 - they disagree, or agree only once normalised -> escalation with reason
   ``drafts_disagree``;
@@ -20,14 +21,18 @@ the next tier:
   over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
   each answered draft gated); a score above the kind's threshold escalates with reason
   ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
+
+A draft kept when the panel did not confirm it (``drafts_disagree``, ``deferred``) fails the
+check ``panel`` (:func:`~tiered_router.engine._offered.unconfirmed`): it is never returned
+as verified, and ``when_frontier_fails_gate: raise`` raises ``GateFailed``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._offered import DROPPED_CALLS, call_problems
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems, unconfirmed
 from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import (
     BackendError,
@@ -41,6 +46,8 @@ from tiered_router.panels import (
     answer_key,
     draft_text,
     exact_form,
+    majority_only,
+    needed_votes,
     tally,
 )
 from tiered_router.pricing import cost_of
@@ -193,16 +200,23 @@ class Panel:
             # keep a draft (the majority's first) until a better one comes: nothing is lost,
             # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
-            self._keep(run, first, verdicts.get(first.spec.index))
+            # a draft the panel did not confirm is never kept as verified
+            self._keep(run, first, verdicts.get(first.spec.index), why=_doubt(reason, result))
         return nxt
 
     def _keep(
-        self, run: TurnRun, arrival: _Arrival, gated: tuple[Completion, Verdict | None] | None
+        self,
+        run: TurnRun,
+        arrival: _Arrival,
+        gated: tuple[Completion, Verdict | None] | None,
+        *,
+        why: str | None = None,
     ) -> None:
         if gated is None:
             assert arrival.completion is not None
             gated = run.gated(arrival.completion)
-        run.keep("fast", gated[0], gated[1], backend=arrival.spec.backend)
+        verdict = gated[1] if why is None else unconfirmed(gated[1], why)
+        run.keep("fast", gated[0], verdict, backend=arrival.spec.backend)
 
     def _candidates(
         self, answered: list[_Arrival], result: Tally
@@ -213,10 +227,20 @@ class Panel:
             return [], "circuit_open" if refused else "backend_error"
         if result.agreed:
             members = set(result.members)
-            return [a for a in answered if a.spec.index in members], "gate_failed"
+            return self._majority_only([a for a in answered if a.spec.index in members]), (
+                "gate_failed"
+            )
         if not result.comparable:
             return answered, "gate_failed"  # prose: the panel cannot judge, the gate decides
         return [], "drafts_disagree"
+
+    def _majority_only(self, members: list[_Arrival]) -> list[_Arrival]:
+        """The members with only the parts enough of them gave; those that lose none first."""
+        needed = needed_votes(self.plan.k, self.plan.min_agreement)
+        given = [a.completion for a in members if a.completion is not None]
+        said = majority_only(given, self.turn, needed=needed, k=self.plan.k)
+        pairs = sorted(zip(members, said, strict=True), key=lambda p: p[1] is not p[0].completion)
+        return [a if d is a.completion else replace(a, completion=d) for a, d in pairs]
 
     def _deferred(
         self,
@@ -303,6 +327,13 @@ class Panel:
             "members": [index_of[i] for i in result.members if i in index_of],
             "reason": result.reason if answered else "every draft failed",
         }
+
+
+def _doubt(reason: str, result: Tally) -> str | None:
+    """Why the panel did not confirm the draft it keeps (``None``: it did not judge it)."""
+    if reason == "deferred":
+        return "deferred by the deferral model"
+    return result.reason if reason == "drafts_disagree" else None
 
 
 def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:

@@ -92,6 +92,10 @@ Finisher = Callable[[TurnRun], None]
 """Called with a shadow run that ran to its end, before its trace is emitted."""
 AsyncFinisher = Callable[[TurnRun], Awaitable[None]]
 """Async twin of :data:`Finisher`."""
+Cut = Callable[[TurnRun], None]
+"""Called (sync) with a shadow run cut short before its finisher ended: its task cancelled
+(also before it started, as when ``asyncio.run`` ends), or its thread stopped. Its trace is
+emitted all the same, once."""
 
 
 class ShadowRunner:
@@ -123,11 +127,26 @@ class ShadowRunner:
         if shadow is not None:
             self.alaunch(shadow)
 
-    def alaunch(self, shadow: TurnRun, finish: AsyncFinisher | None = None) -> None:
-        """Run ``shadow`` in the background (an asyncio task); ``finish`` it before its trace."""
+    def alaunch(
+        self, shadow: TurnRun, finish: AsyncFinisher | None = None, *, cut: Cut | None = None
+    ) -> None:
+        """Run ``shadow`` in the background (an asyncio task); ``finish`` it before its trace.
+
+        When the task is cancelled before ``finish`` ended, ``cut`` is told and the trace is
+        emitted (if the run had not emitted it yet).
+        """
         import asyncio  # off the package's import path (see router._asyncio_sleep)
 
-        self.track(asyncio.get_running_loop().create_task(self._arun(shadow, finish)))
+        job = asyncio.get_running_loop().create_task(self._arun(shadow, finish))
+        self.track(job)
+
+        def ended(job: asyncio.Task[None]) -> None:
+            if job.cancelled():  # in flight, or never started: asyncio.run's end cancels both
+                if cut is not None:
+                    cut(shadow)
+                self._dispatch.end(shadow, asyncio.CancelledError())  # once: a no-op if emitted
+
+        job.add_done_callback(ended)
 
     def track(self, job: asyncio.Task[None]) -> None:
         """Keep a background task of the router's (waited for by :meth:`adrain`)."""
@@ -150,20 +169,22 @@ class ShadowRunner:
         if shadow is not None:
             self.launch(shadow)
 
-    def launch(self, shadow: TurnRun, finish: Finisher | None = None) -> None:
+    def launch(
+        self, shadow: TurnRun, finish: Finisher | None = None, *, cut: Cut | None = None
+    ) -> None:
         """Sync twin of :meth:`alaunch`.
 
         Differs from the async twin: the shadow run goes on a daemon thread, kept in the
         running set until it ends; the async twin makes an asyncio task and tracks it.
         """
         thread = threading.Thread(
-            target=self._run, args=(shadow, finish), name="tiered-router-shadow", daemon=True
+            target=self._run, args=(shadow, finish, cut), name="tiered-router-shadow", daemon=True
         )
         with self._lock:
             self._threads.add(thread)
         thread.start()
 
-    def _run(self, shadow: TurnRun, finish: Finisher | None) -> None:
+    def _run(self, shadow: TurnRun, finish: Finisher | None, cut: Cut | None) -> None:
         """Sync twin of :meth:`_arun`, on its own thread.
 
         Differs from the async twin: the thread takes itself off the running set at its end
@@ -177,6 +198,11 @@ class ShadowRunner:
         except Exception:
             logger.warning("shadow run of turn %s failed", shadow.turn.id, exc_info=True)
             self._dispatch.end(shadow)
+        except BaseException as exc:  # the thread was stopped (SystemExit, KeyboardInterrupt)
+            if cut is not None:
+                cut(shadow)
+            self._dispatch.end(shadow, exc)
+            raise
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())

@@ -18,44 +18,51 @@ __all__ = ["_Kind"]
 
 
 class _Kind:
-    """One kind's rows under one verification: prefix sums by score, for every threshold."""
+    """One kind's rows under one verification: prefix sums by score, for every threshold.
+
+    :meth:`at` returns the quality sums, the cost sums and the quality sums of the rows
+    answered fast (their ``n`` is how many were; the other rows are the frontier's own
+    answer, which the exact small-sample bound takes as known).
+    """
 
     def __init__(self, runs: Sequence[RowRun]) -> None:
         ruled = [r for r in runs if r.rule is not None]
         free = sorted((r for r in runs if r.rule is None), key=lambda r: r.score)
         self.scores = [r.score for r in free]
-        q0 = c0 = _Sums()
-        fast0 = 0
+        q0 = c0 = f0 = _Sums()
         for r in ruled:
             q0 = q0.add(r.headline.quality, r.frontier.quality)
             c0 = c0.add(r.headline.cost, r.frontier.cost)
-            fast0 += r.headline.tier == "fast"
-        self.ruled = (q0, c0, fast0)
+            if r.headline.tier == "fast":
+                f0 = f0.add(r.headline.quality, r.frontier.quality)
+        self.ruled = (q0, c0, f0)
         # prefix over the fast path, suffix over the frontier path
-        self.pre: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
+        self.pre: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
         for r in free:
             q, c, fa = self.pre[-1]
             self.pre.append(
                 (
                     q.add(r.fast.quality, r.frontier.quality),
                     c.add(r.fast.cost, r.frontier.cost),
-                    fa + (r.fast.tier == "fast"),
+                    fa.add(r.fast.quality, r.frontier.quality) if r.fast.tier == "fast" else fa,
                 )
             )
-        self.suf: list[tuple[_Sums, _Sums, int]] = [(_Sums(), _Sums(), 0)]
+        self.suf: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
         for r in reversed(free):
             q, c, fa = self.suf[-1]
             self.suf.append(
                 (
                     q.add(r.frontier.quality, r.frontier.quality),
                     c.add(r.frontier.cost, r.frontier.cost),
-                    fa + (r.frontier.tier == "fast"),
+                    fa.add(r.frontier.quality, r.frontier.quality)
+                    if r.frontier.tier == "fast"
+                    else fa,
                 )
             )
         self.suf.reverse()
 
-    def at(self, threshold: float) -> tuple[_Sums, _Sums, int]:
-        """Quality sums, cost sums and rows answered fast at ``threshold``."""
+    def at(self, threshold: float) -> tuple[_Sums, _Sums, _Sums]:
+        """Quality sums, cost sums and the fast-answered rows' quality sums at ``threshold``."""
         i = bisect.bisect_right(self.scores, threshold)
         q0, c0, f0 = self.ruled
         qa, ca, fa = self.pre[i]

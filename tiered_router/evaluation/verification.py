@@ -48,6 +48,7 @@ from tiered_router.evaluation._bounds import (
     _Sums,
     _z,
     cost_upper_bound,
+    retained_low,
     retained_lower_bound,
 )
 from tiered_router.evaluation._kind_sums import _Kind
@@ -306,19 +307,19 @@ def _default_drafts() -> DraftsConfig:
     return DraftsConfig()
 
 
-def _figures(q: _Sums, c: _Sums, fast: int, z: float) -> Figures:
+def _figures(q: _Sums, c: _Sums, fast: _Sums, z: float) -> Figures:
     n = q.n
     return Figures(
         n=n,
         quality=q.p / n if n else 0.0,
         quality_frontier=q.f / n if n else 0.0,
         retained=q.p / q.f if q.f else 0.0,
-        retained_low=_fieller(q, z, upper=False),
+        retained_low=retained_low(q, z, fast=fast),
         cost=c.p,
         cost_frontier=c.f,
         cost_share=c.p / c.f if c.f else 0.0,
         cost_share_high=_fieller(c, z, upper=True),
-        fast_share=fast / n if n else 0.0,
+        fast_share=fast.n / n if n else 0.0,
     )
 
 
@@ -457,8 +458,7 @@ def _total(
     t: float,
     z: float,
 ) -> Figures:
-    q = c = _Sums()
-    fast = 0
+    q = c = fast = _Sums()
     for kind, (v, _) in chosen.items():
         sums = next(s for w, s in table[kind] if w == v)
         qk, ck, fk = sums.at(t)
@@ -477,8 +477,7 @@ def _on_rows(
     """The chosen verification's totals on other rows (the hold-out)."""
     runs_of = dict((v, runs) for v, runs in all_runs)
     single = all_runs[0][1]
-    q = c = _Sums()
-    fast = 0
+    q = c = fast = _Sums()
     for kind in {kinds[i] for i in ids}:
         v = chosen[kind][0] if kind in chosen else all_runs[0][0]
         rows = [r for r in runs_of.get(v, single) if r.row_id in ids and kinds[r.row_id] == kind]

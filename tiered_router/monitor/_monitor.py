@@ -7,15 +7,23 @@ The router calls it at two points, and nowhere else:
   the frontier tier, or a stricter draft panel), except an ``explore`` share that goes fast
   as usual (rule ``monitor.explore``) and is always shadowed;
 - after a turn ended with an accepted fast answer, :meth:`Monitor.shadow` (sync path) or
-  :meth:`Monitor.ashadow` (async path): a ``shadow_rate`` share of them (a hash of the turn
-  id, or the injected sampler) is sent to the frontier tier in the background through the
-  engine's shadow runner (:mod:`tiered_router.engine._shadow`). The caller already has its
-  answer. When the frontier answers, the two answers are compared
+  :meth:`Monitor.ashadow` (async path): a ``shadow_rate`` share of them (drawn at random
+  per turn, or by the injected sampler) is sent to the frontier tier in the background
+  through the engine's shadow runner (:mod:`tiered_router.engine._shadow`). The caller
+  already has its answer. When the frontier answers, the two answers are compared
   (:func:`~tiered_router.monitor.compare_answers`), the comparison is recorded in the state
   store (one atomic operation, shared by every worker on a shared store), the shadow call's
   cost is charged to the turn's task, and its trace (rule ``monitor.shadow``,
   ``metadata.shadow`` and ``metadata.monitor``: kind, outcome, figures, any change of state)
   goes to the sinks.
+
+Which turns are shadowed (and which explore) is neither predictable nor steerable by a
+client: the default sampler draws from the operating system's random source on every turn,
+so a turn id a client chooses (the ``turn_id`` signal) says nothing about it, and probing
+ids teaches nothing; and a turn id already shadowed is never shadowed (nor counted) again
+while it is among the last ``max(1024, 4 * window)`` shadowed ids, so replaying one cannot
+fill the window. Tests and simulations inject a deterministic sampler
+(``Monitor(sample=...)`` or ``router.monitor.sample``).
 
 A state change (``ok`` -> ``enforcing`` and back) is logged once, by the process whose record
 made it, and is in that shadow call's trace. A state-store failure falls back to in-process
@@ -26,13 +34,15 @@ figures (:class:`~tiered_router.state.SafeStateStore`); a shadow call's failure 
 from __future__ import annotations
 
 import logging
+import random
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._shadow import sampled, shadow_run
+from tiered_router.engine._shadow import shadow_run
 from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
 from tiered_router.monitor._quality import KindQuality, quality_of
 from tiered_router.policy._drafts import DraftsConfig
@@ -52,18 +62,36 @@ if TYPE_CHECKING:
     from tiered_router.policy._schema import Policy
     from tiered_router.turn import Completion
 
-__all__ = ["Monitor", "Sampler"]
+__all__ = ["Monitor", "Sampler", "random_sampler"]
 
 logger = logging.getLogger("tiered_router.monitor")
 
 Sampler = Callable[[str, float], bool]
 """``sample(key, rate) -> bool``: whether ``key`` falls in the share ``rate``. The default
-hashes the key (:func:`tiered_router.engine._shadow.sampled`), so the same turn id always
-gets the same answer; inject one for tests and simulations (STYLE rule 19)."""
+(:func:`random_sampler`) draws at random, ignoring the key, so a client cannot predict or
+steer it through the turn id it chooses; inject a deterministic one (such as
+:func:`tiered_router.engine._shadow.sampled`, a hash of the key) for tests and simulations
+(STYLE rule 19)."""
+
+
+def random_sampler(rng: random.Random | None = None) -> Sampler:
+    """A :data:`Sampler` that draws from ``rng`` (default: the OS's random source) per call.
+
+    The key is ignored: the draw depends on nothing a client sends.
+    """
+    source = rng or random.SystemRandom()
+
+    def sample(key: str, rate: float) -> bool:
+        return rate > 0 and source.random() < rate
+
+    return sample
+
 
 SHADOW_RULE = "monitor.shadow"
 EXPLORE_RULE = "monitor.explore"
 TIGHTEN_RULE = "monitor"
+CUT_SHORT = "cancelled"
+"""The outcome of a shadow call stopped before it had one (see ``SHADOW_OUTCOMES``)."""
 
 
 class Monitor:
@@ -103,7 +131,9 @@ class Monitor:
         self._store = store
         self._shadows = shadows
         self._clock = clock
-        self.sample: Sampler = sample or sampled
+        self.sample: Sampler = sample or random_sampler()
+        self._shadowed: OrderedDict[str, None] = OrderedDict()  # recent shadowed turn ids
+        self._remember = max(1024, 4 * config.window)
         self._view: dict[str, MonitorSnapshot] = {}
         self._read_at: float | None = None
         self._refreshing = False
@@ -264,10 +294,19 @@ class Monitor:
         if kind not in config.kinds:
             return None
         explore = run.decision.rule == EXPLORE_RULE
-        if not explore and not self.sample(f"monitor.shadow|{run.turn.id}", config.shadow_rate):
+        turn_id = run.turn.id
+        if turn_id in self._shadowed:  # a replayed id is compared (and counted) once
+            return None
+        if not explore and not self.sample(f"monitor.shadow|{turn_id}", config.shadow_rate):
             return None
         if "frontier" in run.tried or not run.usable("frontier"):
             return None
+        with self._lock:
+            if turn_id in self._shadowed:
+                return None
+            self._shadowed[turn_id] = None
+            while len(self._shadowed) > self._remember:
+                self._shadowed.popitem(last=False)
         shadow = shadow_run(
             run,
             "frontier",
@@ -286,6 +325,7 @@ class Monitor:
         if planned is None:
             return result
         shadow, kind, fast = planned
+        _pending(shadow)
         task = run.task
 
         def finish(shadow_run: TurnRun) -> None:
@@ -297,7 +337,7 @@ class Monitor:
             if task is not None:
                 _charge(task.charge, shadow_run)
 
-        self._shadows.launch(shadow, finish)
+        self._shadows.launch(shadow, finish, cut=self._cut)
         return replace(result, shadowed=True)
 
     def ashadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
@@ -306,6 +346,7 @@ class Monitor:
         if planned is None:
             return result
         shadow, kind, fast = planned
+        _pending(shadow)
         task = run.task
 
         async def finish(shadow_run: TurnRun) -> None:
@@ -318,7 +359,7 @@ class Monitor:
             if task is not None:
                 await _acharge(task, shadow_run)
 
-        self._shadows.alaunch(shadow, finish)
+        self._shadows.alaunch(shadow, finish, cut=self._cut)
         return replace(result, shadowed=True)
 
     def _outcome(self, shadow: TurnRun, kind: MonitorKind, fast: Completion) -> str:
@@ -327,6 +368,14 @@ class Monitor:
             return "failed"
         comparison: Comparison = compare_answers(fast, kept.completion, shadow.turn)
         return comparison
+
+    def _cut(self, shadow: TurnRun) -> None:
+        """A shadow call cut short before it settled: count it ``cancelled`` (its trace says so)."""
+        info = shadow.turn.metadata.get("monitor", {})
+        if info.get("outcome") == CUT_SHORT:  # not settled: _settle never writes this outcome
+            with self._lock:
+                key = (str(info.get("kind")), CUT_SHORT)
+                self._calls[key] = self._calls.get(key, 0) + 1
 
     def _settle(
         self, shadow: TurnRun, kind: MonitorKind, outcome: str, snap: MonitorSnapshot | None
@@ -345,6 +394,7 @@ class Monitor:
                 lower_bound=round(bound, 6),
                 target=self.config.target,
                 state=snap.state,
+                judged=snap.compared >= self.rules.min_compared,
             )
             if snap.changed:
                 info["change"] = f"{snap.previous}->{snap.state}"
@@ -373,6 +423,7 @@ class Monitor:
                 snap,
                 z=self.rules.z,
                 target=self.config.target,
+                min_compared=self.rules.min_compared,
                 calls={o: n for (k, o), n in calls.items() if k == snap.kind},
             )
             for snap in snapshots
@@ -392,6 +443,16 @@ class Monitor:
         snapshots = [await store.amonitor_snapshot(k, rules=rules) for k in self.config.kinds]
         self._saw(snapshots)
         return self._figures(snapshots)
+
+
+def _pending(shadow: TurnRun) -> None:
+    """Mark a shadow call ``cancelled`` until it settles.
+
+    A trace emitted before then (the call cut short: its task cancelled, the event loop
+    ended) says so.
+    """
+    info = {**shadow.turn.metadata.get("monitor", {}), "outcome": CUT_SHORT}
+    shadow.annotate({"monitor": info})
 
 
 def _charge(charge: Callable[[Any], None], shadow: TurnRun) -> None:

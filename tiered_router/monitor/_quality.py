@@ -12,7 +12,9 @@ __all__ = ["SHADOW_OUTCOMES", "KindQuality", "quality_of"]
 SHADOW_OUTCOMES = ("matched", "mismatched", "not_comparable", "failed", "cancelled")
 """How a shadow call ends: compared (``matched`` / ``mismatched``), ``not_comparable``
 (neither answer is checkable; a prose turn), ``failed`` (the frontier gave no answer: an
-error, a timeout), ``cancelled`` (the process stopped it)."""
+error, a timeout), ``cancelled`` (stopped before it had an outcome: its task cancelled, the
+event loop ended before it ran or finished, its thread stopped; its trace says
+``outcome: cancelled`` and ``interrupted``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +37,10 @@ class KindQuality:
             ``monitor.confidence`` (0 before the first comparison).
         target: ``monitor.target``.
         state: ``ok``, ``below_target`` or ``enforcing``.
+        judged: Whether the kind has a verdict: at least the comparisons it needs to be
+            judged (``monitor.min_compared``, and never fewer than a perfect record needs to
+            clear the target). Until then ``state`` is ``ok`` and the figures say nothing
+            about the target; ``/metrics`` exports no ``lower_bound`` for it.
         total: Comparisons ever recorded for the kind in the store.
         shadow_calls: Shadow calls this process made for the kind, by outcome.
     """
@@ -46,14 +52,20 @@ class KindQuality:
     lower_bound: float
     target: float
     state: MonitorState
+    judged: bool = False
     total: int = 0
     shadow_calls: Mapping[str, int] = field(default_factory=dict)
 
 
 def quality_of(
-    snapshot: MonitorSnapshot, *, z: float, target: float, calls: Mapping[str, int]
+    snapshot: MonitorSnapshot,
+    *,
+    z: float,
+    target: float,
+    min_compared: int,
+    calls: Mapping[str, int],
 ) -> KindQuality:
-    """The :class:`KindQuality` of a store's snapshot."""
+    """The :class:`KindQuality` of a store's snapshot (judged from ``min_compared`` on)."""
     return KindQuality(
         kind=snapshot.kind,
         compared=snapshot.compared,
@@ -62,6 +74,7 @@ def quality_of(
         lower_bound=wilson_lower(snapshot.matched, snapshot.compared, z),
         target=target,
         state=snapshot.state,
+        judged=snapshot.compared >= min_compared,
         total=snapshot.total,
         shadow_calls=dict(calls),
     )

@@ -17,6 +17,16 @@ _ANSWER_ASK = re.compile(
     r"(?im)^\s*\(?[A-E][).:]\s|\\boxed|answer is|final answer|^answer:|####|"
     r"how many|how much|what is the (?:value|sum|product|total)"
 )
+# options on one line after a question or a colon: "Which is prime? (A) 4 (B) 7 (C) 9",
+# "Pick one: A) red B) green C) blue". Capital letters A, B, C in order, each closed by ")"
+# and followed by its option; three of them, right after "?" or ":" (or at the line's start),
+# so that prose with a parenthesis or two stays prose: "see (A) and (B)", "(a) wait, (b) go",
+# "Plan (A) was good (B) was bad (C) was not"
+_OPTION = r"\(?{}\)[ \t]*[^\s(),.;:]"
+_INLINE_OPTIONS = re.compile(
+    r"(?m)(?:^|[?:])[ \t]*"
+    + r"[^\n]{0,200}?(?<=[\s?:])".join(_OPTION.format(letter) for letter in "ABC")
+)
 
 
 def panel_kinds(turn: Turn) -> frozenset[str]:
@@ -30,7 +40,9 @@ def panel_kinds(turn: Turn) -> frozenset[str]:
     for message in reversed(turn.messages):
         if message.get("role") == "user":
             content = message.get("content")
-            if isinstance(content, str) and _ANSWER_ASK.search(content):
+            if isinstance(content, str) and (
+                _ANSWER_ASK.search(content) or _INLINE_OPTIONS.search(content)
+            ):
                 kinds.add("answer")
             break
     return frozenset(kinds)

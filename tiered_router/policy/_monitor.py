@@ -57,7 +57,8 @@ class MonitorConfig(Model):
     """Share of accepted fast answers (chosen by a hash of the turn id) that are also sent
     to the frontier tier in the background and compared."""
     target: float = Field(default=0.97, gt=0, le=1)
-    """Least share of accepted fast answers that must match the frontier's."""
+    """Least share of accepted fast answers that must match the frontier's (below 1: a lower
+    bound never reaches 1)."""
     confidence: float = Field(default=0.95, ge=0.5, lt=1)
     """Confidence of the one-sided lower bound (Wilson score) compared with ``target``."""
     enforce: bool = False
@@ -70,7 +71,7 @@ class MonitorConfig(Model):
     (88 for target 0.97 at confidence 0.95)."""
     explore: float = Field(default=0.1, ge=0, le=1)
     """While a kind is enforcing, the share of its turns that still go fast as usual; every
-    one of them is shadowed, so the bound can recover."""
+    one of them is shadowed, so the bound can recover (above 0 when ``enforce`` is true)."""
     tighten: Literal["frontier", "drafts"] = "frontier"
     """What an enforcing kind's other turns get: the frontier tier, or a stricter draft
     panel (``tighten_drafts``)."""
@@ -88,17 +89,46 @@ class MonitorConfig(Model):
         from statistics import NormalDist
 
         z = NormalDist().inv_cdf(self.confidence)
-        needs = math.ceil(z * z * self.target / (1 - self.target) - 1e-9) if self.target < 1 else 0
-        if self.target >= 1 or needs > self.window:
+        if self.target >= 1:
+            near = math.ceil(z * z * 0.99 / 0.01 - 1e-9)
             raise FieldErrors(
                 [
                     (
-                        ("window",),
-                        f"{self.window} comparisons cannot show target {self.target:g} at "
+                        ("target",),
+                        "must be below 1: the lower confidence bound of a matched share is "
+                        "below 1 however many comparisons match, so target 1 is never shown "
+                        f"(0.99 needs a window of at least {near} at confidence "
+                        f"{self.confidence:g})",
+                    )
+                ]
+            )
+        needs = math.ceil(z * z * self.target / (1 - self.target) - 1e-9)
+        if needs > self.window:
+            # blame the key the file sets: the window, else the target (or the confidence)
+            given = self.model_fields_set
+            field = (
+                "window" if "window" in given else "target" if "target" in given else "confidence"
+            )
+            window = f"{self.window}" + ("" if "window" in given else " (the default window)")
+            raise FieldErrors(
+                [
+                    (
+                        (field,),
+                        f"{window} comparisons cannot show target {self.target:g} at "
                         f"confidence {self.confidence:g}: even all of them matched give a lower "
-                        f"bound under it; make the window at least "
-                        f"{needs if self.target < 1 else 'larger (target 1 is never shown)'}"
-                        " or lower target / confidence",
+                        f"bound under it; make the window at least {needs} or lower target / "
+                        "confidence",
+                    )
+                ]
+            )
+        if self.enforce and self.explore <= 0:
+            raise FieldErrors(
+                [
+                    (
+                        ("explore",),
+                        "must be above 0 when enforce is true: an enforcing kind sends only "
+                        "its explore share fast, so with 0 nothing of it is compared again and "
+                        "it never relaxes (0.1 is the default)",
                     )
                 ]
             )
