@@ -5,7 +5,11 @@ does, drives JSON or SSE requests at a given concurrency, and samples the proxy 
 (``pip install py-spy``) for the length of the load. Prints the share of samples whose
 innermost Python frame is in each part (the proxy's server code, the router and engine, the
 upstream leg's aiohttp, uvicorn, the event loop...), and the inclusive share of a few
-functions. ``--svg PATH`` also writes a flame graph (not committed: it is large, and another
+functions; and the proxy's CPU per request split into user and system time. py-spy samples
+wall time while a thread is not waiting for I/O, so on a loaded machine a ``write`` that
+wakes the process on the other end (and is preempted by it) gets samples that are not CPU
+this process spends: the user/system split says how much of the CPU is system calls.
+``--svg PATH`` also writes a flame graph (not committed: it is large, and another
 run on another machine draws another one).
 
 Run (from the repository root):
@@ -29,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_proxy import (  # noqa: E402
+    CLK_TCK,
     POLICY,
     drive,
     free_port,
@@ -106,6 +111,13 @@ def summarise(raw: str, top: int = 0) -> None:
             print(f"  {n / total:6.1%}  {frame}")
 
 
+def user_system_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kind", choices=("json", "sse"), default="json")
@@ -137,6 +149,7 @@ def main() -> None:
         if args.svg:
             spies.append(subprocess.Popen([*record, "--output", args.svg]))
         time.sleep(1.0)
+        user0, system0 = user_system_s(proxy.pid)
         run = asyncio.run(
             drive(
                 port,
@@ -147,11 +160,16 @@ def main() -> None:
                 pid=proxy.pid,
             )
         )
+        user1, system1 = user_system_s(proxy.pid)
         for s in spies:
             s.wait(60)
+        n = max(len(run.samples), 1)
+        user_ms, system_ms = (user1 - user0) / n * 1000, (system1 - system0) / n * 1000
         print(
             f"{args.kind.upper()} C={args.concurrency}: {run.rps:.0f} req/s,"
             f" {run.cpu_ms_per_request:.3f} ms CPU per request"
+            f" (user {user_ms:.3f} ms, system {system_ms:.3f} ms;"
+            f" load average {os.getloadavg()[0]:.1f})"
         )
         summarise(raw.read_text(), args.top)
         if args.stacks:

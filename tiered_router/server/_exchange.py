@@ -5,8 +5,9 @@ scope once, the body from ``receive`` under its size and time limits, and the re
 ``send`` calls (or a stream of them). Starlette serves the other endpoints; :class:`Reply`
 is an ASGI callable, so its handlers return it too.
 
-A client that goes away is noticed by a watcher (:meth:`Exchange.watch`): it reads
-``receive`` until ``http.disconnect`` and then, until the first byte of the answer, cancels
+A client that goes away is noticed (:meth:`Exchange.watch`) by the connection itself when
+``serve``'s protocol serves it (:data:`CONNECTION`), else by a watcher task that reads
+``receive`` until ``http.disconnect``; until the first byte of the answer, this cancels
 the task serving the request, so the upstream call (JSON, or a stream not yet started) is
 cancelled at once; :attr:`Exchange.gone` tells that cancellation from the server's own (a
 graceful shutdown that ran out). A stream already sending ends at its next event.
@@ -19,9 +20,15 @@ import sys
 from collections.abc import AsyncIterator, Mapping, MutableMapping
 from typing import Any
 
-__all__ = ["ClientGone", "Exchange", "Reply", "TooLarge", "uncancel"]
+__all__ = ["CONNECTION", "ClientGone", "Exchange", "Reply", "TooLarge", "uncancel"]
 
 Scope = MutableMapping[str, Any]
+
+CONNECTION = "tiered_router.connection"
+"""ASGI scope key of a connection that says when its client leaves (``serve``'s protocol,
+:class:`~tiered_router.server._protocol.GuardedHttpToolsProtocol`): it has ``client_lost``
+and calls ``on_client_lost`` once when the connection closes; ``bodies_received`` says
+whether every request begun on it has come in whole."""
 
 
 class TooLarge(Exception):
@@ -92,8 +99,10 @@ class Exchange:
 
     __slots__ = (
         "_armed",
+        "_conn",
         "_headers",
         "_raw_headers",
+        "_lost",
         "_task",
         "_watcher",
         "gone",
@@ -114,6 +123,8 @@ class Exchange:
         self._task: asyncio.Task[Any] | None = None
         self._watcher: asyncio.Future[None] | None = None
         self._armed = False
+        self._conn: Any = scope.get(CONNECTION)
+        self._lost: Any = None
 
     def header(self, name: bytes) -> str | None:
         """The value of header ``name`` (lower case), or ``None``."""
@@ -125,6 +136,15 @@ class Exchange:
         if name not in self._headers:
             return []
         return [v.decode("latin-1") for k, v in self._raw_headers if k == name]
+
+    @property
+    def body_received(self) -> bool:
+        """Whether the whole body has arrived (then :meth:`body` returns without waiting).
+
+        Known only under ``serve``'s protocol (:data:`CONNECTION`); ``False`` otherwise.
+        """
+        conn = self._conn
+        return conn is not None and bool(conn.bodies_received)
 
     async def body(self, limit: int) -> bytes:
         """Read the whole body.
@@ -154,17 +174,27 @@ class Exchange:
     def watch(self) -> None:
         """From now on, cancel the current task when the client goes away.
 
-        Call it once the body has been read: the watcher (one task for the rest of the
-        request) reads ``receive`` for the ``http.disconnect`` that comes when the
-        connection closes. :meth:`close` ends it.
+        Call it once the body has been read. The connection calls back when it closes
+        (:data:`CONNECTION`); under another server a watcher (one task for the rest of the
+        request) reads ``receive`` for the ``http.disconnect`` that comes then.
+        :meth:`close` ends either.
         """
         self._task = asyncio.current_task()
         self._armed = True
-        self._watcher = asyncio.ensure_future(self._watch())
+        conn = self._conn
+        if conn is None:
+            self._watcher = asyncio.ensure_future(self._watch())
+        elif conn.client_lost:  # closed before this request got here
+            self._left()
+        else:
+            self._lost = conn.on_client_lost = self._left
 
     async def _watch(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        self._left()
+
+    def _left(self) -> None:
         self.gone = True
         if self._armed:
             self._armed = False
@@ -181,6 +211,10 @@ class Exchange:
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
+        if self._lost is not None:
+            if self._conn.on_client_lost is self._lost:
+                self._conn.on_client_lost = None
+            self._lost = None
 
     async def stream(self, headers: Mapping[str, str], events: AsyncIterator[bytes]) -> None:
         """Send a ``200 text/event-stream`` response, one body message per event.

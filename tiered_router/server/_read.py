@@ -132,8 +132,11 @@ class RequestReader:
             raise Refused(error(415, "send the body as JSON with Content-Type: application/json"))
         limit = self.settings.max_body_bytes
         try:
-            async with _within(self.settings.read_timeout_s):
+            if exchange.body_received:  # already in (most requests): no timer to arm
                 raw = await exchange.body(limit)
+            else:
+                async with _within(self.settings.read_timeout_s):
+                    raw = await exchange.body(limit)
         except TooLarge:
             message = f"request body is larger than {limit} bytes"
             raise Refused(error(413, message, code="request_too_large")) from None
