@@ -163,7 +163,9 @@ def test_condition_has_tool_results() -> None:
     call = {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "1", "type": "function", "function": {"name": "t0", "arguments": "{}"}}],
+        "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "t0", "arguments": "{}"}}
+        ],
     }
     after_tool = Turn([user(), call, {"role": "tool", "tool_call_id": "1", "content": "{}"}])
     answered = Turn([user(), call, {"role": "tool", "tool_call_id": "1", "content": "{}"}, user()])
