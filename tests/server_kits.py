@@ -140,7 +140,7 @@ def load_dfastllm() -> types.ModuleType:
         with warnings.catch_warnings():
             # its VersionResponse.model_type warns under pydantic < 2.10 (the "model_"
             # namespace was protected then): dfastllm's model, not ours, and not sent to users
-            warnings.filterwarnings("ignore", "Field \"model_type\" in VersionResponse")
+            warnings.filterwarnings("ignore", 'Field "model_type" in VersionResponse')
             _DFASTLLM = _load("_dfastllm_protocol", path)
     return _DFASTLLM
 
