@@ -5,8 +5,10 @@ Everything runs on 127.0.0.1, each server in its own process:
 - upstream: :class:`tiered_router.testing.ScriptedServer` (answers ``ok`` at once);
 - ``tiered-router serve`` (one worker) in front of it, policy with two tiers on it;
 - LiteLLM's proxy (``litellm --config``): ``--litellm PATH``, ``$LITELLM`` or the venv
-  :data:`LITELLM_VENV`; when none has it, the script installs ``litellm[proxy]==1.106.2``
-  from PyPI into that venv itself (a few minutes, once), so anyone can rerun the comparison.
+  :data:`LITELLM_VENV`; when none has it (or that venv holds another version), the script
+  installs ``litellm[proxy]==``:data:`LITELLM_VERSION` from PyPI into that venv itself (a few
+  minutes, once), so anyone can rerun the comparison. The LiteLLM version compared with is
+  printed at the start and in the summary.
 
 Measured, for JSON and for SSE (``stream: true``):
 
@@ -272,25 +274,46 @@ general_settings:
 MESSAGES = [{"role": "user", "content": "Say hi to the team and wish them a good week."}]
 
 
-LITELLM_VERSION = "1.106.2"
-"""The LiteLLM the comparison is stated against (the issue's anchor harness)."""
+LITELLM_VERSION = "1.108.7"
+"""The LiteLLM the script installs: the newest whose proxy installs from PyPI with
+``litellm[proxy]`` (1.110 moved the proxy into a separate ``litellm-proxy`` package)."""
 
 LITELLM_VENV = Path(tempfile.gettempdir()) / "tiered-router-litellm"
 """Where the script installs LiteLLM when it finds none."""
 
 
 def find_litellm(explicit: str | None) -> str | None:
-    """Return a ``litellm`` executable: the given one, ``$LITELLM``, or one in LITELLM_VENV."""
-    for candidate in (explicit, os.environ.get("LITELLM"), str(LITELLM_VENV / "bin" / "litellm")):
+    """Return a ``litellm`` executable: the given one, ``$LITELLM``, or LITELLM_VENV's.
+
+    The script's own venv counts only when it holds :data:`LITELLM_VERSION`.
+    """
+    for candidate in (explicit, os.environ.get("LITELLM")):
         if candidate and Path(candidate).exists():
             return candidate
+    own = LITELLM_VENV / "bin" / "litellm"
+    if own.exists() and litellm_version(str(own)) == LITELLM_VERSION:
+        return str(own)
     return None
+
+
+def litellm_version(executable: str) -> str:
+    """The installed litellm version beside ``executable`` (its venv's python), or ``unknown``."""
+    python = Path(executable).with_name("python")
+    if not python.exists():
+        return "unknown"
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
 def install_litellm() -> str:
     """Install ``litellm[proxy]`` (LITELLM_VERSION) into LITELLM_VENV; return its executable."""
     print(f"LiteLLM: installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} (once)")
-    subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(LITELLM_VENV)], check=True)
     pip = str(LITELLM_VENV / "bin" / "pip")
     subprocess.run([pip, "install", "--quiet", f"litellm[proxy]=={LITELLM_VERSION}"], check=True)
     return str(LITELLM_VENV / "bin" / "litellm")
@@ -319,12 +342,16 @@ def row(name: str, run: Run, base: Run | None, sse: bool) -> str:
     return text
 
 
-def summary(c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run]) -> None:
+def summary(
+    c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run], lite_version: str | None
+) -> None:
     """Print the figures the proxy's targets are stated in."""
     print(
         "\nSUMMARY (targets: added p50 <= 1 ms, p99 <= 3 ms at C=1; at C=32 >= 25x LiteLLM's"
         " req/s and >= 30x less CPU per request)"
     )
+    if lite_version is not None:
+        print(f"  compared with LiteLLM {lite_version}")
     for kind in ("json", "sse"):
         ours, direct = c1.get((kind, "tiered-router")), c1.get((kind, "direct"))
         if ours is None or direct is None:
@@ -398,7 +425,10 @@ def main() -> None:
         litellm = None
         if not args.no_litellm:
             litellm = find_litellm(args.litellm) or install_litellm()
+        lite_version = None
         if litellm is not None:
+            lite_version = litellm_version(litellm)
+            print(f"LiteLLM: litellm {lite_version} ({litellm})")
             config = tmp / "litellm.yaml"
             config.write_text(LITELLM_CONFIG.format(port=up_port), encoding="utf-8")
             lite = start(
@@ -459,7 +489,7 @@ def main() -> None:
                     f"  p50 {run.pct(0.5):7.2f} ms  p99 {run.pct(0.99):7.2f} ms"
                     + (f"  ({run.errors} errors)" if run.errors else "")
                 )
-        summary(c1, c32)
+        summary(c1, c32, lite_version)
     finally:
         for proc in reversed(procs):
             if proc.stdin is not None:

@@ -21,7 +21,7 @@ CLIENT_KEY = "client-key-0123456789"
 
 
 class ProxyProcess:
-    """``tiered-router serve POLICY --workers N`` on a free loopback port."""
+    """``tiered-router serve POLICY --workers N [ARGS]`` on a free loopback port."""
 
     def __init__(
         self,
@@ -31,12 +31,14 @@ class ProxyProcess:
         workers: int = 1,
         env: dict[str, str] | None = None,
         name: str = "proxy",
+        args: tuple[str, ...] = (),
     ) -> None:
         self.port = free_port()
         self.policy_path = directory / f"{name}-{self.port}.yaml"
         self.policy_path.write_text(yaml.safe_dump(policy), encoding="utf-8")
         self.log_path = directory / f"{name}-{self.port}.log"
         self.workers = workers
+        self.args = args  # more options of `serve` (`--stand-in`)
         self.env = {**os.environ, "TIERED_ROUTER_API_KEYS": CLIENT_KEY, **(env or {})}
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.process: subprocess.Popen[bytes] | None = None
@@ -47,7 +49,7 @@ class ProxyProcess:
 
     def start(self) -> ProxyProcess:
         args = [sys.executable, "-m", "tiered_router.cli", "serve", str(self.policy_path)]
-        args += ["--port", str(self.port), "--workers", str(self.workers)]
+        args += ["--port", str(self.port), "--workers", str(self.workers), *self.args]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 args, env=self.env, stdout=log, stderr=subprocess.STDOUT

@@ -5,8 +5,9 @@ on the JSON body as it left over HTTP: ``True`` means the server refuses it with
 for ``IGNORED`` tables, silently does not do what was asked). :func:`refusals` runs a body
 through a table and returns the rules it breaks.
 
-- vLLM 0.33.0 (its request model imports torch through ``vllm.config``): read from the wheel
-  ``vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl``.
+- vLLM 0.34.0 (its request model imports torch through ``vllm.config``): read from the wheel
+  ``vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl``. Its diffusion rules are 0.33.0's,
+  moved by a few lines; what changed is ``tools: []`` (below).
 - SGLang 0.5.23's DiffusionGemma rules (``Gemma4Renoise.validate_request`` imports torch):
   applied to the sampling parameters SGLang's own ``ChatCompletionRequest.to_sampling_params``
   builds (loaded by ``sglang_kit``), so only the last step is a table.
@@ -52,13 +53,13 @@ def _roles(body: Mapping[str, Any]) -> set[Any]:
 
 VLLM: list[Rule] = [
     (
-        "vllm/sampling_params.py:1199-1219 (_validate_diffusion); default temperature 1.0 "
-        "from vllm/entrypoints/openai/chat_completion/protocol.py:705-713",
+        "vllm/sampling_params.py:1202-1222 (_validate_diffusion); default temperature 1.0 "
+        "from vllm/entrypoints/openai/chat_completion/protocol.py:707-715",
         "temperature other than 1.0",
         lambda b: b.get("temperature", 1.0) != 1.0,
     ),
     (
-        "vllm/sampling_params.py:1199-1219",
+        "vllm/sampling_params.py:1202-1222",
         "min_p, seed, min_tokens, logit_bias, bad_words, allowed_token_ids",
         lambda b: bool(
             (b.get("min_p") or 0) > 0
@@ -70,21 +71,34 @@ VLLM: list[Rule] = [
         ),
     ),
     (
-        "vllm/sampling_params.py:1221-1241 (_validate_structured_outputs); response_format "
-        "becomes structured outputs in chat_completion/protocol.py:741-746",
+        "vllm/sampling_params.py:1224-1244 (_validate_structured_outputs); response_format "
+        "becomes structured outputs in chat_completion/protocol.py:742-747",
         "response_format json_object / json_schema",
         lambda b: _format(b) in _JSON_MODES,
     ),
     (
-        "vllm/entrypoints/openai/chat_completion/protocol.py:974-1003 (check_tool_usage)",
-        "empty tools, or tool_choice without tools",
+        "vllm/entrypoints/openai/chat_completion/protocol.py:976-1006 (check_tool_usage): "
+        "tools [] is dropped and tool_choice auto / required becomes none (lines 982-988, "
+        "new in 0.34, for every model); tool_choice without tools stays a 400",
+        "tool_choice auto / required without tools",
+        lambda b: b.get("tool_choice") in ("auto", "required") and b.get("tools") is None,
+    ),
+    (
+        "vllm/entrypoints/openai/chat_completion/protocol.py:1020-1064 (check_tool_usage): a "
+        "named tool_choice keeps tools [] (line 985), so no tool matches",
+        "a named tool_choice that names no tool sent (tools [] included)",
         lambda b: (
-            b.get("tools") == []
-            or (b.get("tool_choice") not in (None, "none") and not b.get("tools"))
+            isinstance(b.get("tool_choice"), Mapping)
+            and not any(
+                isinstance(t, Mapping)
+                and (t.get("function") or {}).get("name")
+                == (b["tool_choice"].get("function") or {}).get("name")
+                for t in b.get("tools") or ()
+            )
         ),
     ),
     (
-        "vllm/entrypoints/openai/chat_completion/protocol.py:533-539 (vllm_xargs values)",
+        "vllm/entrypoints/openai/chat_completion/protocol.py:535-541 (vllm_xargs values)",
         "vllm_xargs not an object of strings, numbers or lists",
         lambda b: "vllm_xargs" in b and not isinstance(b["vllm_xargs"], Mapping),
     ),
@@ -108,7 +122,7 @@ VLLM: list[Rule] = [
         ),
     ),
 ]
-"""vLLM 0.33.0 serving DiffusionGemma: what it answers 400 to."""
+"""vLLM 0.34.0 serving DiffusionGemma: what it answers 400 to."""
 
 VLLM_IGNORED: list[Rule] = [
     (

@@ -84,10 +84,7 @@ def test_traces_to_dataset_to_calibrate_and_write(recorded: Path) -> None:
     )
     assert refused.exit_code == 1
     assert "not writing the threshold" in refused.output
-    assert (
-        "warning: the data replays gpt-4-1106-preview|gpt-4o-FC on the frontier tier"
-        in refused.output
-    )
+    assert "warning: the data replays gpt-4-1106-preview on the frontier tier" in refused.output
     assert load_policy(recorded / "policy.yaml").scoring.threshold == written
     forced = runner.invoke(
         app,
@@ -206,9 +203,9 @@ def test_the_shipped_learned_scorer_on_its_training_data_is_flagged(tmp_path: Pa
     policy.write_text(
         "version: 1\n"
         "backends:\n"
-        "  fast: {type: replay, model: 'Mixtral-8x7B-Instruct|gpt-4o-mini-FC',"
+        "  fast: {type: replay, model: 'Mixtral-8x7B-Instruct',"
         " options: {data: sample}}\n"
-        "  frontier: {type: replay, model: 'gpt-4-1106-preview|gpt-4o-FC',"
+        "  frontier: {type: replay, model: 'gpt-4-1106-preview',"
         " options: {data: sample}}\n"
         "tiers: {fast: fast, frontier: frontier}\n"
         "scoring: {type: learned, threshold: 0.5}\n"

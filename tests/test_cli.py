@@ -114,7 +114,7 @@ def test_validate_shows_what_every_backend_resolves_to(tmp_path: Path) -> None:
         "  mine: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key: k, tools: false}\n"
         "  priced: {model: gpt-4o, api_key: k}\n"
         "  replayed: {type: replay, options: {data: sample},\n"
-        "             model: Mixtral-8x7B-Instruct|gpt-4o-mini-FC}\n"
+        "             model: Mixtral-8x7B-Instruct}\n"
         "prices: {gpt-4o: {input_per_mtok: 1, output_per_mtok: 2}}\n"
         "tiers: {fast: mercury, frontier: listed}\n",
         encoding="utf-8",

@@ -9,7 +9,7 @@ HTTP is then checked:
 - LMDeploy 0.18.0: its own request model and ``check_request``;
 - dfastllm 0.0.4: its own request model;
 - ollada 0.3.0: its own request model (and its real app below, over HTTP);
-- vLLM 0.33.0, Diffulex, Mercury 2: the rule tables of ``server_rules`` (file and lines cited);
+- vLLM 0.34.0, Diffulex, Mercury 2: the rule tables of ``server_rules`` (file and lines cited);
 - the generic ``openai`` profile (OpenAI's API itself, and servers that take its fields as
   they are): the openai SDK's own request type, ``CompletionCreateParams`` (its streaming and
   non-streaming ``TypedDict``), validated by pydantic, with no key it does not declare;

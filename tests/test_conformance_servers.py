@@ -2,7 +2,7 @@
 
 - SGLang: every request validates with SGLang's own ``ChatCompletionRequest`` (loaded from the
   installed package without GPU dependencies, see ``sglang_kit``).
-- vLLM and Mercury 2: a few direct checks; the full matrix against vLLM 0.33.0's rules
+- vLLM and Mercury 2: a few direct checks; the full matrix against vLLM 0.34.0's rules
   (read from its wheel) and Mercury 2's documented facts is in
   ``test_conformance_profiles.py``.
 """
@@ -162,3 +162,21 @@ def test_what_the_quirks_change_is_recorded_too(server: ScriptedServer) -> None:
         'tool_choice "none" -> 0 tool(s) (mercury quirks)',
     )
     assert "tools" not in server.requests[-1].body
+
+
+def test_vllm_0_34_takes_empty_tools_and_refuses_choices_without_a_tool() -> None:
+    """vLLM 0.34.0 drops ``tools: []`` (auto / required become none) for every model;
+    ``check_tool_usage`` still refuses a choice with nothing to choose from."""
+    from server_rules import VLLM, refusals
+
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    user = [{"role": "user", "content": "hi"}]
+    for choice in (None, "auto", "required", "none"):
+        body: dict[str, Any] = {"messages": user, "tools": []}
+        if choice is not None:
+            body["tool_choice"] = choice
+        assert refusals(VLLM, body) == [], choice  # 0.33.0 refused every one of these
+    assert refusals(VLLM, {"messages": user, "tool_choice": "required"})
+    assert refusals(VLLM, {"messages": user, "tools": [], "tool_choice": named})
+    assert refusals(VLLM, {"messages": user, "tools": [weather], "tool_choice": named}) == []

@@ -77,15 +77,16 @@ def test_a_long_system_prompt_alone_does_not_send_a_turn_to_the_frontier() -> No
 
 def test_ten_step_agent_task_with_a_2kb_system_prompt_is_drafted_fast() -> None:
     with ScriptedServer() as upstream:
-        # a different day on each step (the same call twice in a row is a stall: task.stall)
-        upstream.script(
-            [
-                Reply.tool_calls([("search_flights", {**ARGS, "date": f"2026-12-{d:02d}"})])
-                for d in range(1, 10)
-            ],
-            model="fast-m",
-        )
+        # a different day on each step (the same call twice in a row is a stall: task.stall);
+        # every draft of a step's panel (the shipped policy verifies tool steps) gives it
+        def fast(body: dict[str, Any]) -> Reply:
+            day = 1 + sum(m["role"] == "tool" for m in body["messages"])
+            return Reply.tool_calls([("search_flights", {**ARGS, "date": f"2026-12-{day:02d}"})])
+
         upstream.script([Reply.text("The 08:04 TGV is the cheapest.")], model="frontier-m")
+        upstream.default = lambda body: (
+            fast(body) if body["model"] == "fast-m" else Reply.text("unexpected")
+        )
         router = Router(_policy(upstream.base_url))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
@@ -121,3 +122,75 @@ def test_ten_step_agent_task_with_a_2kb_system_prompt_is_drafted_fast() -> None:
     assert rules[9] == "final-answer"
     summary = task.summary()
     assert summary.steps == 10 and summary.fast_share == 0.9 and summary.escalations == 0
+
+
+CITIES = ["Lyon", "Nice", "Lille", "Nantes", "Bordeaux"]
+BOOK = [
+    {
+        "type": "function",
+        "function": {
+            "name": "book_trip",
+            "description": "Book a train trip from Paris.",
+            "parameters": {
+                "type": "object",
+                "properties": {"destination": {"type": "string"}, "day": {"type": "integer"}},
+                "required": ["destination", "day"],
+            },
+        },
+    }
+]
+
+
+def _wrong_on_30_percent(body: dict[str, Any], seen: dict[int, int]) -> Reply:
+    """The fast model: a wrong but grounded destination on 30 % of calls (fixed per draft)."""
+    text = str([m for m in body["messages"] if m["role"] == "user"][-1]["content"])
+    day = int(text.split("day ")[1].split(":")[0])
+    dest = text.split("go to ")[1].rstrip(".")
+    if body["model"] == "fast-m":
+        draft = seen[day] = seen.get(day, -1) + 1
+        h = (day * 7919 + draft * 104729) % 100
+        if h < 30:  # independent across drafts and steps, the same on every run
+            dest = [c for c in CITIES if c != dest][h % 4]
+    return Reply.tool_calls([("book_trip", {"destination": dest, "day": day})])
+
+
+def test_the_shipped_policy_verifies_tool_steps_whose_fast_model_errs_on_30_percent() -> None:
+    """Without drafts such a loop returns ~30 % wrong calls: no gate check sees them."""
+    with ScriptedServer() as upstream:
+        seen: dict[int, int] = {}
+        upstream.default = lambda body: _wrong_on_30_percent(body, seen)
+        router = Router(_policy(upstream.base_url))
+        assert router.policy.drafts is not None and router.policy.drafts.k >= 3
+        wrong = fast = 0
+        steps = 60
+        for day in range(1, steps + 1):
+            dest = CITIES[day % 5]
+            messages = [
+                {"role": "system", "content": "You book trains."},
+                {
+                    "role": "user",
+                    "content": f"Cities: {', '.join(CITIES)}. On day {day}: go to {dest}.",
+                },
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c0",
+                            "type": "function",
+                            "function": {"name": "book_trip", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c0", "content": '{"ok": true}'},
+            ]
+            messages = [messages[0], *messages[2:], messages[1]]
+            result = router.complete(Turn(messages, tools=BOOK, step=day))
+            call = result.completion.tool_calls[0]
+            wrong += '"' + dest + '"' not in call.arguments
+            fast += result.tier == "fast"
+            if result.tier == "fast":
+                assert result.trace.panel is not None  # verified by agreement, not one draft
+        router.close()
+    assert wrong / steps <= 0.05
+    assert fast / steps >= 0.5

@@ -63,7 +63,7 @@ def test_the_example_policy_loads() -> None:
 def test_the_compose_file_wires_router_redis_collector_and_balancer() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))
     services = compose["services"]
-    assert set(services) == {"router", "lb", "redis", "otel-collector"}
+    assert set(services) == {"router", "lb", "redis", "otel-collector", "prometheus", "grafana"}
     router = services["router"]
     command = " ".join(router["command"].split())
     assert "--otel" in command and "/etc/tiered-router/policy.yaml" in command
@@ -75,8 +75,34 @@ def test_the_compose_file_wires_router_redis_collector_and_balancer() -> None:
         *router["volumes"],
         *services["lb"]["volumes"],
         *services["otel-collector"]["volumes"],
+        *services["prometheus"]["volumes"],
+        *services["grafana"]["volumes"],
     ):
         assert (DEPLOY / mount.split(":")[0]).exists(), mount
     collector = yaml.safe_load((DEPLOY / "otel-collector.yaml").read_text(encoding="utf-8"))
     assert set(collector["service"]["pipelines"]) == {"traces", "metrics"}
     assert "router:8000" in (DEPLOY / "nginx.conf").read_text(encoding="utf-8")
+
+
+def test_prometheus_scrapes_the_replicas_and_grafana_gets_the_dashboard() -> None:
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text(encoding="utf-8"))["services"]
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text("utf-8"))
+    (job,) = prometheus["scrape_configs"]
+    assert job["dns_sd_configs"] == [{"names": ["router"], "type": "A", "port": 8000}]
+    # the key file prometheus.yml reads is the one the container writes at start
+    key_file = job["authorization"]["credentials_file"]
+    assert f"> {key_file}" in services["prometheus"]["command"][0]
+    mounted = {m.split(":")[1] for m in services["prometheus"]["volumes"]}
+    assert set(prometheus["rule_files"]) <= mounted
+    grafana = {m.split(":")[1]: m.split(":")[0] for m in services["grafana"]["volumes"]}
+    provider = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/dashboards/tiered-router.yaml").read_text("utf-8")
+    )
+    folder = provider["providers"][0]["options"]["path"]
+    assert (DEPLOY / grafana[folder] / "tiered-router.json").is_file()
+    source = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/prometheus.yaml").read_text("utf-8")
+    )["datasources"][0]
+    assert source["url"] == "http://prometheus:9090"
+    dashboard = (DEPLOY / grafana[folder] / "tiered-router.json").read_text(encoding="utf-8")
+    assert f'"uid": "{source["uid"]}"' in dashboard

@@ -100,23 +100,23 @@ def test_outcome_without_recorded_answer_is_not_recorded() -> None:
 # -- bundled sample ------------------------------------------------------------------------
 
 
-def test_bundled_sample_is_exams_and_tool_calls() -> None:
+def test_bundled_sample_is_redistributable_exam_rows() -> None:
     from tiered_router.evaluation._sample import FAST_KEY, FRONTIER_KEY
 
     ds = load_sample()
-    assert len(ds) == 700
+    assert len(ds) == 500
     sources = [r.turn.metadata["source"] for r in ds.rows]
     assert sources.count("mmlu") == 300
     assert sources.count("gsm8k") == 200
-    assert sources.count("bfcl") == 200
+    # BFCL-Result's recorded tool calls have no licence file: never bundled
+    assert "bfcl" not in sources and "BFCL-Result" not in ds.source
     assert set(ds.models) == {FRONTIER_KEY, FAST_KEY}
     assert "ATTRIBUTION.md" in ds.license
     gsm = next(r for r in ds.rows if r.id.startswith("gsm8k"))
     assert gsm.outcomes[FRONTIER_KEY].text  # responses are kept for GSM8K
     mmlu = next(r for r in ds.rows if r.id.startswith("mmlu"))
     assert not mmlu.outcomes[FRONTIER_KEY].recorded
-    tool = next(r for r in ds.rows if r.turn.metadata["source"] == "bfcl")
-    assert tool.turn.tools and tool.outcomes[FAST_KEY].cost is not None
+    assert mmlu.outcomes[FAST_KEY].cost is not None
     # every outcome is priced at its own model's list price, and timed by the policy
     assert all(
         o.cost is not None and o.latency_s is None for r in ds.rows for o in r.outcomes.values()
@@ -127,15 +127,15 @@ def test_bundled_sample_has_its_attribution() -> None:
     notice = Path(__file__).parents[1] / "tiered_router" / "evaluation" / "data" / "ATTRIBUTION.md"
     text = notice.read_text()
     assert "lm-sys/RouteLLM" in text and "Apache" in text
-    assert "ShishirPatil/gorilla" in text and "BFCL-Result" in text
+    assert "BFCL-Result" in text  # named as what is left out, and why
 
 
 def test_load_data_sample_and_unknown_name() -> None:
-    assert load_data("sample").fast_model == "Mixtral-8x7B-Instruct|gpt-4o-mini-FC"
+    assert load_data("sample").fast_model == "Mixtral-8x7B-Instruct"
     with pytest.raises(DatasetError, match="known name"):
         load_data("no-such-data")
     with pytest.raises(DatasetError, match="no outcomes for model 'nope'"):
-        load_data("sample:nope->gpt-4-1106-preview|gpt-4o-FC")
+        load_data("sample:nope->gpt-4-1106-preview")
 
 
 # -- shared data (skipped when absent) -----------------------------------------------------
@@ -420,8 +420,11 @@ def test_sample_builder_is_reproducible(tmp_path: Path) -> None:
 
     assert DATA is not None
     built = build_sample(DATA, tmp_path / "s.jsonl.gz", calibration=tmp_path / "c.jsonl.gz")
-    assert len(built) == 700
+    assert len(built) == 500
     calibration = read_dataset(tmp_path / "c.jsonl.gz")
+    # the calibration rows (not bundled) include BFCL's agent turns; the sample does not
+    assert any(r.turn.tools for r in calibration.rows)
+    assert not any(r.turn.tools for r in built.rows)
     # the default policy is calibrated on rows the sample does not contain
     assert not {r.id for r in calibration.rows} & {r.id for r in built.rows}
     assert len(calibration) > 10_000

@@ -30,7 +30,7 @@ def _invoke(*args: str) -> tuple[int, str]:
 def test_eval_with_no_arguments_prints_real_figures() -> None:
     code, out = _invoke("eval")
     assert code == 0, out
-    assert "default policy on sample (700 turns)" in out
+    assert "default policy on sample (500 turns)" in out
     for metric in (
         "quality retained",
         "cost saved",
@@ -41,9 +41,9 @@ def test_eval_with_no_arguments_prints_real_figures() -> None:
     ):
         assert metric in out
     assert re.search(r"quality retained\s*│\s*\d+\.\d%", out)
-    assert "Mixtral-8x7B-Instruct|gpt-4o-mini-FC" in out
-    # the sample's tool turns exercise the gate and escalation
-    assert re.search(r"escalations: gate_failed \d+", out)
+    assert "fast = Mixtral-8x7B-Instruct, frontier = gpt-4-1106-preview" in out
+    # GSM8K's recorded responses go through the gate
+    assert re.search(r"gate: P\(wrong \| pass\)\s*│\s*\d+\.\d%\s*│\s*200 drafts", out)
     # the policy's row is marked in the sweep, and compared with baselines at its share
     assert "policy ->" in out
     assert "at the policy's frontier share" in out and "prompt length" in out
@@ -63,7 +63,7 @@ def test_eval_main_job_runs_as_a_module_without_keys() -> None:
     )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["summary"]["n"] == 700
+    assert data["summary"]["n"] == 500
     assert done.stderr == ""  # no progress bar when not a terminal
 
 
@@ -72,7 +72,7 @@ def test_eval_json_output_parses(tmp_path: Path) -> None:
     assert code == 0
     data = json.loads(out)
     s = data["summary"]
-    assert data["dataset"] == "sample" and s["n"] == 700
+    assert data["dataset"] == "sample" and s["n"] == 500
     names = [b["name"] for b in data["baselines"]]
     assert names == ["random", "prompt length"]
     for b in data["baselines"]:
@@ -222,7 +222,7 @@ def test_eval_price_and_latency_options() -> None:
     assert code == 2 and "--latency" in out
     code, out = _invoke("eval", "--json", "--prices", "policy", "--latency", "model")
     assert code == 0
-    assert json.loads(out)["summary"]["n"] == 700
+    assert json.loads(out)["summary"]["n"] == 500
 
 
 def test_eval_on_shared_bfcl_data_uses_recorded_latency() -> None:
@@ -245,9 +245,9 @@ def test_eval_picks_models_by_option() -> None:
         "eval",
         "--json",
         "--fast-model",
-        "gpt-4-1106-preview|gpt-4o-FC",
+        "gpt-4-1106-preview",
         "--frontier-model",
-        "gpt-4-1106-preview|gpt-4o-FC",
+        "gpt-4-1106-preview",
     )
     assert code == 0, out
     s = json.loads(out)["summary"]
@@ -287,3 +287,82 @@ def test_eval_verdict_when_the_threshold_sends_every_turn_to_one_tier(tmp_path: 
     assert f"(answered fast: {answered.group(1)};" in flat
     assert "sends every turn" not in flat
     assert "tiered-router calibrate" in flat
+
+
+def _three_models(tmp_path: Path) -> Path:
+    """Rows recording models a, b and c (default pair a -> b); c is right where b is wrong."""
+    header = {"format": "tiered-router-eval", "version": 1, "name": "three"}
+    header |= {"fast_model": "a", "frontier_model": "b"}
+    rows = [
+        {
+            "id": f"r{i}",
+            "messages": [{"role": "user", "content": f"question {i}"}],
+            "outcomes": {
+                "a": {"quality": 0.0, "cost": 0.001},
+                "b": {"quality": 0.0, "cost": 0.01},
+                "c": {"quality": 1.0, "cost": 0.02},
+            },
+        }
+        for i in range(20)
+    ]
+    path = tmp_path / "three.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in [header, *rows]) + "\n", encoding="utf-8")
+    return path
+
+
+def _replaying(tmp_path: Path, data: str, fast: str, frontier: str) -> Path:
+    path = tmp_path / "named.yaml"
+    path.write_text(
+        "version: 1\nbackends:\n"
+        f"  f: {{type: replay, model: {fast}, options: {{data: {data!r}}}}}\n"
+        f"  s: {{type: replay, model: {frontier}, options: {{data: {data!r}}}}}\n"
+        "tiers: {fast: f, frontier: s}\nscoring: {type: heuristic, threshold: 0.0}\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_eval_and_calibrate_replay_the_models_the_policy_names(tmp_path: Path) -> None:
+    data = str(_three_models(tmp_path))
+    policy = _replaying(tmp_path, data, "a", "c")
+    code, out = _invoke("eval", str(policy), "--data", data, "--json")
+    assert code == 0, out
+    shown = json.loads(out)
+    # was the data's pair (a -> b), quality 0 on the frontier
+    assert (shown["fast_model"], shown["frontier_model"]) == ("a", "c")
+    assert shown["summary"]["quality_frontier"] == 1.0
+    # a pair spelled in --data still wins over the policy's models
+    code, out = _invoke("eval", str(policy), "--data", f"{data}:a->b", "--json")
+    assert code == 0, out
+    assert json.loads(out)["frontier_model"] == "b"
+    code, out = _invoke("calibrate", str(policy), "--data", data, "--target-fast-share", "0.5")
+    assert code == 0, out
+    assert "replaying three: fast = a, frontier = c" in out
+    # a model the data does not record leaves the data's pair in place
+    other = _replaying(tmp_path, data, "a", "nope")
+    code, out = _invoke("eval", str(other), "--data", data, "--json")
+    assert code == 0, out
+    assert json.loads(out)["frontier_model"] == "b"
+
+
+def test_eval_on_bfcl_replays_a_panel_of_the_policys_recorded_models(tmp_path: Path) -> None:
+    from tiered_router.evaluation import find_data_dir
+
+    if find_data_dir() is None:
+        pytest.skip("shared data folder (../shared/data) absent")
+    policy = tmp_path / "panel3.yaml"
+    policy.write_text(
+        "version: 1\nbackends:\n"
+        "  mini: {type: replay, model: gpt-4o-mini-2024-07-18-FC, options: {data: bfcl}}\n"
+        "  mini-text: {type: replay, model: gpt-4o-mini-2024-07-18, options: {data: bfcl}}\n"
+        "  gpt35: {type: replay, model: gpt-3.5-turbo-0125-FC, options: {data: bfcl}}\n"
+        "  big: {type: replay, model: gpt-4-turbo-2024-04-09-FC, options: {data: bfcl}}\n"
+        "tiers: {fast: mini, frontier: big}\nscoring: {type: heuristic, threshold: 1.0}\n"
+        "drafts: {k: 3, backends: [mini, mini-text, gpt35], min_agreement: 0.67}\n",
+        encoding="utf-8",
+    )
+    code, out = _invoke("eval", str(policy), "--data", "bfcl", "--json")
+    assert code == 0, out
+    shown = json.loads(out)
+    assert shown["frontier_model"] == "gpt-4-turbo-2024-04-09-FC"  # not the data's gpt-4o
+    assert shown["panel"]["k"] == 3 and shown["panel"]["missing_drafts"] == 0

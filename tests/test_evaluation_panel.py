@@ -225,8 +225,9 @@ def test_cli_eval_and_calibrate_with_a_panel(tmp_path: Path) -> None:
     )
     assert cal.exit_code == 0, cal.output
     written = load_policy(policy)
-    assert written.drafts is not None and written.drafts.k == 2
-    assert "wrote drafts.k: 2" in cal.output
+    # calibrate chooses per kind of turn (tools here) and writes drafts.kinds
+    assert written.drafts is not None and written.drafts.for_kind("tools")[0] == 2
+    assert "wrote scoring.threshold and drafts" in cal.output
 
 
 def test_turns_drafts_when_leaves_out_keep_one_draft() -> None:

@@ -14,10 +14,12 @@ the proxy's JSON and SSE endpoints) and checks the promises:
 Breaker behaviour under faults is tested with the engine; here the breaker is off so every
 case starts from the same state.
 
-Two more columns run the in-process surfaces with the fast side in flight: ``panel`` (a
-panel of three concurrent fast drafts, ``drafts: {k: 3, when: [all]}``) and ``hedge`` (the
-frontier call started 0.1 s into the fast side, ``hedge: {after_s: 0.1}``); the same
-promises hold.
+Three more columns run the in-process surfaces with the fast side in flight: ``panel`` (a
+panel of three concurrent fast drafts, ``drafts: {k: 3, when: [all]}``), ``hedge`` (the
+frontier call started 0.1 s into the fast side, ``hedge: {after_s: 0.1}``) and
+``panel_floor`` (the same panel on a turn that offers one tool, every healthy draft calling
+``delete_all``, which it does not offer, and the turn starting fast whichever tier is
+faulty); the same promises hold, and no turn returns the ``delete_all`` call.
 """
 
 from __future__ import annotations
@@ -126,7 +128,18 @@ SURFACES = ("acomplete", "astream", "proxy_json", "proxy_sse")
 MODES: dict[str, dict[str, Any]] = {
     "panel": {"drafts": {"k": 3, "min_agreement": 0.67, "when": ["all"]}},
     "hedge": {"hedge": {"after_s": 0.1}},
+    "panel_floor": {"drafts": {"k": 3, "min_agreement": 0.67, "when": ["all"]}},
 }
+OFFERED = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+NOT_OFFERED = Reply.tool_calls([("delete_all", {"path": "/"})])
 
 
 def _dead_url() -> str:
@@ -209,9 +222,18 @@ def proxies(
         proxy.stop()
 
 
-def _script(server: ScriptedServer, fault: str, faulty: tuple[str, ...], stream: bool) -> None:
+def _script(
+    server: ScriptedServer,
+    fault: str,
+    faulty: tuple[str, ...],
+    stream: bool,
+    *,
+    healthy_fast: Reply | None = None,
+) -> None:
     make = FAULTS[fault]
     by_model = {MODELS[tier]: make(tier, stream) for tier in faulty if make is not None}
+    if healthy_fast is not None and "fast" not in faulty:
+        by_model[MODELS["fast"]] = healthy_fast
 
     def reply(body: dict[str, Any]) -> Reply:
         return by_model.get(body.get("model"), Reply.text("ok"))  # type: ignore[arg-type]
@@ -220,7 +242,9 @@ def _script(server: ScriptedServer, fault: str, faulty: tuple[str, ...], stream:
     server.default = reply
 
 
-def _turn(faulty_tier: str) -> Turn:
+def _turn(faulty_tier: str, column: str | None = None) -> Turn:
+    if column == "panel_floor":  # the panel first, whichever tier is faulty
+        return Turn(MESSAGES, tools=OFFERED)
     # a frontier-only fault needs a turn that goes to the frontier first
     return Turn(MESSAGES, final=faulty_tier == "frontier")
 
@@ -239,13 +263,15 @@ async def _run_router(
                 assert exc.attempts, f"{type(exc).__name__} without attempts"  # type: ignore[attr-defined]
                 return f"error:{exc!r}:{exc}", memory
             assert result.trace.attempts
-            return f"ok:{result.completion.text}", memory
+            names = [c.name for c in result.completion.tool_calls]
+            return f"ok:{result.completion.text}{_calls(names)}", memory
         stream = router.astream(turn)
         text = []
         try:
             await stream.start()
             async for chunk in stream:
                 text.append(chunk.text)
+                text.append(_calls([d.name for d in chunk.tool_calls if d.name]))
         except TieredRouterError as exc:
             assert getattr(exc, "attempts", None) or getattr(exc, "trace", None)
             return f"error:{exc!r}:{exc}", memory
@@ -255,6 +281,10 @@ async def _run_router(
     finally:
         await router.aclose()
         sink.close()
+
+
+def _calls(names: list[str]) -> str:
+    return "".join(f"[call:{name}]" for name in names)
 
 
 def _run_proxy(proxy: _Proxy, surface: str, turn: Turn) -> str:
@@ -313,8 +343,9 @@ async def test_fault_matrix(
     faulty = TIERS[tier]
     refused = faulty if fault == "refused" else ()
     stream = surface in ("astream", "proxy_sse")
-    _script(upstream, fault, faulty, stream)
-    turn = _turn(tier)
+    floor = column == "panel_floor"
+    _script(upstream, fault, faulty, stream, healthy_fast=NOT_OFFERED if floor else None)
+    turn = _turn(tier, column)
     jsonl = tmp_path / "traces.jsonl"
 
     started = time.monotonic()
@@ -343,8 +374,12 @@ async def test_fault_matrix(
         # the frontier is healthy and the fast fault left it time: the turn is answered
         assert outcome.startswith(("ok:", "200:")), outcome[:300]
     last = traces[-1]
-    if column == "panel" and last.decision.tier == "fast":
+    if column in ("panel", "panel_floor") and last.decision.tier == "fast":
         assert any(a.role == "draft" for a in last.attempts), last.attempts
+    if floor:  # a panel never returns a call the turn did not offer, whatever failed
+        assert "[call:delete_all]" not in outcome, outcome[:300]
+        if "fast" not in faulty and outcome.startswith("ok:"):
+            assert last.verdict is not None and not last.verdict.passed or last.tier != "fast"
     if column == "hedge" and tier == "fast" and fault in ("hang", "slow_drip"):
         # the hedge answers while the fast side hangs: the turn is not lost to the deadline
         assert any(a.role == "hedge" and a.ok for a in last.attempts), last.attempts

@@ -408,11 +408,11 @@ def test_the_policy_blocks_of_docs_panels_load() -> None:
 
     page = (Path(__file__).parents[1] / "docs" / "panels.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     for block in blocks:
         data = yaml.safe_load(block)
         if "version" not in data:  # a section: merge it into a two-tier policy
             data = {**yaml.safe_load(POLICY), **data}
             data["drafts"]["backends"] = ["fast"]
         policy = load_policy(data)
-        assert policy.drafts is not None and policy.drafts.k == 3
+        assert policy.drafts is not None and policy.drafts.k in (3, 5)

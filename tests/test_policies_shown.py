@@ -127,6 +127,7 @@ def _routing(source: str | Path) -> dict[str, Any]:
         "rules": [r.model_dump() for r in policy.rules],
         "gate": policy.gate.model_dump(),
         "escalation": policy.escalation.model_dump(),
+        "drafts": None if policy.drafts is None else policy.drafts.model_dump(),
     }
 
 

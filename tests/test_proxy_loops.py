@@ -82,7 +82,7 @@ def test_a_backend_pointing_at_the_proxy_is_one_refused_hop_not_a_fan_out(
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "from the frontier"
     assert response.headers["x-tiered-router-escalated"] == "true"
-    assert took < 5  # two refused hops (the try and its retry), then the frontier
+    assert took < 5  # one refused hop (a 508 is not retried), then the frontier
     # only the frontier call reached the upstream, and it named this proxy
     assert [r.body.get("model") for r in first] == ["frontier-model"]
     frontier_calls = first
@@ -225,14 +225,19 @@ def test_a_request_names_every_proxy_it_came_through_and_too_many_is_a_loop(
         assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
         assert server.requests[-1].headers.get(HOP) == f"p0, {settings.hop_id}"
         junk = chat(url, **{HOP: f"p9, send this upstream, {'x' * 65},,"})
-        assert junk.status_code == 200
-        assert server.requests[-1].headers.get(HOP) == f"p9, {settings.hop_id}"  # ids only
         forwarded = chat(url, **{HOP: "p1, p2"})
-        too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS + 1))})
+        longest = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS - 1))})
+        too_many = chat(url, **{HOP: ", ".join(f"p{i}" for i in range(MAX_HOPS))})
         returned = chat(url, **{HOP: f"{settings.hop_id}, p2"})
+    # a header that is no chain of proxy ids was not written by a proxy: refused, never sent
+    assert junk.status_code == 400, junk.text
+    assert junk.json()["error"]["code"] == "invalid_hop_header"
     assert forwarded.status_code == 200, forwarded.text
-    assert server.requests[-1].headers.get(HOP) == f"p1, p2, {settings.hop_id}"
+    assert server.requests[1].headers.get(HOP) == f"p1, p2, {settings.hop_id}"
+    assert longest.status_code == 200, longest.text
+    assert server.requests[2].headers.get(HOP).count(",") == MAX_HOPS - 1  # MAX_HOPS ids
     assert len(server.requests) == 3  # the refused ones made no upstream call
+    # a chain that this proxy would make longer than MAX_HOPS is refused here, not upstream
     assert too_many.status_code == 508
     assert too_many.json()["error"]["code"] == "loop_detected"
     assert f"more than {MAX_HOPS}" in too_many.json()["error"]["message"]

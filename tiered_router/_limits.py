@@ -8,16 +8,28 @@ it (``json.dumps``, schema validation). :func:`loads` turns both into :class:`JS
 The depth check costs nothing on ordinary documents: a document with fewer brackets than the
 limit cannot be nested deeper than it, and only documents with more are walked.
 
-The same limits hold for a caller's own request in process (:class:`~tiered_router.Turn`
-checks its schemas with :func:`check_schema`, and the shape of its messages and ``n`` with
-:func:`check_message` and :func:`check_n`): a request the router could not send is refused
-as :class:`~tiered_router.InvalidRequest` before any attempt, never retried as a backend
-failure.
+The same limits hold for a caller's own request, whichever face it came through (the proxy,
+the drop-in client, :class:`~tiered_router.Turn` in process): the turn is the one boundary
+where every caller field is checked, once, when it is built. :func:`check_schema` checks its
+schemas, :func:`check_message` the shape and role of each message, and
+:func:`check_turn_options` its ``step``, ``metadata``, ``n``, ``stop``, ``extra_body`` and
+``response_format``; :func:`check_finite` refuses ``NaN`` and ``Infinity`` anywhere in what
+would be sent upstream (JSON has no such numbers: a server would get ``null``). A request the
+router could not send is refused as :class:`~tiered_router.InvalidRequest` before any
+attempt, never retried as a backend failure and never counted by a breaker.
+
+What the router reads from model text is bounded the same way: :func:`read_int` and
+:func:`read_float` read a number only when it has at most :data:`MAX_NUMBER_DIGITS` digits and
+is finite, and :func:`bounded` says whether a value read from text is JSON data within the
+limits (finite numbers, integers of at most that many digits, nesting within
+:data:`MAX_JSON_DEPTH`). A value that is not is left unread, so the gate fails the draft.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,17 +37,25 @@ from tiered_router.exceptions import InvalidRequest
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "MAX_NUMBER_DIGITS",
     "MAX_SCHEMA_BYTES",
+    "MAX_STOP",
+    "ROLES",
     "JSONTooDeep",
+    "bounded",
     "brackets",
     "check_depth",
+    "check_finite",
     "check_message",
     "check_n",
     "check_object",
     "check_schema",
+    "check_stop",
     "check_turn_options",
     "kind",
     "loads",
+    "read_float",
+    "read_int",
     "response_format_of",
 ]
 
@@ -43,6 +63,12 @@ MAX_JSON_DEPTH = 128
 """Deepest nesting of objects and arrays accepted (OpenAI's own limit on schemas is 5-10)."""
 MAX_SCHEMA_BYTES = 256 * 1024
 """Largest schema (``response_format``, a tool's ``parameters``) a turn may carry, serialised."""
+MAX_STOP = 16
+"""Most ``stop`` sequences a turn may give (OpenAI takes 4; local servers more)."""
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+"""The message roles of OpenAI's chat API (``function``: the legacy tool result)."""
+MAX_NUMBER_DIGITS = 100
+"""Most digits of a number read from model text (2**256 has 78)."""
 
 
 class JSONTooDeep(ValueError):
@@ -121,8 +147,10 @@ def check_turn_options(
 
     Raises:
         InvalidRequest: ``step`` not a non-negative integer, ``metadata`` not an object, a
-            malformed ``n`` (:func:`check_n`), a ``response_format`` that is not an object
-            or too deep or large (:func:`check_schema`).
+            malformed ``n`` (:func:`check_n`) or ``stop`` (:func:`check_stop`), an
+            ``extra_body`` that is not an object, ``NaN`` or ``Infinity`` among the params
+            (:func:`check_finite`), a ``response_format`` that is not an object or too deep
+            or large (:func:`check_schema`).
 
     """
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
@@ -130,8 +158,15 @@ def check_turn_options(
             f"Turn.step: must be a non-negative integer, got {step!r}", param="step"
         )
     check_object(metadata, "metadata")
-    if params is not None and params.get("n") is not None:
-        check_n(params["n"])
+    if params is not None:
+        if params.get("n") is not None:
+            check_n(params["n"])
+        check_stop(params.get("stop"), "stop")
+        extra = params.get("extra_body")
+        check_object(extra, "extra_body")
+        if extra:
+            check_stop(extra.get("stop"), "extra_body.stop")
+        check_finite(params, "")
     if response_format is not None:
         check_schema(response_format, "response_format")
 
@@ -159,18 +194,30 @@ def check_schema(value: Any, param: str, *, max_bytes: int = MAX_SCHEMA_BYTES) -
         raise InvalidRequest(
             f"{param}: {size} bytes, larger than {max_bytes}", param=param, code="schema_too_large"
         )
+    check_finite(value, param)
 
 
 def check_message(message: Mapping[str, Any], index: int) -> None:
-    """Refuse a message whose ``content`` or ``tool_calls`` has a type OpenAI's API refuses.
+    """Refuse a message OpenAI's API refuses: an unknown role, a wrong type, NaN or Infinity.
 
-    ``content`` is a string, a list of parts (objects or strings) or null; ``tool_calls`` a
-    list of objects.
+    ``role`` is one of :data:`ROLES`; ``content`` is a string, a list of parts (objects or
+    strings) or null; ``tool_calls`` a list of objects; no number in it is ``NaN`` or
+    infinite.
 
     Raises:
-        InvalidRequest: Naming ``messages[i].content`` or ``messages[i].tool_calls``.
+        InvalidRequest: Naming ``messages[i].role``, ``messages[i].content``,
+            ``messages[i].tool_calls`` or where the non-finite number is.
 
     """
+    role = message.get("role")
+    if role not in ROLES:
+        where = f"messages[{index}].role"
+        shown = repr(role) if isinstance(role, str) and len(role) <= 40 else kind(role)
+        raise InvalidRequest(
+            f"{where}: {shown} is not a role; one of {', '.join(sorted(ROLES))}",
+            param=where,
+            code="invalid_value",
+        )
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         where = f"messages[{index}].content"
@@ -203,6 +250,150 @@ def check_message(message: Mapping[str, Any], index: int) -> None:
                     param=f"{where}[{j}]",
                     code="invalid_type",
                 )
+    check_finite(message, f"messages[{index}]")
+
+
+def check_stop(value: Any, param: str = "stop") -> None:
+    """Refuse a ``stop`` that is not ``None``, a string or a list of at most :data:`MAX_STOP`.
+
+    Raises:
+        InvalidRequest: Naming ``param`` (or ``param[i]`` for an item that is no string).
+
+    """
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, (list, tuple)):
+        raise InvalidRequest(
+            f"{param}: must be a string or a list of strings, got {kind(value)}",
+            param=param,
+            code="invalid_type",
+        )
+    if len(value) > MAX_STOP:
+        raise InvalidRequest(
+            f"{param}: {len(value)} sequences given, at most {MAX_STOP} accepted",
+            param=param,
+            code="invalid_value",
+        )
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidRequest(
+                f"{param}[{i}]: must be a string, got {kind(item)}",
+                param=f"{param}[{i}]",
+                code="invalid_type",
+            )
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` holds a float that is ``NaN`` or infinite (iterative walk)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def _where_non_finite(value: Any, path: str) -> str:
+    """The path of the first non-finite number in ``value`` (one is known to be there)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return where or "body"
+        if isinstance(item, Mapping):
+            stack.extend((v, f"{where}.{k}" if where else str(k)) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+    return path or "body"  # pragma: no cover - only called when one is there
+
+
+def check_finite(value: Any, param: str) -> None:
+    """Refuse ``NaN`` and ``Infinity`` anywhere in ``value`` (JSON has no such numbers).
+
+    A body read by Python's JSON parser may hold them (it reads ``NaN``, ``Infinity`` and
+    ``1e400``), and a caller in process may pass them; sent on, they would reach the server
+    as ``null``. The walk is iterative and runs once per turn.
+
+    Raises:
+        InvalidRequest: Naming where the number is (``temperature``,
+            ``messages[0].content[1].x``...), ``code="invalid_value"``.
+
+    """
+    if _non_finite(value):
+        where = _where_non_finite(value, param)
+        raise InvalidRequest(
+            f"{where}: NaN and Infinity are not JSON numbers; send a finite number",
+            param=where,
+            code="invalid_value",
+        )
+
+
+_DIGITS = re.compile(r"[+-]?\d+")
+
+
+def read_int(text: str) -> int | None:
+    """``text`` (an optional sign and digits) as an integer, or ``None``.
+
+    ``None`` for anything else, and for more than :data:`MAX_NUMBER_DIGITS` digits: model
+    text is read within bounds (Python refuses over 4,300 digits with ``ValueError``).
+    """
+    text = text.strip()
+    if len(text) > MAX_NUMBER_DIGITS + 1 or not _DIGITS.fullmatch(text):
+        return None
+    return int(text)
+
+
+def read_float(text: str) -> float | None:
+    """``text`` as a finite number of at most :data:`MAX_NUMBER_DIGITS` digits, or ``None``.
+
+    ``None`` for what Python cannot read as a float, for ``nan``, ``inf`` and numbers
+    beyond the float range (``1e400``), and for longer text.
+    """
+    text = text.strip()
+    if len(text) > MAX_NUMBER_DIGITS + 8:  # digits, sign, point, exponent
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def bounded(value: Any) -> bool:
+    """Whether ``value`` (read from model text) is JSON data within the limits.
+
+    Finite numbers only, integers of at most :data:`MAX_NUMBER_DIGITS` digits, string keys,
+    nesting within :data:`MAX_JSON_DEPTH`; strings, booleans and ``None`` as they are.
+    """
+    limit = 10**MAX_NUMBER_DIGITS
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if item is None or isinstance(item, (str, bool)):
+            continue
+        if isinstance(item, int):
+            if not -limit < item < limit:
+                return False
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                return False
+            if isinstance(item, dict):
+                if not all(isinstance(k, str) for k in item):
+                    return False
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+        else:
+            return False
+    return True
 
 
 def check_n(value: Any, *, one: bool = False) -> None:

@@ -9,7 +9,8 @@ TieredRouterError
 │   ├── BackendTimeout          the call or the turn's deadline ran out
 │   ├── BackendConnectionError  connection refused, reset or dropped mid-stream
 │   ├── BackendRateLimited      429; carries ``retry_after_s`` when the server sent one
-│   ├── BackendStatusError      any other non-2xx answer; carries ``status_code``
+│   ├── BackendStatusError      any other non-2xx answer; carries ``status_code`` (a 508
+│   │                           ``loop_detected`` is neither retried nor a breaker count)
 │   ├── BackendResponseError    a 2xx answer that could not be read (broken JSON / SSE)
 │   ├── BackendUnavailable      the backend's circuit breaker is open
 │   └── CapabilityError         the turn needs what the backend lacks (tools: false, an image
@@ -251,7 +252,9 @@ class BackendStatusError(BackendError):
         super().__init__(message, backend=backend)
         self.status_code = status_code
         self.retry_after_s = retry_after_s
-        self.retryable = status_code in (408, 409) or status_code >= 500
+        # 508 Loop Detected: the request's route loops (proxies pointing at one another, or
+        # a forged hop chain); a retry meets the same loop
+        self.retryable = status_code in (408, 409) or (status_code >= 500 and status_code != 508)
 
 
 class BackendResponseError(BackendError):

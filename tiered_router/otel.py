@@ -237,6 +237,13 @@ class OTelSink:
         task_id = trace.metadata.get("task_id")
         if task_id is not None:
             attrs["tiered_router.task_id"] = str(task_id)
+        monitor = trace.metadata.get("monitor")
+        if isinstance(monitor, dict):  # a quality monitor's shadow call (rule monitor.shadow)
+            for key in ("kind", "outcome", "state", "change"):
+                if monitor.get(key) is not None:
+                    attrs[f"tiered_router.monitor.{key}"] = str(monitor[key])
+            if monitor.get("lower_bound") is not None:
+                attrs["tiered_router.monitor.lower_bound"] = float(monitor["lower_bound"])
         return attrs
 
     def _attempt_span(self, attempt: Attempt, parent: otel_context.Context, at: float) -> None:

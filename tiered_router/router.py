@@ -32,14 +32,16 @@ from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
 from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.gate import QualityGate
+from tiered_router.monitor._build import build_monitor
 from tiered_router.routing import Decision
-from tiered_router.scoring import Score, Scorer, build_scorer
+from tiered_router.scoring import Score, Scorer, build_scorer, panel_deferral
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
 from tiered_router.trace import Trace, TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
+    from tiered_router.monitor import KindQuality, Monitor
     from tiered_router.policy._schema import BackendConfig, Policy
 
 __all__ = ["RoutedResult", "Router"]
@@ -97,6 +99,7 @@ class Router:
 
         self.policy = load_policy(policy)  # a Policy is returned as is
         self.scorer = scorer or build_scorer(self.policy.scoring)
+        self.deferral = panel_deferral(self.policy)  # drafts.deferral's model, read once
         self.gate = gate or QualityGate.from_config(self.policy.gate)
         self.sinks = tuple(sinks)
         self.record = record
@@ -137,6 +140,8 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
+        self.monitor: Monitor | None = build_monitor(self, shadows=self._shadows)  # monitor:
+        self._driver.monitor = self.monitor  # routed streams reach it through their driver
 
     @classmethod
     def from_yaml(cls, path: PolicySource, **options: Any) -> Router:
@@ -351,11 +356,13 @@ class Router:
         task = CURRENT_TASK.get()
         if task is not None:
             await task.arefresh()
+        if self.monitor is not None:  # the kinds' states, read again when due
+            await self.monitor.arefresh()
         run = self._start(turn, tier, deadline_s)
         await self._driver.adrive(run)
         result = await self._dispatch.afinish(run)
         self._shadows.astart(run)
-        return result
+        return result if self.monitor is None else self.monitor.ashadow(run, result)
 
     def complete(
         self,
@@ -372,7 +379,7 @@ class Router:
         self._driver.drive(run)
         result = self._dispatch.finish(run)
         self._shadows.start(run)
-        return result
+        return result if self.monitor is None else self.monitor.shadow(run, result)
 
     def _percentile(self, backend: str, q: float, min_samples: int) -> float | None:
         return self.latency.percentile(backend, q, min_samples=min_samples)
@@ -468,7 +475,14 @@ class Router:
             tier=checked_tier(tier),
             task=CURRENT_TASK.get(),
         )
-        return route_by_capacity(run, latency=self.latency)
+        run = route_by_capacity(run, latency=self.latency)
+        if self.monitor is not None:
+            self.monitor.prepare(run)  # its states read again when due, then the decision
+        return run
+
+    def quality(self) -> dict[str, KindQuality]:
+        """The monitor's figures per turn kind (``{}`` without ``monitor:``; docs/monitor.md)."""
+        return {} if self.monitor is None else self.monitor.quality()
 
 
 async def _acomplete(backend: Backend, request: CompletionRequest) -> Completion:

@@ -307,11 +307,12 @@ class Task:
             input_tokens=approx_tokens(turn), output_tokens=self._output_tokens(name, turn)
         )
         drafts = self.router.policy.drafts
-        if tier == "fast" and drafts is not None and drafts.k > 1:
-            from tiered_router.engine._panel import panel_kinds
+        if tier == "fast" and drafts is not None and drafts.max_k > 1:
+            from tiered_router.engine._panel import panel_kinds, turn_kind
 
-            if panel_kinds(turn).intersection(drafts.when):
-                return cost_of(usage, config.price) * drafts.k
+            kind = turn_kind(turn)
+            if kind in drafts.kinds or panel_kinds(turn).intersection(drafts.when):
+                return cost_of(usage, config.price) * max(1, drafts.for_kind(kind)[0])
         return cost_of(usage, config.price)
 
     def _output_tokens(self, name: str, turn: Turn | None) -> int:
@@ -457,6 +458,31 @@ class Task:
         """Async twin of :meth:`observe`."""
         snap = await self._store.atask_record(self.id, self._delta(trace), rules=self._rules)
         self._took(trace, snap)
+
+    @staticmethod
+    def _spend(trace: Trace) -> TaskDelta:
+        usage = trace.usage
+        cost, tokens_in, tokens_out = trace.cost, usage.input_tokens, usage.output_tokens
+        return TaskDelta(cost=cost, input_tokens=tokens_in, output_tokens=tokens_out, step=False)
+
+    def charge(self, trace: Trace) -> None:
+        """Add a background call's spend (a monitor's shadow call) to the task's totals.
+
+        Cost and tokens count against the budgets; steps, latency and the lock do not change.
+        """
+        self._charged(self._store.task_record(self.id, self._spend(trace), rules=self._rules))
+
+    async def acharge(self, trace: Trace) -> None:
+        """Async twin of :meth:`charge`."""
+        self._charged(
+            await self._store.atask_record(self.id, self._spend(trace), rules=self._rules)
+        )
+
+    def _charged(self, snap: TaskSnapshot) -> None:
+        with self._lock:
+            self._snap = snap if snap.steps >= self._snap.steps else self._snap
+            if self.max_cost is not None and "cost" not in self._over and snap.cost > self.max_cost:
+                self._over.append("cost")
 
     def _took(self, trace: Trace, snap: TaskSnapshot) -> None:
         with self._lock:

@@ -447,8 +447,16 @@ def _verdict_dict(v: Verdict | None) -> dict[str, Any] | None:
     }
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
+    # a flat mapping of scalars (the monitor's figures) stays an object; anything else is text
     return {
-        str(k): v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+        str(k): v
+        if isinstance(v, _SCALARS)
+        else {str(a): b for a, b in v.items()}
+        if isinstance(v, Mapping) and all(isinstance(b, _SCALARS) for b in v.values())
+        else str(v)
         for k, v in value.items()
     }

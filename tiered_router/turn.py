@@ -265,10 +265,12 @@ class Turn:
         ``model``) is kept in :attr:`params` and passed to the backend unchanged.
 
         Raises:
-            ValueError: When ``messages`` is missing or the agent signals are malformed.
+            InvalidRequest: ``messages`` missing, ``extra_body`` not an object, malformed
+                agent signals, or any check of :class:`Turn` (a ``ValueError``).
         """
         if "messages" not in kwargs:
             raise InvalidRequest("Turn.from_openai: 'messages' is required", param="messages")
+        _limits.check_object(kwargs.get("extra_body"), "extra_body")
         extra = dict(kwargs.get("extra_body") or {})
         signals = extra.pop("tiered_router", None) or {}
         if not isinstance(signals, Mapping):

@@ -234,6 +234,20 @@ def _messages(
     return out
 
 
+def _stop_sequences(value: Any) -> tuple[str, ...]:
+    """The sequences of a ``stop`` to apply to the reply; never raises.
+
+    A turn's ``stop`` was checked when the turn was built (``InvalidRequest`` for anything
+    but a string or a list of strings); what else a request built by hand holds is not a
+    stop sequence and is left out.
+    """
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, (list, tuple)):
+        return tuple(s for s in value if isinstance(s, str) and s)
+    return ()
+
+
 def shape(
     profile: DialectProfile,
     body: Mapping[str, Any],
@@ -315,8 +329,7 @@ def shape(
     out["messages"] = messages
     stop: tuple[str, ...] = ()
     if not profile.stop and out.get("stop") is not None:
-        value = out.pop("stop")
-        stop = (value,) if isinstance(value, str) else tuple(s for s in value if s)
+        stop = _stop_sequences(out.pop("stop"))
         notes.append(f"stop: {len(stop)} sequence(s) applied to the reply")
     if not profile.stream_options and "stream_options" in out:
         out.pop("stream_options")

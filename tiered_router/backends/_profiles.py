@@ -62,7 +62,7 @@ GENERIC_DIFFUSION = frozenset(
 
 VLLM_XARGS = frozenset(
     {
-        # vllm 0.33.0 vllm/utils/diffusion.py lines 28, 41, 58, 74, 82, 96: the keys read
+        # vllm 0.34.0 vllm/utils/diffusion.py lines 28, 41, 58, 74, 82, 96: the keys read
         # from vllm_xargs; any other key is silently ignored
         "diffusion_canvas_length",
         "diffusion_seed_canvas",
@@ -72,7 +72,7 @@ VLLM_XARGS = frozenset(
         "diffusion_constrained",
     }
 )
-"""The per-request diffusion fields vLLM 0.33 reads from ``vllm_xargs``."""
+"""The per-request diffusion fields vLLM 0.34 (as 0.33) reads from ``vllm_xargs``."""
 
 _BASIC = frozenset({"max_tokens", "max_completion_tokens", "stop", "stream_options"})
 
@@ -124,10 +124,11 @@ _SGLANG_GEMMA = frozenset(
 
 _VLLM = frozenset(
     {
-        # vllm 0.33.0 vllm/sampling_params.py lines 1199-1219 refuse temperature != 1.0,
+        # vllm 0.34.0 vllm/sampling_params.py lines 1202-1222 refuse temperature != 1.0,
         # min_p, seed, min_tokens, logit_bias, bad_words, allowed_token_ids; lines
-        # 1221-1241 refuse structured outputs (response_format JSON modes); penalties are
-        # ignored by the diffusion sampler (line 1205), so not sent either
+        # 1224-1244 refuse structured outputs (response_format JSON modes); penalties are
+        # ignored by the diffusion sampler (line 1208), so not sent either (the rules of
+        # 0.33.0, a few lines down)
         *_BASIC,
         "temperature",
         "top_p",
@@ -258,7 +259,8 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             "validate_request in a table",
         ),
         "vllm": DialectProfile(
-            # vLLM 0.33 serves one diffusion family, DiffusionGemma
+            # vLLM 0.34 (as 0.33) serves one diffusion family, DiffusionGemma; its `tools: []`
+            # (accepted since 0.34) is never sent: a turn without tools sends no tools key
             name="vllm",
             roles=_ALL_ROLES - {"developer"},
             tools="prompted",
@@ -274,8 +276,8 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             max_concurrency=8,
             canvas_tokens=256,
             latency=LatencyModel(ttft_s=0.2, tokens_per_s=158.0),
-            checked="vLLM 0.33.0's diffusion rules (vllm/sampling_params.py, "
-            "vllm/utils/diffusion.py) in a table",
+            checked="vLLM 0.34.0's diffusion and tool rules (vllm/sampling_params.py, "
+            "vllm/utils/diffusion.py, chat_completion/protocol.py) in a table",
         ),
         "lmdeploy": DialectProfile(
             # SDAR on LMDeploy: OpenAI's surface; tools native only with --tool-call-parser

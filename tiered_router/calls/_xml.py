@@ -30,9 +30,11 @@ syntax when no server-side tool parser turns them into ``tool_calls``:
 A parameter's value is text. It is read by the type its tool's schema declares: a string
 stays as written (one leading and one trailing newline dropped, as the tag layout adds
 them); an integer, number or boolean is converted when it reads as one; an object or array
-is read as JSON (or a Python literal). A value that does not read as its type stays text,
-so the gate's schema check reports it rather than this reader hiding it; ``null`` is
-``None`` for any type but a string.
+is read as JSON (or a Python literal). Reading is bounded: a number of more than
+``_limits.MAX_NUMBER_DIGITS`` digits or beyond the float range, and an object or array with
+such a number, NaN, Infinity or nesting past ``_limits.MAX_JSON_DEPTH``, is not read. A value
+that does not read as its type stays text, so the gate's schema check reports it rather than
+this reader hiding it; ``null`` is ``None`` for any type but a string.
 
 Reading is strict: the whole text (whitespace and the ``<function_calls>`` wrapper aside)
 must be such calls, or the answer is ``None``. Pure: no I/O.
@@ -41,7 +43,6 @@ must be such calls, or the answer is ``None``. Pure: no I/O.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -68,6 +69,8 @@ _INT = re.compile(r"[-+]?\d+")
 _SPACE = re.compile(r"\s*")
 _STRING_TYPES = frozenset({"string"})
 _WRAPPER_OPEN, _WRAPPER_CLOSE = "<function_calls>", "</function_calls>"
+_MAX_LITERAL = 1_000_000
+"""Longest object or array value read (Python's literal parser is not linear in it)."""
 
 Element = tuple[str, re.Pattern[str], str]
 """How an element is written: its opening's first characters, its opening, its closing."""
@@ -198,27 +201,27 @@ def _typed_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     text = raw.strip()
     if text.lower() == "null":
         return None
-    if "integer" in kinds and _INT.fullmatch(text):
-        return int(text)
+    # numbers are read within bounds (_limits.read_int / read_float): a 5,000-digit integer
+    # or a number beyond the float range stays text, and the schema check refuses it
+    if "integer" in kinds or "number" in kinds:
+        integer = _limits.read_int(text) if _INT.fullmatch(text) else None
+        if integer is not None:
+            return integer
     if "number" in kinds:
-        try:
-            number = float(text)
-        except ValueError:
-            pass
-        else:
-            return int(number) if _INT.fullmatch(text) else number
+        number = _limits.read_float(text)
+        if number is not None and not _INT.fullmatch(text):
+            return number
     if "boolean" in kinds and text.lower() in ("true", "false"):
         return text.lower() == "true"
-    if kinds & {"object", "array"}:
+    if kinds & {"object", "array"} and len(text) <= _MAX_LITERAL:
         for read in (_limits.loads, ast.literal_eval):
             try:
                 value = read(text)
-                _limits.check_depth(value)
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 continue
             if isinstance(value, tuple):
                 value = list(value)
-            if isinstance(value, (dict, list)) and _json_safe(value):
+            if isinstance(value, (dict, list)) and _limits.bounded(value):
                 return value
     return raw
 
@@ -230,11 +233,3 @@ def _kinds(schema: Mapping[str, Any] | None) -> frozenset[str]:
     if isinstance(kind, list):
         return frozenset(k for k in kind if isinstance(k, str) and k != "null")
     return frozenset()
-
-
-def _json_safe(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -46,6 +46,7 @@ def build_app() -> typer.Typer:
         _demo,
         _eval_cmds,
         _fit_cmds,
+        _monitor_cmd,
         _policy_cmds,
         _validate_cmd,
     )
@@ -57,6 +58,7 @@ def build_app() -> typer.Typer:
     _fit_cmds.register(app)
     _dataset_cmds.register(app)
     _demo.register(app)
+    _monitor_cmd.register(app)
     return app
 
 

@@ -20,6 +20,7 @@ from tiered_router.cli._eval_report import (
     print_calibration,
     print_table,
 )
+from tiered_router.cli._verify_cmd import ConfidenceOpt, HoldoutOpt
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
@@ -55,7 +56,7 @@ def _load(
     """Load the policy (bundled default when ``None``) and the data, with the chosen models."""
     from tiered_router.evaluation.calibration import load_policy_offline
     from tiered_router.evaluation.dataset import DatasetError
-    from tiered_router.evaluation.sources import bundled_policy_path, load_data
+    from tiered_router.evaluation.sources import bundled_policy_path, load_data, split_spec
     from tiered_router.exceptions import PolicyError
 
     source = policy if policy is not None else bundled_policy_path()
@@ -65,10 +66,13 @@ def _load(
         raise _fail(str(exc)) from exc
     if data is None:
         fast = loaded.backends[loaded.tiers.fast]
-        replay_data = fast.options.get("data") if fast.type == "replay" else None
-        data = str(replay_data) if replay_data else "sample"
+        data = str(fast.options.get("data") or "sample") if fast.type == "replay" else "sample"
     try:
         dataset = load_data(data)
+        if split_spec(data)[1:] == (None, None):  # no pair in --data: the tiers' models play
+            named = {t: m for t, (m, _) in _policy_models(loaded).items() if m in dataset.models}
+            fast_model = fast_model or named.get("fast")
+            frontier_model = frontier_model or named.get("frontier")
         if fast_model or frontier_model:
             dataset = dataset.with_pair(
                 fast_model or dataset.fast_model or "",
@@ -337,11 +341,15 @@ def calibrate_command(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    holdout: HoldoutOpt = None,
+    confidence: ConfidenceOpt = 0.95,
 ) -> None:
     """Pick the threshold that meets a target on recorded outcomes (and write it back).
 
-    With a ``drafts:`` panel in the policy, the panel's ``k`` and ``min_agreement`` are swept
-    with the threshold, and ``--write`` sets all three.
+    With a ``drafts:`` section, calibrate chooses the whole verification: per kind of turn
+    (tools, JSON, final answers, prose) which of ``drafts.backends`` draft, ``k`` and
+    ``min_agreement``, with the threshold, so that a one-sided lower confidence bound of the
+    quality retained meets the target; ``--write`` sets every chosen key.
     """
     from tiered_router.evaluation.calibration import Target, calibrate_policy, write_threshold
     from tiered_router.evaluation.sweep import CalibrationError
@@ -360,6 +368,10 @@ def calibrate_command(
             target = Target(fast_share=target_fast_share, quality_retained=target_quality_retained)
     except ValueError as exc:
         raise _fail(str(exc), code=2) from exc
+    if holdout is not None and not 0 < holdout < 1:
+        raise _fail(f"--holdout: a share in (0, 1), got {holdout}", code=2)
+    if not 0.5 <= confidence < 1:
+        raise _fail(f"--confidence: in [0.5, 1), got {confidence}", code=2)
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
@@ -371,6 +383,30 @@ def calibrate_command(
         frontier_model=None,
     )
     mismatch = _pair_notes(loaded, result, dataset, "data", quiet=as_json)
+    if loaded.drafts is not None and result.panel is not None:
+        # the data replays the panel: choose the whole verification, for the bound
+        from tiered_router.cli._verify_cmd import calibrate_verification
+
+        if write and mismatch and not force:
+            raise _fail("not writing: calibrated on another model pair; pass --force")
+        calibrate_verification(
+            policy,
+            loaded,
+            dataset,
+            target,
+            holdout=holdout,
+            confidence=confidence,
+            write=write,
+            force=force,
+            as_json=as_json,
+        )
+        return
+    if holdout is not None:
+        raise _fail(
+            "--holdout: needs a policy with a drafts: section and data that replays it "
+            "(several drafts per turn)",
+            code=2,
+        )
     if write and mismatch and not force:
         raise _fail(
             "not writing the threshold: it was calibrated on another model pair than the "

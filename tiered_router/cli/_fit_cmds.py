@@ -4,6 +4,13 @@ Cross-validates the learned scorer on a dataset of both tiers' recorded outcomes
 it with prompt length, random and the policy's current scorer on the same rows, and (with
 ``--output``) writes the weights fitted on every row. The work is
 :func:`tiered_router.evaluation.scorer_fit.fit_scorer`.
+
+On a policy with a ``drafts:`` panel whose drafts the data records (several models, or
+``samples``) it fits the panel's **deferral model** instead
+(:func:`tiered_router.evaluation.deferral.fit_deferral_model`): prompt features plus what
+the drafts say beyond their majority, cross-validated against the panel alone, prompt
+length and random at the same cost; ``--output`` writes the model ``drafts.deferral.path``
+names.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from tiered_router.cli._eval_cmds import (
 )
 
 if TYPE_CHECKING:
+    from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
     from tiered_router.policy._schema import Policy
 
@@ -112,7 +120,11 @@ def fit_scorer_command(
     ] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Fit the learned scorer on recorded outcomes of both tiers; compare it before you switch."""
+    """Fit the learned scorer on recorded outcomes of both tiers; compare it before you switch.
+
+    On a policy with a drafts: panel whose drafts the data records, fit the panel's deferral
+    model (prompt and draft signals) instead.
+    """
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.scorer_fit import fit_scorer
     from tiered_router.scoring import build_scorer
@@ -120,6 +132,9 @@ def fit_scorer_command(
     if output is not None and not output.parent.is_dir():
         raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
+    if _replays_panel(loaded, dataset, fast_model):
+        _fit_deferral(loaded, dataset, output, folds=folds, seed=seed, as_json=as_json)
+        return
     try:
         current = build_scorer(loaded.scoring)
     except ValueError as exc:
@@ -147,6 +162,75 @@ def fit_scorer_command(
         typer.echo(json.dumps(out, indent=2))
         return
     _print_report(report, output)
+
+
+def _replays_panel(policy: Policy, dataset: Dataset, fast_model: str | None) -> bool:
+    """Whether the policy has a panel the data records several drafts of (a deferral fit)."""
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.panel import panel_models, recorded_drafts
+
+    fast = fast_model or dataset.fast_model
+    if policy.drafts is None or fast is None:
+        return False
+    try:
+        spec = panel_models(policy, dataset, fast)
+    except DatasetError:
+        return False
+    return spec is not None and recorded_drafts(dataset, spec) >= 2
+
+
+def _fit_deferral(
+    policy: Policy,
+    dataset: Dataset,
+    output: Path | None,
+    *,
+    folds: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """``fit-scorer`` on a policy with a panel: fit, compare and write its deferral model."""
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.deferral import fit_deferral_model
+    from tiered_router.exceptions import TieredRouterError
+
+    try:
+        report = fit_deferral_model(policy, dataset, folds=folds, seed=seed)
+    except (DatasetError, TieredRouterError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    if output is not None:
+        try:
+            report.model.save(output)
+        except OSError as exc:
+            raise _fail(f"--output: cannot write {output}: {exc.strerror or exc}") from exc
+    if as_json:
+        out = report.to_dict()
+        out["output"] = None if output is None else str(output)
+        typer.echo(json.dumps(out, indent=2))
+        return
+    panel = report.panel
+    typer.echo(
+        f"deferral model for the panel of {panel['k']} ({', '.join(panel['models'])}) on "
+        f"{report.dataset}: {report.rows} turns, {report.asked} with an answer the panel "
+        f"accepts, {report.folds}-fold cross-validation"
+    )
+    typer.echo(
+        f"the panel alone (min_agreement {panel['min_agreement']:g}): quality retained "
+        f"{report.panel_only[0]:.1%} at {report.panel_only[1]:.1%} of the all-frontier cost"
+    )
+    typer.echo("quality retained at the same cost (share of all-frontier):")
+    typer.echo("  " + "".join(f"{c:>9.1%}" for c in report.costs) + "  cost")
+    for name, values in report.retained.items():
+        label = "deferral model (out of fold)" if name == "deferral model" else name
+        typer.echo("  " + "".join(f"{v:>9.1%}" for v in values) + f"  {label}")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"verdict: {report.verdict}")
+    if output is not None:
+        typer.echo(
+            f"wrote the deferral model fitted on all {report.asked} rows to {output}; use it"
+        )
+        typer.echo(f"  drafts: {{..., deferral: {{path: {output}}}}}")
+        typer.echo("and pick its threshold with tiered-router calibrate (--write sets it)")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,15 +8,22 @@ call on a backend are::
 
     service = measured EWMA latency                       (once the backend has answered)
             | ttft_s + ceil(tokens / canvas) * canvas / tokens_per_s      (before that)
-    wait    = ceil((in_flight - max_concurrency + 1) / max_concurrency) * service
+    wait    = ceil((in_flight + own - 1 - max_concurrency + 1) / max_concurrency) * service
     total   = wait + service
+
+``own`` is the number of calls the turn itself sends the backend: one, or a panel's drafts
+(``k`` drafts on a one-slot server are ``k`` queued calls; one request with ``n`` choices is
+one). The last of them must fit.
 
 ``in_flight`` is the router's own count of calls on that backend (:class:`InFlight`, kept by
 the router's latency tracker: held from the moment the dispatcher calls the backend until
 the engine records the attempt).
 When a fast turn's ``total`` would not fit in what is left of its deadline (or of its task's
 latency budget) the router sends it to the frontier tier before any call, with rule
-``capacity.<backend>``. A backend without ``max_concurrency`` is never queued.
+``capacity.<backend>``. A backend without ``max_concurrency`` is never queued. A panel sent
+anyway (a pinned turn, a frontier that cannot take the turn) may see its queued drafts time
+out: at most ``k - max_concurrency`` such timeouts per backend are the turn's own doing and
+neutral for the breaker (:class:`~tiered_router.engine._flight.OwnQueue`).
 
 Example:
     ```python
@@ -121,6 +128,7 @@ class QueueEstimate:
         max_concurrency: Calls it runs at once.
         service_s: Seconds one call takes once it runs (measured, else the model).
         wait_s: Seconds the call would wait for a slot.
+        own: Calls the turn itself sends (a panel's drafts): they queue behind each other.
     """
 
     backend: str
@@ -128,6 +136,8 @@ class QueueEstimate:
     max_concurrency: int
     service_s: float
     wait_s: float
+    own: int = 1
+    """Calls the turn itself sends the backend (a panel's drafts); the last one is estimated."""
 
     @property
     def total_s(self) -> float:
@@ -136,12 +146,16 @@ class QueueEstimate:
 
 
 def estimate(
-    *, backend: str, in_flight: int, max_concurrency: int, service_s: float
+    *, backend: str, in_flight: int, max_concurrency: int, service_s: float, own: int = 1
 ) -> QueueEstimate:
-    """Return the queue-aware estimate of one more call (pure)."""
+    """Return the queue-aware estimate of the turn's ``own`` calls, its last one (pure).
+
+    ``own`` calls from one turn (a panel's drafts on one backend) are ``own`` calls the
+    backend's queue serves: the last waits behind the others as behind anyone's.
+    """
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency!r}")
-    ahead = max(0, in_flight - max_concurrency + 1)
+    ahead = max(0, in_flight + max(own, 1) - 1 - max_concurrency + 1)
     waves = math.ceil(ahead / max_concurrency)
     return QueueEstimate(
         backend=backend,
@@ -149,6 +163,7 @@ def estimate(
         max_concurrency=max_concurrency,
         service_s=service_s,
         wait_s=waves * service_s,
+        own=max(own, 1),
     )
 
 
@@ -158,9 +173,10 @@ def over_capacity(
     """Return why the call would not fit in ``left_s`` seconds, or ``None`` when it fits."""
     if left_s is None or est.total_s <= left_s:
         return None
+    own = f" + the turn's own {est.own} drafts" if est.own > 1 else ""
     return (
-        f"capacity.{est.backend}: {est.in_flight} call(s) in flight on {est.max_concurrency} "
-        f"slot(s): ~{est.wait_s:.2f} s queued + ~{est.service_s:.2f} s = "
+        f"capacity.{est.backend}: {est.in_flight} call(s) in flight{own} on "
+        f"{est.max_concurrency} slot(s): ~{est.wait_s:.2f} s queued + ~{est.service_s:.2f} s = "
         f"~{est.total_s:.2f} s, {max(left_s, 0.0):.2f} s left of the turn's {what}"
     )
 
@@ -174,8 +190,10 @@ def _output_tokens(run: TurnRun) -> int:
     return run.policy.task.expected_output_tokens
 
 
-def expected_call(run: TurnRun, backend: str, *, latency: TrackerView) -> QueueEstimate | None:
-    """The queue-aware estimate of one call on ``backend`` for ``run``'s turn.
+def expected_call(
+    run: TurnRun, backend: str, *, latency: TrackerView, own: int = 1
+) -> QueueEstimate | None:
+    """The queue-aware estimate of ``run``'s ``own`` calls on ``backend`` (its last one).
 
     ``None`` when the backend's ``max_concurrency`` is not known (its queue is not modelled).
     """
@@ -197,38 +215,57 @@ def expected_call(run: TurnRun, backend: str, *, latency: TrackerView) -> QueueE
         in_flight=latency.in_flight.count(backend),
         max_concurrency=config.max_concurrency,
         service_s=service,
+        own=own,
     )
+
+
+def _own_calls(run: TurnRun) -> dict[str, int]:
+    """The calls the turn's fast side sends each backend: its panel's drafts, or one."""
+    if run.policy.drafts is not None:
+        from tiered_router.engine._panel import own_calls, turn_panel
+
+        plan = turn_panel(run)
+        if plan is not None:
+            return own_calls(plan)
+    return {run.decision.backend: 1}
 
 
 def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
     """Send a fast turn to the frontier before any call when the fast queue would make it late.
 
     Late means: the estimate (queue wait plus service) is past what is left of the turn's
-    deadline, or of its task's latency budget. A pinned turn, a turn whose frontier backend
-    cannot take it, and a backend without ``max_concurrency`` are left alone.
+    deadline, or of its task's latency budget. A turn's panel is planned with it: ``k``
+    drafts on a backend are ``k`` calls its queue serves, and the last must fit too. A
+    pinned turn, a turn whose frontier backend cannot take it, and a backend without
+    ``max_concurrency`` are left alone.
 
     Returns:
         ``run``, its decision changed (rule ``capacity.<backend>``) when over capacity.
     """
     decision = run.decision
-    if decision.tier != "fast" or decision.rule == "pinned":
+    if decision.tier != "fast" or decision.rule == "pinned" or not run.usable("frontier"):
         return run
-    est = expected_call(run, decision.backend, latency=latency)  # None: no queue modelled
-    if est is None or not run.usable("frontier"):
-        return run
+    for backend, own in _own_calls(run).items():
+        est = expected_call(run, backend, latency=latency, own=own)  # None: no queue modelled
+        why = None if est is None else _late(run, est)
+        if est is not None and why is not None:
+            run.decision = replace(
+                decision,
+                tier="frontier",
+                backend=run.policy.backend_for("frontier"),
+                rule=f"capacity.{est.backend}",
+                reasons=(why, *decision.reasons),
+            )
+            break
+    return run
+
+
+def _late(run: TurnRun, est: QueueEstimate) -> str | None:
+    """Why ``est`` does not fit the turn's deadline or its task's latency budget, if so."""
     why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
     task = run.task
     limit = getattr(task, "max_latency_s", None)
     if why is None and isinstance(limit, (int, float)):
         left = limit - float(getattr(task, "elapsed_s", 0.0))
         why = over_capacity(est, left_s=left, what="task's latency budget")
-    if why is None:
-        return run
-    run.decision = replace(
-        decision,
-        tier="frontier",
-        backend=run.policy.backend_for("frontier"),
-        rule=f"capacity.{decision.backend}",
-        reasons=(why, *decision.reasons),
-    )
-    return run
+    return why

@@ -32,6 +32,14 @@ class TaskHooks(Protocol):
         """Async twin of :meth:`observe`."""
         ...
 
+    def charge(self, trace: Trace) -> None:
+        """Add a background call's spend (a shadow call) to the task's budgets, not a turn."""
+        ...
+
+    async def acharge(self, trace: Trace) -> None:
+        """Async twin of :meth:`charge`."""
+        ...
+
     def refresh(self) -> None:
         """Read the task's shared totals again (a turn is about to be decided)."""
         ...

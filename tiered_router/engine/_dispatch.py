@@ -16,6 +16,7 @@ from tiered_router.engine._capacity import InFlight
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
+    BackendTimeout,
     BackendUnavailable,
     CapabilityError,
     PolicyError,
@@ -169,12 +170,16 @@ class Dispatcher:
         name: str,
         request: CompletionRequest,
         once: Callable[..., Awaitable[_T]],
+        *,
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """One try of ``once`` on backend ``name`` under its breaker; records nothing in ``run``.
 
         A panel's draft: no retries (a failed draft is a missing vote, and the panel's
         deadline is the turn's). The breaker refuses the call when the turn can go elsewhere.
         Each draft counts in the backend's in-flight calls (the queue estimate) while it runs.
+        ``self_queued()``, asked when the call timed out, says whether it waited behind its own
+        turn's drafts: then the timeout is neutral for the breaker.
         """
         backend = self.backend(name)
         release = self.in_flight.acquire(name)
@@ -184,6 +189,9 @@ class Dispatcher:
                     raise BackendUnavailable("circuit breaker is open", backend=name)
                 try:
                     return await once(backend, request)
+                except BackendTimeout:
+                    guard.self_queued = self_queued is not None and self_queued()
+                    raise
                 except (BackendError, AssertionError):
                     raise
                 except Exception as exc:
@@ -199,6 +207,7 @@ class Dispatcher:
         once: Callable[..., _T],
         *,
         abandoned: Callable[[], bool],
+        self_queued: Callable[[], bool] | None = None,
     ) -> _T:
         """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
         backend = self.backend(name)
@@ -212,6 +221,8 @@ class Dispatcher:
                 except (BackendError, AssertionError) as exc:
                     if abandoned():  # no longer wanted: its failure says nothing of the backend
                         raise Abandoned from exc
+                    if isinstance(exc, BackendTimeout):
+                        guard.self_queued = self_queued is not None and self_queued()
                     raise
                 except Exception as exc:
                     if abandoned():

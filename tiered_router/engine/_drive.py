@@ -12,7 +12,7 @@ policy fields is all they cost.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from tiered_router.exceptions import BackendError
 
@@ -23,11 +23,27 @@ if TYPE_CHECKING:
     from tiered_router.engine._flight import Flight
     from tiered_router.engine._flight_sync import SyncFlight
     from tiered_router.engine._hedge import Percentile
-    from tiered_router.engine._machine import TurnRun
+    from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine._panel import FlightPlan
     from tiered_router.turn import Completion
 
-__all__ = ["Driver"]
+__all__ = ["AfterTurn", "Driver"]
+
+
+class AfterTurn(Protocol):
+    """What sees a turn that ended well before its result is kept: the quality monitor.
+
+    The router calls it after ``complete`` / ``acomplete``; a routed stream calls it through
+    its driver (:attr:`Driver.monitor`) when the stream ends.
+    """
+
+    def shadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
+        """Sync path: the result, marked ``shadowed`` when a shadow call was started."""
+        ...
+
+    def ashadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
+        """Async path (the shadow call is an asyncio task)."""
+        ...
 
 
 class Driver:
@@ -54,6 +70,8 @@ class Driver:
         self._complete = complete
         self._flight: Flight | None = None
         self._sync_flight: SyncFlight | None = None
+        self.monitor: AfterTurn | None = None
+        """The quality monitor, when the policy has one (the router sets it)."""
 
     def plan(self, run: TurnRun) -> FlightPlan | None:
         """The turn's fast side in flight (a panel, a hedge), ``None`` for the usual loop."""

@@ -21,10 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._panel import DraftSpec, FlightPlan, Panel, PanelPlan, draft_turn
+from tiered_router.engine._panel import (
+    DraftSpec,
+    FlightPlan,
+    Panel,
+    PanelPlan,
+    draft_turn,
+    own_calls,
+)
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
@@ -34,7 +42,7 @@ if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
     from tiered_router.turn import Completion, Turn
 
-__all__ = ["Flight"]
+__all__ = ["Flight", "OwnQueue"]
 
 
 _Draft = tuple["Completion | BackendError", str, float]
@@ -142,8 +150,10 @@ class Flight:
         panel = Panel(plan, run.turn)
         clock = self._dispatch.clock
         begun = clock()
+        queue = OwnQueue(run, plan)
         tasks = {
-            asyncio.ensure_future(self._adraft(run, specs, plan)): specs for specs in calls(plan)
+            asyncio.ensure_future(self._adraft(run, specs, plan, queue)): specs
+            for specs in calls(plan)
         }
         pending = set(tasks)
         try:
@@ -171,17 +181,54 @@ class Flight:
     ) -> list[tuple[DraftSpec, str, float]]:
         return cut_drafts(self._dispatch, [tasks[t] for t in pending], latency)
 
-    async def _adraft(self, run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan) -> _Draft:
+    async def _adraft(
+        self, run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan, queue: OwnQueue
+    ) -> _Draft:
         clock = self._dispatch.clock
         spec = specs[0]
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
             request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
-            completion = await self._dispatch.aonce(run, spec.backend, request, self._complete)
+            completion = await self._dispatch.aonce(
+                run,
+                spec.backend,
+                request,
+                self._complete,
+                self_queued=lambda: queue.absorbs(spec.backend),
+            )
         except BackendError as exc:
             return exc, backend.model, clock() - begun
         return completion, backend.model, clock() - begun
+
+
+class OwnQueue:
+    """How many of a panel's drafts wait behind the turn's own drafts, per backend.
+
+    ``k`` drafts on a backend with ``max_concurrency`` slots below ``k``: the server runs
+    ``max_concurrency`` of them and queues the others behind them. A timeout of one of those
+    (at most ``k - max_concurrency`` per backend) is the turn's own doing, not the backend's:
+    :meth:`absorbs` says so, and the breaker counts it as neutral. The others count as usual,
+    so a backend that hangs still opens its breaker. Thread-safe (the sync panel's drafts
+    run on threads).
+    """
+
+    def __init__(self, run: TurnRun, plan: PanelPlan) -> None:
+        self._excess: dict[str, int] = {}
+        self._lock = threading.Lock()
+        for name, count in own_calls(plan).items():
+            config = run.ports.backend_config(name)
+            slots = config.max_concurrency if config is not None else None
+            if slots is not None and count > slots:
+                self._excess[name] = count - slots
+
+    def absorbs(self, backend: str) -> bool:
+        """Whether a timed-out draft on ``backend`` is one the turn's own drafts queued."""
+        with self._lock:
+            left = self._excess.get(backend, 0)
+            if left > 0:
+                self._excess[backend] = left - 1
+            return left > 0
 
 
 def take_late(

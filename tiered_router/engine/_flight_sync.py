@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._dispatch import Abandoned
 from tiered_router.engine._flight import (
+    OwnQueue,
     calls,
     cut_drafts,
     hedge_answer,
@@ -188,8 +189,9 @@ class SyncFlight:
         clock = self._dispatch.clock
         begun = clock()
         drop = threading.Event()
+        queue = OwnQueue(run, plan)
         futures: dict[Future[Any], tuple[DraftSpec, ...]] = {
-            pool.submit(self._draft, run, specs, plan, drop): specs for specs in calls(plan)
+            pool.submit(self._draft, run, specs, plan, drop, queue): specs for specs in calls(plan)
         }
         pending = set(futures)
         while pending and not panel.decided() and not stop.is_set():
@@ -215,6 +217,7 @@ class SyncFlight:
         specs: tuple[DraftSpec, ...],
         plan: PanelPlan,
         drop: threading.Event,
+        queue: OwnQueue,
     ) -> tuple[Any, str, float]:
         clock = self._dispatch.clock
         spec = specs[0]
@@ -223,7 +226,12 @@ class SyncFlight:
         try:
             request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
             value: Any = self._dispatch.once(
-                run, spec.backend, request, self._complete, abandoned=drop.is_set
+                run,
+                spec.backend,
+                request,
+                self._complete,
+                abandoned=drop.is_set,
+                self_queued=lambda: queue.absorbs(spec.backend),
             )
         except BackendError as exc:
             value = exc

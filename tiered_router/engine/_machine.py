@@ -68,8 +68,10 @@ logger = logging.getLogger("tiered_router.router")
 LIFTED_TEXT_CALLS = "tool calls written as text returned as tool_calls"
 """The conversion recorded when a draft's text calls are returned as real tool calls."""
 
-_ESCALATING = frozenset({"gate_failed", "backend_error", "circuit_open", "drafts_disagree"})
-_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree"})
+_ESCALATING = frozenset(
+    {"gate_failed", "backend_error", "circuit_open", "drafts_disagree", "deferred"}
+)
+_DRAFT_FAILURES = frozenset({"gate_failed", "drafts_disagree", "deferred"})
 
 
 class EnginePorts(Protocol):
@@ -268,9 +270,29 @@ class TurnRun:
         return completion
 
     def gated(self, completion: Completion) -> tuple[Completion, Verdict | None]:
-        """A fast ``completion`` lifted (see :meth:`lift`), and the gate's verdict on it."""
+        """A fast ``completion`` lifted (see :meth:`lift`), and its verdict.
+
+        The verdict is the gate's, failed by the offered-calls floor
+        (:func:`~tiered_router.engine._offered.call_problems`) whatever the gate checks: a
+        panel's draft passes the same floor as a single draft.
+        """
         completion = self.lift(completion)
-        return completion, self.ports.gate.evaluate(completion, self.turn)
+        verdict = self.ports.gate.evaluate(completion, self.turn)
+        return completion, checked_verdict(verdict, call_problems(completion, self.turn))
+
+    def keep(self, tier: Tier, completion: Completion, verdict: Verdict | None) -> Completion:
+        """Keep ``completion`` as the turn's answer so far; return what is kept.
+
+        Every path that returns a draft (single, panel, hedge, stream) keeps it here, so
+        calls to tools the turn did not offer (or outside its ``tool_choice``, or with
+        arguments that are not a JSON object) never reach the caller: they are taken off,
+        and the verdict fails on them.
+        """
+        problems = call_problems(completion, self.turn)
+        if problems:
+            completion = without_calls(completion)
+        self.returned = (tier, completion, checked_verdict(verdict, problems))
+        return completion
 
     def record_error(
         self, tier: Tier, backend: str, model: str, exc: BackendError, latency: float
@@ -333,17 +355,14 @@ class TurnRun:
         completion = self.lift(completion)
         verdict = self.record_draft(tier, backend, model, completion, latency)
         if verdict is None or verdict.passed:
-            self.returned = (tier, completion, verdict)
+            self.keep(tier, completion, verdict)
             return None
         nxt = self.move_on(tier, "gate_failed")
         if nxt is None or self.returned is None:
             # keep the failing draft until a better one comes: nothing is lost (but calls
             # the caller did not offer, or cannot parse, never reach it)
-            self.returned = (tier, self._offered_only(completion), verdict)
+            self.keep(tier, completion, verdict)
         return nxt
-
-    def _offered_only(self, completion: Completion) -> Completion:
-        return without_calls(completion) if call_problems(completion, self.turn) else completion
 
     def streamed(
         self, tier: Tier, backend: str, model: str, completion: Completion, latency: float
@@ -353,7 +372,7 @@ class TurnRun:
         The verdict goes in the trace.
         """
         verdict = self.record_draft(tier, backend, model, completion, latency)
-        self.returned = (tier, self._offered_only(completion), verdict)
+        self.keep(tier, completion, verdict)
 
     # the end --------------------------------------------------------------------------------
 

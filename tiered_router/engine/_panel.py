@@ -8,11 +8,18 @@ answer keys (:func:`tiered_router.panels.tally`) and says when the outcome is de
 ``draft``, its answer key, cost and, for the ones still running, ``cancelled``) and returns
 the next tier:
 
-- the drafts agree: the first majority draft to arrive that passes the gate is the answer
-  (the others are in the trace); none passes -> ``gate_failed``;
+- the drafts agree, on the answer and on its exact form (what the caller would receive:
+  :func:`tiered_router.panels.exact_form`): the first of those drafts to arrive that passes
+  the gate and the offered-calls floor is the answer (the others are in the trace); none
+  passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
-- they disagree -> escalation with reason ``drafts_disagree``;
-- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused).
+- they disagree, or agree only once normalised -> escalation with reason
+  ``drafts_disagree``;
+- every draft failed -> ``backend_error`` (``circuit_open`` when every breaker refused);
+- with a deferral model (``drafts.deferral``), an answer the panel would accept is scored
+  over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
+  each answered draft gated); a score above the kind's threshold escalates with reason
+  ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
 """
 
 from __future__ import annotations
@@ -21,13 +28,24 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._hedge import Percentile, hedge_delay
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
     _describe,
 )
-from tiered_router.panels import AnswerKey, Tally, answer_key, panel_kinds, tally
+from tiered_router.panels import (
+    AnswerKey,
+    DraftView,
+    Tally,
+    answer_key,
+    draft_text,
+    exact_form,
+    panel_kinds,
+    tally,
+    turn_kind,
+)
 from tiered_router.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -35,6 +53,7 @@ if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
     from tiered_router.policy import Policy
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.turn import Completion, Turn
 
 __all__ = [
@@ -43,9 +62,12 @@ __all__ = [
     "Panel",
     "PanelPlan",
     "draft_turn",
+    "own_calls",
     "panel_kinds",
     "plan_flight",
     "plan_panel",
+    "turn_kind",
+    "turn_panel",
 ]
 
 
@@ -75,6 +97,8 @@ class PanelPlan:
     n: bool = False
     """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
     dialect that takes ``n`` and does not decode greedily)."""
+    deferral: tuple[DeferralModel, float] | None = None
+    """The deferral model asked after the panel, and the threshold for this turn's kind."""
 
     @property
     def k(self) -> int:
@@ -83,7 +107,12 @@ class PanelPlan:
 
 
 def plan_panel(
-    policy: Policy, turn: Turn, *, usable: Any, multiple_choices: Any = None
+    policy: Policy,
+    turn: Turn,
+    *,
+    usable: Any,
+    multiple_choices: Any = None,
+    deferral: DeferralModel | None = None,
 ) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
@@ -93,25 +122,36 @@ def plan_panel(
         usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
         multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
             in one request (its dialect says so); ``None``: never ask for ``n``.
+        deferral: The loaded ``drafts.deferral`` model (the router reads it once).
     """
     drafts = policy.drafts
-    if drafts is None or drafts.k < 2:
+    if drafts is None:
         return None
-    if not panel_kinds(turn).intersection(drafts.when):
+    kind = turn_kind(turn)
+    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
         return None
-    names = [n for n in (drafts.backends or [policy.tiers.fast]) if usable(n)]
+    k, min_agreement, backends = drafts.for_kind(kind)
+    if k < 2:
+        return None
+    names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
     if not names:
         return None
     variants = drafts.variants or [""]
     specs = tuple(
         DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
-        for i in range(drafts.k)
+        for i in range(k)
     )
     same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
+    threshold = drafts.deferral_threshold(kind)
+    defer = None
+    # the model reads this panel's signals only if it was fitted on a panel of this size
+    if deferral is not None and threshold is not None and deferral.panel.get("k", k) == k:
+        defer = (deferral, threshold)
     return PanelPlan(
         drafts=specs,
-        min_agreement=drafts.min_agreement,
-        early=drafts.early,
+        min_agreement=min_agreement,
+        early=drafts.early and defer is None,
+        deferral=defer,
         temperature=drafts.temperature,
         n=drafts.n
         and same_prompt
@@ -127,16 +167,7 @@ def draft_turn(
 
     ``n``: the whole panel in one request (``n`` choices).
     """
-    messages = list(turn.messages)
-    if spec.variant:
-        if messages and messages[0].get("role") == "system":
-            first = dict(messages[0])
-            content = first.get("content")
-            text = content if isinstance(content, str) else ""
-            first["content"] = f"{text}\n\n{spec.variant}" if text else spec.variant
-            messages[0] = first
-        else:
-            messages.insert(0, {"role": "system", "content": spec.variant})
+    messages = _with_variant(list(turn.messages), spec.variant) if spec.variant else turn.messages
     params = dict(turn.params)
     if temperature is not None:
         params["temperature"] = temperature
@@ -145,6 +176,28 @@ def draft_turn(
     if not spec.variant and temperature is None and n is None:
         return turn
     return replace(turn, messages=messages, params=params)
+
+
+def _with_variant(messages: list[Any], variant: str) -> list[Any]:
+    """``messages`` with ``variant`` added to the system prompt; the operator's text stays.
+
+    A string gets the variant after a blank line, a list of content parts gets it as one
+    more text part, an empty prompt becomes the variant; any other form is left as it is and
+    the variant follows it as a system message of its own.
+    """
+    if not messages or messages[0].get("role") != "system":
+        return [{"role": "system", "content": variant}, *messages]
+    first = dict(messages[0])
+    content = first.get("content")
+    if isinstance(content, str) and content:
+        first["content"] = f"{content}\n\n{variant}"
+    elif isinstance(content, list) and content:
+        first["content"] = [*content, {"type": "text", "text": variant}]
+    elif not content:
+        first["content"] = variant
+    else:
+        return [messages[0], {"role": "system", "content": variant}, *messages[1:]]
+    return [first, *messages[1:]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +216,14 @@ class Panel:
         self.plan = plan
         self.turn = turn
         self.keys: list[AnswerKey | None] = [None] * plan.k
+        self.exact: list[str | None] = [None] * plan.k  # what each draft would return
         self.arrivals: list[_Arrival] = []  # in arrival order
         self._failed: set[int] = set()
 
     def arrived(self, spec: DraftSpec, model: str, completion: Completion, latency: float) -> None:
         """Draft ``spec`` answered."""
         self.keys[spec.index] = answer_key(completion, self.turn)
+        self.exact[spec.index] = exact_form(completion, self.turn)
         self.arrivals.append(_Arrival(spec, model, latency, completion=completion))
 
     def take(self, specs: tuple[DraftSpec, ...], value: Any, model: str, latency: float) -> None:
@@ -196,7 +251,11 @@ class Panel:
     def tally(self) -> Tally:
         """What the drafts in so far say."""
         return tally(
-            self.keys, k=self.plan.k, min_agreement=self.plan.min_agreement, failed=self._failed
+            self.keys,
+            k=self.plan.k,
+            min_agreement=self.plan.min_agreement,
+            failed=self._failed,
+            exact=self.exact,  # the panel returns words the majority gave, never merged ones
         )
 
     @property
@@ -272,31 +331,60 @@ class Panel:
             reason = "gate_failed"
         else:
             reason = "drafts_disagree"
-        chosen: tuple[Completion, Verdict | None] | None = None
+        chosen: tuple[_Arrival, Completion, Verdict | None] | None = None
         for arrival in candidates:
             assert arrival.completion is not None
+            # the gate and the offered-calls floor, as for a single draft
             completion, verdict = run.gated(arrival.completion)
             verdicts[arrival.spec.index] = (completion, verdict)
             if verdict is None or verdict.passed:
-                chosen = (completion, verdict)
-                run.served_by = (arrival.spec.backend, completion)
+                chosen = (arrival, completion, verdict)
                 break
+        deferred: dict[str, float] | None = None
+        if chosen is not None and self.plan.deferral is not None:
+            model, threshold = self.plan.deferral
+            score = model.score(self.turn, self.views(run, verdicts))
+            deferred = {"score": round(score, 4), "threshold": threshold}
+            if score > threshold:  # kept (below) until the frontier answers
+                candidates, chosen, reason = [chosen[0]], None, "deferred"
         index_of = self._record_all(run, verdicts, cancelled)
         run.panel = self._summary(result, index_of, bool(answered))
+        if deferred is not None:
+            run.panel["deferral"] = deferred
         if chosen is not None:
-            run.returned = ("fast", chosen[0], chosen[1])
+            run.served_by = (chosen[0].spec.backend, run.keep("fast", chosen[1], chosen[2]))
             return None
         nxt = run.move_on("fast", reason)
         if run.returned is None and answered:
-            # keep a draft (the majority's first) until a better one comes: nothing is lost
+            # keep a draft (the majority's first) until a better one comes: nothing is lost,
+            # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
             kept = verdicts.get(first.spec.index)
             if kept is None:
                 assert first.completion is not None
                 kept = run.gated(first.completion)
-            run.returned = ("fast", kept[0], kept[1])
-            run.served_by = (first.spec.backend, kept[0])
+            run.served_by = (first.spec.backend, run.keep("fast", kept[0], kept[1]))
         return nxt
+
+    def views(
+        self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
+    ) -> list[DraftView]:
+        """Every draft in draft order for the deferral model, each answer gated (``verdicts``)."""
+        by_index = {a.spec.index: a for a in self.arrivals}
+        out: list[DraftView] = []
+        for i in range(self.plan.k):
+            arrival = by_index.get(i)
+            if arrival is None or arrival.completion is None:
+                out.append(DraftView(key=None))
+                continue
+            if i not in verdicts:
+                verdicts[i] = run.gated(arrival.completion)
+            verdict = verdicts[i][1]
+            passed = None if verdict is None else verdict.passed
+            out.append(
+                DraftView(key=self.keys[i], text=draft_text(arrival.completion), passed=passed)
+            )
+        return out
 
     def _leader(self, answered: list[_Arrival], result: Tally) -> _Arrival:
         for arrival in answered:
@@ -326,8 +414,12 @@ class Panel:
         assert completion is not None
         config = run.ports.backend_config(spec.backend)
         key = self.keys[spec.index]
+        conversions = completion.conversions
         if gated is not None:
             completion = gated[0]
+            conversions = completion.conversions
+            if call_problems(completion, run.turn):  # as a single draft's attempt says
+                conversions = (*conversions, DROPPED_CALLS)
         run.drafts[len(run.attempts)] = completion
         run.add_attempt(
             "fast",
@@ -338,7 +430,7 @@ class Panel:
             usage=completion.usage,
             cost=cost_of(completion.usage, config.price) if config is not None else 0.0,
             verdict=gated[1] if gated is not None else None,
-            conversions=completion.conversions,
+            conversions=conversions,
             answer_key=_key_dict(key),
         )
 
@@ -367,6 +459,29 @@ FlightPlan = tuple["PanelPlan | None", "float | None"]
 """A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
 
 
+def turn_panel(run: TurnRun) -> PanelPlan | None:
+    """The panel ``run``'s fast side would send (``None``: one draft); pure."""
+    if run.policy.drafts is None or not run.escalate:  # a shadow run: one call, as documented
+        return None
+    return plan_panel(
+        run.policy,
+        run.turn,
+        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
+        multiple_choices=getattr(run.ports, "multiple_choices", None),
+        deferral=getattr(run.ports, "deferral", None),
+    )
+
+
+def own_calls(plan: PanelPlan) -> dict[str, int]:
+    """The requests a panel sends each backend: one per draft, or one for all (``n``)."""
+    if plan.n:
+        return {plan.drafts[0].backend: 1}
+    counts: dict[str, int] = {}
+    for spec in plan.drafts:
+        counts[spec.backend] = counts.get(spec.backend, 0) + 1
+    return counts
+
+
 def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
     """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
     policy = run.policy
@@ -374,12 +489,7 @@ def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
         return None
     if not run.escalate:  # a shadow run: one call, as documented
         return None
-    panel = plan_panel(
-        policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
-    )
+    panel = turn_panel(run)
     hedge = hedge_delay(run, percentile=percentile)
     if panel is None and hedge is None:
         return None

@@ -24,12 +24,15 @@ class RoutedResult:
         tier: The tier that produced it (``fast`` or ``frontier``).
         escalated: ``True`` when a fast draft failed the gate or the fast backend failed.
         trace: Everything the router decided and tried.
+        shadowed: The quality monitor sent the turn to the frontier tier too, in the
+            background, to compare the answers (``monitor:``; the caller's answer is this one).
     """
 
     completion: Completion
     tier: Tier
     escalated: bool
     trace: Trace
+    shadowed: bool = False
 
     @property
     def decision(self) -> Decision:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tiered_router._types import OTHER_TIER
 from tiered_router.engine._machine import TurnRun
@@ -26,9 +26,10 @@ from tiered_router.engine.resilience import Deadline
 if TYPE_CHECKING:
     import asyncio
 
+    from tiered_router._types import Tier
     from tiered_router.engine._dispatch import Dispatcher
 
-__all__ = ["ShadowRunner", "plan_shadow", "sampled"]
+__all__ = ["ShadowRunner", "plan_shadow", "sampled", "shadow_run"]
 
 logger = logging.getLogger("tiered_router.router")
 
@@ -54,19 +55,43 @@ def plan_shadow(run: TurnRun) -> TurnRun | None:
     other = OTHER_TIER[run.returned[0]]
     if other in run.tried or not run.usable(other):
         return None
-    turn = run.turn.with_updates(metadata={**run.turn.metadata, "shadow": True})
+    return shadow_run(
+        run,
+        other,
+        rule="shadow",
+        reason=f"shadow run of the {other} tier (shadow.rate {rate:g})",
+        metadata={"shadow": True},
+    )
+
+
+def shadow_run(
+    run: TurnRun, tier: Tier, *, rule: str, reason: str, metadata: Mapping[str, Any]
+) -> TurnRun:
+    """A one-call run of ``run``'s turn on ``tier``: no escalation, no task (pure).
+
+    Its decision is ``run``'s with ``tier``, ``rule`` and ``reason`` first; ``metadata`` is
+    added to the turn's (its trace carries it). Shadow mode and the quality monitor
+    (:mod:`tiered_router.monitor`) both build their background calls here.
+    """
+    turn = run.turn.with_updates(metadata={**run.turn.metadata, **metadata})
     decision = replace(
         run.decision,
-        tier=other,
-        backend=run.policy.backend_for(other),
-        rule="shadow",
-        reasons=(f"shadow run of the {other} tier (shadow.rate {rate:g})", *run.decision.reasons),
+        tier=tier,
+        backend=run.policy.backend_for(tier),
+        rule=rule,
+        reasons=(reason, *run.decision.reasons),
     )
     ports = run.ports
     limit = run.policy.resilience.deadline_s
     now = ports.now()
     deadline = Deadline(None if limit is None else now + limit)
     return TurnRun(ports, turn, decision, deadline, started=now, escalate=False)
+
+
+Finisher = Callable[[TurnRun], None]
+"""Called with a shadow run that ran to its end, before its trace is emitted."""
+AsyncFinisher = Callable[[TurnRun], Awaitable[None]]
+"""Async twin of :data:`Finisher`."""
 
 
 class ShadowRunner:
@@ -96,36 +121,53 @@ class ShadowRunner:
         """Start ``run``'s shadow run as an asyncio task, when the policy samples it."""
         shadow = plan_shadow(run)
         if shadow is not None:
-            import asyncio  # off the package's import path (see router._asyncio_sleep)
+            self.alaunch(shadow)
 
-            job = asyncio.get_running_loop().create_task(self._arun(shadow))
-            self._jobs.add(job)
-            job.add_done_callback(self._jobs.discard)
+    def alaunch(self, shadow: TurnRun, finish: AsyncFinisher | None = None) -> None:
+        """Run ``shadow`` in the background (an asyncio task); ``finish`` it before its trace."""
+        import asyncio  # off the package's import path (see router._asyncio_sleep)
 
-    async def _arun(self, shadow: TurnRun) -> None:
+        self.track(asyncio.get_running_loop().create_task(self._arun(shadow, finish)))
+
+    def track(self, job: asyncio.Task[None]) -> None:
+        """Keep a background task of the router's (waited for by :meth:`adrain`)."""
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _arun(self, shadow: TurnRun, finish: AsyncFinisher | None) -> None:
         try:
             await self._adrive(shadow)
+            if finish is not None:
+                await finish(shadow)
             await self._dispatch.aend(shadow)
         except Exception:  # a shadow run never fails anything: it is only a label
             logger.warning("shadow run of turn %s failed", shadow.turn.id, exc_info=True)
+            await self._dispatch.aend(shadow)  # emitted once: a no-op when it already was
 
     def start(self, run: TurnRun) -> None:
         """Sync twin of :meth:`astart` (a daemon thread)."""
         shadow = plan_shadow(run)
         if shadow is not None:
-            thread = threading.Thread(
-                target=self._run, args=(shadow,), name="tiered-router-shadow", daemon=True
-            )
-            with self._lock:
-                self._threads.add(thread)
-            thread.start()
+            self.launch(shadow)
 
-    def _run(self, shadow: TurnRun) -> None:
+    def launch(self, shadow: TurnRun, finish: Finisher | None = None) -> None:
+        """Sync twin of :meth:`alaunch` (a daemon thread)."""
+        thread = threading.Thread(
+            target=self._run, args=(shadow, finish), name="tiered-router-shadow", daemon=True
+        )
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _run(self, shadow: TurnRun, finish: Finisher | None) -> None:
         try:
             self._drive(shadow)
+            if finish is not None:
+                finish(shadow)
             self._dispatch.end(shadow)
         except Exception:
             logger.warning("shadow run of turn %s failed", shadow.turn.id, exc_info=True)
+            self._dispatch.end(shadow)
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())

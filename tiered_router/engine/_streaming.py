@@ -38,7 +38,7 @@ from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assem
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
-    from tiered_router.engine._drive import Driver
+    from tiered_router.engine._drive import AfterTurn, Driver
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.routing import Decision
     from tiered_router.trace import Attempt, Trace
@@ -220,6 +220,14 @@ class _StreamState:
             tier, backend.name, backend.model, completion, self._latency(started)
         )
 
+    def _done(self, result: RoutedResult) -> RoutedResult:
+        """The finished turn's result, once the quality monitor saw it (it may shadow it)."""
+        monitor = self._driver.monitor if self._driver is not None else None
+        return result if monitor is None else self._shadow(monitor, result)
+
+    def _shadow(self, monitor: AfterTurn, result: RoutedResult) -> RoutedResult:
+        return monitor.ashadow(self._run, result)
+
     def _settled(self, result: RoutedResult) -> list[CompletionChunk]:
         """The turn ended with the draft the run kept; return its chunks to replay."""
         self._result = result
@@ -361,11 +369,11 @@ class AsyncRoutedStream(_StreamState):
                 finally:
                     await _aclose(rest)  # a caller that stops early closes the upstream stream
                 checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = await dispatch.afinish(run)
+                self._result = self._done(await dispatch.afinish(run))
                 for out in hold.release(problems, checked):
                     yield out
                 return
-            for chunk in self._settled(await dispatch.afinish(run)):
+            for chunk in self._settled(self._done(await dispatch.afinish(run))):
                 yield chunk
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             await self._dispatch.aend(self._run, exc)
@@ -374,6 +382,9 @@ class AsyncRoutedStream(_StreamState):
 
 class RoutedStream(_StreamState):
     """Sync twin of :class:`AsyncRoutedStream`. Iterate it for chunks."""
+
+    def _shadow(self, monitor: AfterTurn, result: RoutedResult) -> RoutedResult:
+        return monitor.shadow(self._run, result)
 
     def __init__(self, dispatch: Dispatcher, run: TurnRun, driver: Driver | None = None) -> None:
         super().__init__(dispatch, run, driver)
@@ -464,10 +475,10 @@ class RoutedStream(_StreamState):
                 finally:
                     _close(rest)  # a caller that stops early closes the upstream stream
                 checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = dispatch.finish(run)
+                self._result = self._done(dispatch.finish(run))
                 yield from hold.release(problems, checked)
                 return
-            yield from self._settled(dispatch.finish(run))
+            yield from self._settled(self._done(dispatch.finish(run)))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             self._dispatch.end(self._run, exc)
             raise

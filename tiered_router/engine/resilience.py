@@ -1,7 +1,7 @@
 """Retries, the per-turn deadline and the per-backend circuit breaker.
 
 The router owns the only retry loop (backends are built with the SDK's ``max_retries=0``).
-Retries use tenacity: retryable errors (connection errors, 408, 409, 429, 5xx, broken
+Retries use tenacity: retryable errors (connection errors, 408, 409, 429, 5xx but 508, broken
 bodies) are retried up to the backend's ``max_retries``, waiting
 ``min(base_s * 2**n, max_s) * jitter`` with jitter in [0.75, 1.0], or the server's
 ``Retry-After`` when it sent one. A ``Retry-After`` longer than ``retry_after_cap_s``, or a
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tiered_router.exceptions import (
     BackendError,
+    BackendTimeout,
     BackendUnavailable,
     CapabilityError,
     StreamInterrupted,
@@ -169,8 +170,10 @@ def breaker_outcome(exc: BaseException | None, *, progressed: bool = False) -> O
     Returns:
         ``success`` for an answer; ``failure`` for timeouts, connection errors, 401, 403, 408,
         429, 5xx, unreadable answers and any unexpected exception; ``neutral`` for a 4xx the
-        request caused (400, 404, 413, 422...), an open breaker, a missing capability, and a
-        cancelled or abandoned call (``success`` when the backend had already answered).
+        request caused (400, 404, 413, 422...), a 508 (a proxy upstream refused the route as a
+        loop: a chain of proxies, or a client's forged hop header), an open breaker, a missing
+        capability, and a cancelled or abandoned call (``success`` when the backend had
+        already answered).
     """
     if exc is None:
         return "success"
@@ -183,7 +186,13 @@ def breaker_outcome(exc: BaseException | None, *, progressed: bool = False) -> O
     status = getattr(exc, "status_code", None)
     if isinstance(status, int) and 400 <= status < 500 and status not in _BACKEND_4XX:
         return "neutral"
+    if status == _LOOP_DETECTED:
+        return "neutral"
     return "failure"
+
+
+_LOOP_DETECTED = 508
+"""A proxy refused the request's route as a loop: the route's fault, not the backend's."""
 
 
 _BACKEND_4XX = frozenset({401, 403, 408, 429})
@@ -286,13 +295,22 @@ class BreakerPass:
     content), so that a caller abandoning the call later counts as a success.
     """
 
-    __slots__ = ("_breaker", "admission", "outcome", "progressed")
+    __slots__ = ("_breaker", "admission", "outcome", "progressed", "self_queued")
 
     def __init__(self, breaker: CircuitBreaker) -> None:
         self._breaker = breaker
         self.admission: Admission = _ADMITTED
         self.progressed = False
+        self.self_queued = False
+        """Set when the call timed out waiting behind its own turn's calls (a panel's drafts
+        on a backend with fewer slots): that says nothing of the backend (neutral)."""
         self.outcome: Outcome | None = None
+
+    def _outcome(self, exc: BaseException | None) -> Outcome:
+        outcome = breaker_outcome(exc, progressed=self.progressed)
+        if outcome == "failure" and self.self_queued and isinstance(exc, BackendTimeout):
+            return "neutral"
+        return outcome
 
     @property
     def allowed(self) -> bool:
@@ -304,7 +322,7 @@ class BreakerPass:
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        self.outcome = self._outcome(exc)
         if self.admission.allowed:
             self._breaker.record(self.outcome, token=self.admission.token)
 
@@ -313,7 +331,7 @@ class BreakerPass:
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        self.outcome = breaker_outcome(exc, progressed=self.progressed)
+        self.outcome = self._outcome(exc)
         if not self.admission.allowed:
             return
         if exc is not None and not isinstance(exc, Exception):

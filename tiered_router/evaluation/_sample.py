@@ -1,20 +1,22 @@
 """Build the bundled sample (``data/sample.jsonl.gz``) and the data its policy is calibrated on.
 
-The sample mixes exam questions and agent tool-call turns, so the main job shows the
-score, the escalations and the gate at work:
+The evaluation rows are a seeded draw from three sources of the shared data folder
+(:data:`DRAW_SIZES`): 300 MMLU and 200 GSM8K rows of RouteLLM's evaluation data
+(Mixtral-8x7B-Instruct -> GPT-4-1106-preview; Apache-2.0) and 200 BFCL v1 function-calling
+rows (gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC). The package ships only what it
+may redistribute (``data/ATTRIBUTION.md``, checked by ``tests/test_bundled_data.py``): the
+:data:`BUNDLED` sources. BFCL's recorded tool calls come from a repository without a licence
+file, so its drawn rows stay in the shared data folder: left out of the calibration rows and
+of the transfer scorer's training (:func:`drawn_ids`) as before, never copied into the
+package.
 
-- 300 MMLU and 200 GSM8K rows of RouteLLM's evaluation data (Mixtral-8x7B-Instruct ->
-  GPT-4-1106-preview; Apache-2.0);
-- 200 BFCL v1 function-calling rows (gpt-4o-mini-2024-07-18-FC -> gpt-4o-2024-08-06-FC;
-  questions Apache-2.0, see ``data/ATTRIBUTION.md``).
+Each bundled row carries the two recorded outcomes under the keys :data:`FAST_KEY` and
+:data:`FRONTIER_KEY`, each priced at its own model's list price (stored as the outcome's
+``cost``). Recorded latencies are dropped, so every turn is timed by the policy's latency
+models.
 
-Each row carries the two recorded outcomes under the keys :data:`FAST_KEY` and
-:data:`FRONTIER_KEY` (the fast tier replays Mixtral on exam rows and gpt-4o-mini on tool
-rows), each priced at its own model's list price (stored as the outcome's ``cost``).
-Recorded latencies are dropped, so every turn is timed by the policy's latency models.
-
-The **calibration data** is every other development row of the same three sources
-(never a sample row), in the same form; it is not bundled. Rebuild both, then calibrate::
+The **calibration data** is every other development row of the three sources (never a
+drawn row), in the same form; it is not bundled. Rebuild both, then calibrate::
 
     python -m tiered_router.evaluation._sample ../shared/data --calibration /tmp/calib.jsonl.gz
     tiered-router calibrate tiered_router/evaluation/data/default_policy.yaml
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,15 +37,18 @@ from tiered_router.evaluation.sources import load_bfcl, load_routellm
 from tiered_router.pricing import cost_of
 from tiered_router.turn import Completion
 
-__all__ = ["FAST_KEY", "FRONTIER_KEY", "SAMPLE_SIZES", "build_sample"]
+__all__ = ["BUNDLED", "DRAW_SIZES", "FAST_KEY", "FRONTIER_KEY", "build_sample", "drawn_ids"]
 
-SAMPLE_SIZES = {"mmlu": 300, "gsm8k": 200, "bfcl": 200}
-"""Rows drawn from each source."""
+DRAW_SIZES = {"mmlu": 300, "gsm8k": 200, "bfcl": 200}
+"""Evaluation rows drawn from each source (none of them is calibrated or trained on)."""
 
-FAST_KEY = "Mixtral-8x7B-Instruct|gpt-4o-mini-FC"
-"""Outcome key of the fast tier: Mixtral on exam rows, gpt-4o-mini on tool rows."""
-FRONTIER_KEY = "gpt-4-1106-preview|gpt-4o-FC"
-"""Outcome key of the frontier tier: GPT-4-Turbo on exam rows, gpt-4o on tool rows."""
+BUNDLED = ("mmlu", "gsm8k")
+"""The sources whose drawn rows the package ships (RouteLLM's, Apache-2.0)."""
+
+FAST_KEY = "Mixtral-8x7B-Instruct"
+"""Outcome key of the fast tier (Mixtral-8x7B-Instruct; on BFCL rows, gpt-4o-mini)."""
+FRONTIER_KEY = "gpt-4-1106-preview"
+"""Outcome key of the frontier tier (GPT-4-Turbo; on BFCL rows, gpt-4o)."""
 
 _SEED = 20240810
 
@@ -77,61 +83,75 @@ def _convert(row: EvalRow, source: Dataset, name: str) -> EvalRow:
     )
 
 
-def _header(rows: list[EvalRow], name: str, notes: tuple[str, ...]) -> Dataset:
+def _header(rows: list[EvalRow], name: str, notes: tuple[str, ...], source: str) -> Dataset:
     return Dataset(
         name=name,
         rows=tuple(rows),
         fast_model=FAST_KEY,
         frontier_model=FRONTIER_KEY,
-        source=(
-            "lm-sys/RouteLLM@0b64fdaf (MMLU, GSM8K); ShishirPatil/gorilla@de8307b4 and "
-            "HuanzhiMao/BFCL-Result@b4adfc9b (BFCL v1)"
-        ),
+        source=source,
         license="see tiered_router/evaluation/data/ATTRIBUTION.md",
         notes=notes,
     )
 
 
-def build_sample(
-    data_dir: str | Path, out: str | Path, *, calibration: str | Path | None = None
-) -> Dataset:
-    """Draw the sample from the shared data folder and write it (and the calibration rows).
-
-    Args:
-        data_dir: The shared data folder.
-        out: Where to write the sample.
-        calibration: Where to write every other row of the same sources (optional).
-
-    Returns:
-        The sample.
-    """
+def _draw(data_dir: str | Path) -> Iterator[tuple[str, EvalRow, bool]]:
+    """Every development row of the three sources: ``(source, row, drawn)``, seeded."""
     rng = random.Random(_SEED)
-    picked_rows: list[EvalRow] = []
-    rest: list[EvalRow] = []
-    for name, size in SAMPLE_SIZES.items():
+    for name, size in DRAW_SIZES.items():
         source = load_bfcl(data_dir) if name == "bfcl" else load_routellm(data_dir, name)
         if name == "bfcl":
             source = source.with_pair(*_bfcl_pair())
         picked = set(rng.sample(range(len(source.rows)), size))
         for i, row in enumerate(source.rows):
-            (picked_rows if i in picked else rest).append(_convert(row, source, name))
-    sizes = SAMPLE_SIZES
+            yield name, _convert(row, source, name), i in picked
+
+
+def drawn_ids(data_dir: str | Path) -> frozenset[tuple[str, str]]:
+    """``(source, row id)`` of every drawn evaluation row, bundled or not."""
+    return frozenset((name, row.id) for name, row, drawn in _draw(data_dir) if drawn)
+
+
+def build_sample(
+    data_dir: str | Path, out: str | Path, *, calibration: str | Path | None = None
+) -> Dataset:
+    """Draw the evaluation rows, write the bundled part (and the calibration rows).
+
+    Args:
+        data_dir: The shared data folder.
+        out: Where to write the sample (the drawn rows of the :data:`BUNDLED` sources).
+        calibration: Where to write every row that was not drawn (optional).
+
+    Returns:
+        The sample.
+    """
+    bundled: list[EvalRow] = []
+    rest: list[EvalRow] = []
+    for name, row, drawn in _draw(data_dir):
+        if not drawn:
+            rest.append(row)
+        elif name in BUNDLED:
+            bundled.append(row)
+    sizes = DRAW_SIZES
     sample = _header(
-        picked_rows,
+        bundled,
         "sample",
         (
             f"seeded random sample: RouteLLM MMLU ({sizes['mmlu']}) and GSM8K ({sizes['gsm8k']}), "
-            "Mixtral-8x7B-Instruct -> GPT-4-Turbo; BFCL v1 tool calls "
-            f"({sizes['bfcl']}), gpt-4o-mini -> gpt-4o",
+            "Mixtral-8x7B-Instruct -> GPT-4-Turbo",
             "MMLU keeps no responses: the gate passes those drafts without checks",
             "exam-row token counts estimated from text length (~4 characters per token)",
         ),
+        "lm-sys/RouteLLM@0b64fdaf (MMLU, GSM8K)",
     )
     write_dataset(sample, out)
     if calibration is not None:
-        write_dataset(
-            _header(rest, "calibration", ("development rows not in the sample",)), calibration
+        source = (
+            "lm-sys/RouteLLM@0b64fdaf (MMLU, GSM8K); ShishirPatil/gorilla@de8307b4 and "
+            "HuanzhiMao/BFCL-Result@b4adfc9b (BFCL v1)"
         )
+        notes = ("development rows not drawn for evaluation",)
+        write_dataset(_header(rest, "calibration", notes, source), calibration)
     return sample
 
 

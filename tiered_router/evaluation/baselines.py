@@ -17,12 +17,17 @@ smallest whose frontier calls (direct plus escalations) reach the policy's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tiered_router.evaluation.sweep import RowRun
 
-__all__ = ["Baseline", "baselines"]
+if TYPE_CHECKING:
+    from tiered_router.evaluation.dataset import Dataset
+
+__all__ = ["Baseline", "baselines", "shares_at_cost"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,3 +153,28 @@ def baselines(
         ):
             out.append(Baseline(name=name, frontier_share=share, quality=quality, cost=cost_))
     return tuple(out)
+
+
+def shares_at_cost(
+    single: Sequence[RowRun], dataset: Dataset, ids: set[str], cost: float
+) -> dict[str, tuple[float, float]]:
+    """Random and prompt length at ``cost``, all-fast and all-frontier, on the rows ``ids``.
+
+    Each as ``(quality retained, cost share)`` of the all-frontier router on those rows;
+    rules are ignored (every row is free), as ``calibrate``'s hold-out report wants.
+    """
+    chars = {row.id: row.turn.prompt_chars for row in dataset.rows}
+    runs = [dataclasses.replace(r, rule=None) for r in single if r.row_id in ids]
+    if not runs:
+        return {}
+    qf = sum(r.frontier.quality for r in runs)
+    cf = sum(r.frontier.cost for r in runs)
+    out: dict[str, tuple[float, float]] = {}
+    for b in baselines(runs, [chars[r.row_id] for r in runs], frontier_share=0.0, cost=cost)[2:]:
+        out[b.name] = (b.quality * len(runs) / qf if qf else 0.0, b.cost / cf if cf else 0.0)
+    out["all-fast"] = (
+        sum(r.fast.quality for r in runs) / qf if qf else 0.0,
+        sum(r.fast.cost for r in runs) / cf if cf else 0.0,
+    )
+    out["all-frontier"] = (1.0, 1.0)
+    return out

@@ -32,15 +32,25 @@ from tiered_router.evaluation.replay import simulated_latency
 from tiered_router.evaluation.runner import Replay
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.gate import QualityGate
-from tiered_router.panels import AnswerKey, answer_key, normalise_answer, panel_kinds, tally
+from tiered_router.panels import (
+    AnswerKey,
+    answer_key,
+    normalise_answer,
+    panel_kinds,
+    tally,
+    turn_kind,
+)
 from tiered_router.policy import Policy
+from tiered_router.turn import Turn
 
 __all__ = [
     "PanelSpec",
     "PanelStats",
     "apply_panel",
     "draft_key",
+    "merge_stats",
     "panel_models",
+    "panel_specs",
     "single_draft",
 ]
 
@@ -65,6 +75,17 @@ class PanelSpec:
     models: tuple[str, ...]
     backend: str = ""
     when: tuple[str, ...] = ("all",)
+    kind: str | None = None
+    """Only turns of this :func:`~tiered_router.panels.turn_kind` (a ``drafts.kinds`` entry)."""
+    exclude: tuple[str, ...] = ()
+    """Turn kinds left to their own ``drafts.kinds`` entry."""
+
+    def applies(self, turn: Turn) -> bool:
+        """Whether a turn gets this panel (as the engine plans it)."""
+        kind = turn_kind(turn)
+        if self.kind is not None:
+            return kind == self.kind
+        return kind not in self.exclude and bool(panel_kinds(turn).intersection(self.when))
 
     def with_size(self, k: int, min_agreement: float) -> PanelSpec:
         """The same drafting models (in turn) for another ``k`` and ``min_agreement``."""
@@ -114,6 +135,25 @@ class PanelStats:
         return out
 
 
+def merge_stats(a: PanelStats, b: PanelStats) -> PanelStats:
+    """Two panels' figures over disjoint rows (``drafts.kinds``) as one.
+
+    ``k`` and ``min_agreement`` are the larger panel's; ``models`` lists both panels'.
+    """
+    big = a if a.k >= b.k else b
+    return PanelStats(
+        k=big.k,
+        min_agreement=big.min_agreement,
+        models=tuple(dict.fromkeys((*a.models, *b.models))),
+        agreed=a.agreed + b.agreed,
+        disagreed=a.disagreed + b.disagreed,
+        not_comparable=a.not_comparable + b.not_comparable,
+        missing_drafts=a.missing_drafts + b.missing_drafts,
+        draft_cost=a.draft_cost + b.draft_cost,
+        single_draft_rows=min(a.single_draft_rows, b.single_draft_rows),
+    )
+
+
 def single_draft(policy: Policy) -> Policy:
     """The policy without its panel.
 
@@ -159,6 +199,33 @@ def panel_models(policy: Policy, dataset: Dataset, fast_model: str) -> PanelSpec
         when=tuple(drafts.when),
     )
     return dataclasses.replace(spec, models=tuple(models)).with_size(drafts.k, drafts.min_agreement)
+
+
+def panel_specs(policy: Policy, dataset: Dataset, fast_model: str) -> list[PanelSpec]:
+    """Every panel the policy's ``drafts:`` asks for: the section's own, one per ``kinds`` entry.
+
+    A kind whose entry gives one draft of the fast model has no panel (it is left out).
+
+    Raises:
+        DatasetError: When a drafts backend's model has no outcomes in the data.
+    """
+    drafts = policy.drafts
+    if drafts is None:
+        return []
+    kinds = tuple(drafts.kinds)
+    out: list[PanelSpec] = []
+    base = panel_models(policy, dataset, fast_model)
+    if base is not None:
+        out.append(dataclasses.replace(base, exclude=kinds))
+    for kind in kinds:
+        k, agreement, backends = drafts.for_kind(kind)
+        own = drafts.model_copy(
+            update={"k": k, "min_agreement": agreement, "backends": backends, "kinds": {}}
+        )
+        spec = panel_models(policy.model_copy(update={"drafts": own}), dataset, fast_model)
+        if spec is not None:
+            out.append(dataclasses.replace(spec, kind=kind, when=("all",)))
+    return out
 
 
 def draft_key(outcome: Outcome, model: str, row: EvalRow) -> AnswerKey:
@@ -219,7 +286,7 @@ def apply_panel(
         row = replay.dataset.get(run.row_id)
         if row is None:
             raise DatasetError(f"{replay.dataset.name}: no row {run.row_id!r}")
-        if not panel_kinds(row.turn).intersection(spec.when):
+        if not spec.applies(row.turn):
             counts["single"] += 1
             out.append(run)  # a turn drafts.when leaves out: one draft, as the engine does
             continue

@@ -13,10 +13,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tiered_router.evaluation.monitor_timeline import MonitorPoint
 from tiered_router.evaluation.results import EvalResult, Summary
 from tiered_router.evaluation.sweep import SweepPoint
 
-__all__ = ["render_html"]
+__all__ = ["monitor_charts", "render_html", "render_monitor_html"]
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
@@ -36,6 +37,11 @@ _COLORS = {
     "oracle": "#2da44e",
     "chosen": "#d1242f",
     "frontier": "#bf8700",
+    "tools": "#1f6feb",
+    "json": "#8250df",
+    "final": "#2da44e",
+    "prose": "#8a959e",
+    "target": "#d1242f",
 }
 
 _MAX_LINE_POINTS = 400
@@ -268,6 +274,7 @@ def render_html(
     title: str | None = None,
     policy: str | None = None,
     scorer: str | None = None,
+    monitor: Sequence[MonitorPoint] | None = None,
 ) -> str:
     """Return the report of ``result`` as one self-contained HTML page.
 
@@ -276,6 +283,9 @@ def render_html(
         title: The page's title (default: names the data).
         policy: The policy's name or file, shown at the top.
         scorer: The policy's scorer type, shown at the top.
+        monitor: The live quality monitor's shadow calls
+            (:func:`~tiered_router.evaluation.monitor_timeline.monitor_timeline`): adds its
+            charts over time.
 
     """
     s = result.summary
@@ -362,5 +372,56 @@ def render_html(
         f"<h3>Gate checks that failed fast drafts</h3>{failed}"
         f"<h2>Gate against the labels</h2><table>{_rows(gate_rows)}</table>"
         f"<h2>Sweep</h2>{_sweep_table(result.points, s)}"
-        f'<h2>Notes</h2><ul class="note">{notes}</ul></body></html>\n'
+        + (f"<h2>Live quality monitor</h2>{monitor_charts(monitor)}" if monitor else "")
+        + f'<h2>Notes</h2><ul class="note">{notes}</ul></body></html>\n'
+    )
+
+
+def monitor_charts(points: Sequence[MonitorPoint]) -> str:
+    """The quality monitor's charts over time (x: its shadow calls, in trace order).
+
+    Per kind, the lower bound against the target, and the matched share.
+    """
+    bounds: dict[str, list[tuple[float, float]]] = {}
+    shares: dict[str, list[tuple[float, float]]] = {}
+    target: float | None = None
+    for i, p in enumerate(points, start=1):
+        if p.compared and p.matched is not None and p.lower_bound is not None:
+            bounds.setdefault(p.kind, []).append((i, p.lower_bound))
+            shares.setdefault(p.kind, []).append((i, p.matched / p.compared))
+            target = p.target if p.target is not None else target
+    if not bounds:
+        return '<p id="monitor" class="note">No comparison recorded yet.</p>'
+    kinds = [k for k in ("tools", "json", "final", "prose") if k in bounds]
+    last = float(len(points))
+    bound_series = [_Series(k, f"{k}: lower bound", bounds[k]) for k in kinds]
+    if target is not None:
+        bound_series.append(
+            _Series("target", f"target {target:g}", [(0.0, target), (last, target)], dashed=True)
+        )
+    share_series = [_Series(k, f"{k}: matched share", shares[k]) for k in kinds]
+    return (
+        '<div class="grid">'
+        + _chart(
+            "monitor-bound", "Lower bound vs target", "shadow calls", "bound", bound_series, None
+        )
+        + _chart("monitor-share", "Matched share", "shadow calls", "share", share_series, None)
+        + "</div>"
+    )
+
+
+def render_monitor_html(points: Sequence[MonitorPoint], *, source: str = "") -> str:
+    """A self-contained page of the quality monitor's figures over time (``--report``)."""
+    changes = [f"{p.where}: {p.kind} {p.change}" for p in points if p.change]
+    listed = "".join(f"<li>{html.escape(c)}</li>" for c in changes) or "<li>none</li>"
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>tiered-router quality monitor</title><style>{_CSS}</style></head><body>"
+        f'<h1>Quality monitor</h1><p class="sub">{len(points)} shadow calls from '
+        f"<b>{html.escape(source)}</b>.</p>"
+        f"<h2>Over time</h2>{monitor_charts(points)}"
+        '<p class="note">Each comparison sends an accepted fast answer\'s turn to the frontier '
+        "and compares the two answers' keys; the bound is the Wilson score lower bound of the "
+        "matched share over the window (docs/monitor.md).</p>"
+        f'<h2>Changes of state</h2><ul class="note">{listed}</ul></body></html>\n'
     )

@@ -28,7 +28,8 @@ from tiered_router.evaluation.metrics import (
 from tiered_router.evaluation.panel import (
     PanelStats,
     apply_panel,
-    panel_models,
+    merge_stats,
+    panel_specs,
     recorded_drafts,
     single_draft,
 )
@@ -272,17 +273,21 @@ def evaluate(
     stats = None
     panel_note = None
     try:
-        spec = panel_models(policy, dataset, replay.fast_model)
+        specs = panel_specs(policy, dataset, replay.fast_model)
     except DatasetError as exc:  # the data has no drafts for this panel: say so, replay one
-        spec, panel_note = None, f"the drafts: panel is not replayed ({exc})"
-    if spec is not None and len(set(spec.models)) == 1 and recorded_drafts(dataset, spec) < 2:
+        specs, panel_note = [], f"the drafts: panel is not replayed ({exc})"
+    unreplayable = [s for s in specs if len(set(s.models)) == 1 and recorded_drafts(dataset, s) < 2]
+    if unreplayable:
         panel_note = (
             f"the drafts: panel is not replayed: {dataset.name} records no samples of "
-            f"{spec.models[0]} (a panel needs several drafts per turn)"
+            f"{unreplayable[0].models[0]} (a panel needs several drafts per turn); the "
+            "panel's figures on data with several drafts per turn: docs/panels.md "
+            "(benchmarks/bench_verify.py prints them from ../shared/data)"
         )
-        spec = None
-    if spec is not None:
-        runs, stats = apply_panel(replay, runs, spec)
+        specs = [s for s in specs if s not in unreplayable]
+    for spec in specs:
+        runs, one = apply_panel(replay, runs, spec)
+        stats = one if stats is None else merge_stats(stats, one)
     points = sweep(runs)
     summary = summarize(runs, points, policy.scoring.threshold)
     weak_costs = [r.fast_only_cost for r in runs]

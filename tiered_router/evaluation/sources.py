@@ -60,6 +60,7 @@ __all__ = [
     "load_routellm",
     "load_routerbench",
     "load_sample",
+    "split_spec",
 ]
 
 logger = logging.getLogger(__name__)
@@ -280,7 +281,8 @@ def _is_name(text: str) -> bool:
     return all(part.strip().lower() in SOURCE_NAMES for part in text.split("+"))
 
 
-def _split_spec(spec: str) -> tuple[str, str | None, str | None]:
+def split_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """Split a data argument into its base and the pair spelled after it (``None``: none)."""
     head, sep, pair = spec.rpartition(":")
     if not sep or not (_is_name(head) or "->" in pair):
         return spec, None, None
@@ -361,7 +363,7 @@ def load_data(spec: str, *, data_dir: str | os.PathLike[str] | None = None) -> D
             is malformed, or a named model has no outcomes.
 
     """
-    base, fast, frontier = _split_spec(spec)
+    base, fast, frontier = split_spec(spec)
     if _is_name(base):
         dataset = _concat([_load_one(part, data_dir) for part in base.split("+")])
     else:

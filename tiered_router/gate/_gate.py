@@ -172,16 +172,31 @@ class QualityGate:
         arguments that validate; see :func:`~tiered_router.gate.lift_text_tool_calls`), comes
         back with those calls, no text and ``finish_reason="tool_calls"``. Any other draft,
         or any draft when the gate was built with ``text_tool_calls=False``, comes back as it
-        is (the same object). Pure.
+        is (the same object); so does a draft whose text the reader could not read (which
+        :meth:`evaluate` fails): model text never raises out of the gate. Pure.
         """
-        if self._text_tool_calls and turn.tools and not completion.tool_calls:
-            return lift_text_tool_calls(completion, turn)
-        return completion
+        return self._lifted(completion, turn)[0]
+
+    def _lifted(self, completion: Completion, turn: Turn) -> tuple[Completion, str | None]:
+        """:meth:`lift`'s result, and why the draft's text could not be read (or ``None``)."""
+        if not (self._text_tool_calls and turn.tools and not completion.tool_calls):
+            return completion, None
+        try:
+            return lift_text_tool_calls(completion, turn), None
+        except Exception as exc:  # model text the reader could not handle fails the draft
+            logger.warning("gate: draft text unreadable: %s", type(exc).__name__, exc_info=True)
+            return completion, f"the draft's text could not be read ({type(exc).__name__})"
 
     def evaluate(self, completion: Completion, turn: Turn) -> Verdict:
-        """Run every check on ``completion`` (a draft for ``turn``) and collect the failures."""
-        completion = self.lift(completion, turn)
+        """Run every check on ``completion`` (a draft for ``turn``) and collect the failures.
+
+        A draft whose text the call reader could not read fails with the check
+        ``unreadable``, whatever the other checks say.
+        """
+        completion, unreadable = self._lifted(completion, turn)
         failures: list[CheckFailure] = []
+        if unreadable is not None:
+            failures.append(CheckFailure(check="unreadable", reason=unreadable))
         for name, check in self._checks:
             try:
                 failures.extend(_failures(name, check(completion, turn)))

@@ -14,6 +14,7 @@ Nothing here imports ``openai``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -157,8 +158,11 @@ def parse_request(
     timeout = args.pop("timeout", None)
     deadline: float | None | Unset = UNSET
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        if not 0 < timeout < math.inf:  # NaN too
+            raise InvalidRequest("timeout: must be a positive number of seconds", param="timeout")
         deadline = float(timeout)
     if signals:
+        _limits.check_object(args.get("extra_body"), "extra_body")
         extra = dict(args.get("extra_body") or {})
         merged = dict(extra.get("tiered_router") or {})
         merged.update(signals)
@@ -225,6 +229,8 @@ def result_route(result: RoutedResult, *, with_trace: bool = False) -> dict[str,
         turn_id=trace.turn_id,
         attempts=trace.attempts,
     )
+    if result.shadowed:
+        route["shadowed"] = True
     if with_trace:
         route["trace"] = trace.to_dict()
     return route

@@ -11,13 +11,17 @@ else (``42``, ``(B)``). :func:`final_answer` finds it and writes it in one form:
 - ``text:<canonical text>`` for a marked answer that is none of these (``the answer is Paris``).
 
 Prose with no marked answer, that is not itself a bare number, letter or date, has none
-(``None``): the panel calls it "not comparable". Pure: no I/O, no clock, no randomness.
+(``None``): the panel calls it "not comparable". So has an answer whose number cannot be
+read within the bounds of ``_limits`` (more than ``MAX_NUMBER_DIGITS`` digits, beyond the
+float range, a zero denominator): two such answers are never "the same". Pure: no I/O, no
+clock, no randomness.
 """
 
 from __future__ import annotations
 
 import re
 
+from tiered_router import _limits
 from tiered_router.panels._values import canonical_number, canonical_text
 
 __all__ = ["final_answer", "normalise_answer"]
@@ -61,6 +65,8 @@ _MONTHS = {
 _MONTH_FIRST = re.compile(r"\A([a-z]+)\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
 _DAY_FIRST = re.compile(r"\A(\d{1,2})(?:st|nd|rd|th)?\s+([a-z]+)\.?,?\s+(\d{4})\b")
 _TRAILING = " \t\n.,;:!*`'\"“”"
+_UNREADABLE = "unreadable"
+"""What :func:`_bare` returns for a number it cannot read within bounds (no answer)."""
 
 
 def final_answer(text: str) -> str | None:
@@ -87,7 +93,7 @@ def final_answer(text: str) -> str | None:
     if "\n" not in text and len(text) <= 40:
         bare = _bare(text.strip(_TRAILING))
         if bare is not None:
-            return bare
+            return None if bare is _UNREADABLE else bare
     return None
 
 
@@ -105,13 +111,14 @@ def normalise_answer(answer: str) -> str | None:
         return None
     bare = _bare(answer)
     if bare is not None:
-        return bare
+        return None if bare is _UNREADABLE else bare
     option = _OPTION.match(answer)
     if option is not None:
         return f"option:{option.group(1).upper()}"
     number = _NUMBER.match(answer)
     if number is not None and _only_units_after(answer[number.end() :]):
-        return f"number:{canonical_number(float(number.group(1).replace(',', '')))}"
+        value = _read_number(number.group(1))
+        return None if value is None else f"number:{canonical_number(value)}"
     return f"text:{canonical_text(answer)}"
 
 
@@ -124,12 +131,21 @@ def _bare(text: str) -> str | None:
     if date is not None:
         return f"date:{date}"
     fraction = _FRACTION.match(text.replace(" ", ""))
-    if fraction is not None and int(fraction.group(2)):
-        return f"number:{canonical_number(int(fraction.group(1)) / int(fraction.group(2)))}"
+    if fraction is not None:
+        top, bottom = _limits.read_int(fraction.group(1)), _limits.read_int(fraction.group(2))
+        if top is None or not bottom:  # too many digits to read, or a zero denominator
+            return _UNREADABLE
+        return f"number:{canonical_number(top / bottom)}"
     number = _NUMBER.match(text)
     if number is not None and not text[number.end() :].strip(" %"):
-        return f"number:{canonical_number(float(number.group(1).replace(',', '')))}"
+        value = _read_number(number.group(1))
+        return _UNREADABLE if value is None else f"number:{canonical_number(value)}"
     return None
+
+
+def _read_number(written: str) -> float | None:
+    """A number as written (``1,000.5``) within the bounds of ``_limits``, or ``None``."""
+    return _limits.read_float(written.replace(",", ""))
 
 
 def _only_units_after(rest: str) -> bool:

@@ -10,7 +10,7 @@ import re
 
 from tiered_router.turn import Turn
 
-__all__ = ["panel_kinds"]
+__all__ = ["TURN_KINDS", "panel_kinds", "turn_kind"]
 
 # a prompt that asks for a checkable final answer: options, a number, a boxed answer
 _ANSWER_ASK = re.compile(
@@ -34,3 +34,21 @@ def panel_kinds(turn: Turn) -> frozenset[str]:
                 kinds.add("answer")
             break
     return frozenset(kinds)
+
+
+TURN_KINDS: tuple[str, ...] = ("tools", "json", "answer", "prose")
+"""The kinds ``calibrate`` chooses a verification for, in the order a turn is given one."""
+
+
+def turn_kind(turn: Turn) -> str:
+    """The one kind a turn counts as (pure): ``tools``, ``json``, ``answer`` or ``prose``.
+
+    A turn can be several :func:`panel_kinds` at once (tools offered to a prompt that asks for
+    an answer); the first of :data:`TURN_KINDS` it is decides which ``drafts.kinds`` entry
+    applies, in the engine and in the offline replay alike.
+    """
+    kinds = panel_kinds(turn)
+    for kind in TURN_KINDS[:-1]:
+        if kind in kinds:
+            return kind
+    return "prose"

@@ -15,7 +15,12 @@ The rules (``k`` drafts; ``needed``: the fewest drafts whose share of ``k`` meet
   group and no two checkable answers conflict, the panel is **not comparable**: it says so,
   and the caller falls back to the gate (never a silent agreement);
 - otherwise the panel **disagrees**, and the caller escalates;
-- failed drafts (``failed=``) answer nothing: they count against agreement.
+- failed drafts (``failed=``) answer nothing: they count against agreement;
+- with ``exact=`` (each draft's exact form, :func:`tiered_router.panels.exact_form`), the
+  majority agrees only when enough of its members gave the same exact form too (at least
+  ``needed``, and no other exact form among them as many): the panel returns one of those
+  (``members``), never a draft whose words only the normalisation made agree. This widens
+  the comparison, never the acceptance.
 
 Pure: no I/O, no clock, no randomness.
 """
@@ -74,6 +79,7 @@ def tally(
     k: int,
     min_agreement: float,
     failed: Collection[int] = (),
+    exact: Sequence[str | None] | None = None,
 ) -> Tally:
     """Count a panel's answers.
 
@@ -84,6 +90,8 @@ def tally(
         min_agreement: Share of the ``k`` drafts that must give the majority answer, in
             (0, 1].
         failed: Indices of drafts that failed: their ``None`` is final, not pending.
+        exact: Each draft's exact form, in draft order (``None``: pending, or no exact
+            form); when given, agreement needs it too (see the module docstring).
 
     Returns:
         The :class:`Tally`.
@@ -157,8 +165,18 @@ def tally(
     sure_refuse = top + pending < needed and stays_comparable
     decided = pending == 0 or sure_accept or sure_refuse
     answers = len(ranked)
+    exact_why = ""
+    if agreed and exact is not None:
+        confirmed, exact_why, sure = _exactly(members, exact, needed=needed, pending=pending)
+        decided = pending == 0 or sure_refuse or (sure_accept and sure)
+        if confirmed is None:
+            agreed = False
+        else:
+            members, top = confirmed, len(confirmed)
     if agreed:
         reason = f"{top} of {k} drafts agree ({majority.kind})"
+    elif exact_why:
+        reason = f"drafts give the same answer but not the same words: {exact_why}"
     elif not lone_top:
         reason = f"drafts disagree: {answers} answers, the largest tied at {top} of {k}"
     else:
@@ -174,3 +192,26 @@ def tally(
         comparable=True,
         reason=reason,
     )
+
+
+def _exactly(
+    members: list[int], exact: Sequence[str | None], *, needed: int, pending: int
+) -> tuple[list[int] | None, str, bool]:
+    """The members that gave one exact form, when enough did.
+
+    Returns ``(members, why, sure)``: the confirmed members (``None`` when no exact form
+    has ``needed`` of them with no other as many), why not, and whether the pending drafts
+    can no longer change that.
+    """
+    groups: dict[str, list[int]] = {}
+    for i in members:
+        form = exact[i] if i < len(exact) else None
+        if form is not None:
+            groups.setdefault(form, []).append(i)
+    ranked = sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+    top = len(ranked[0]) if ranked else 0
+    second = len(ranked[1]) if len(ranked) > 1 else 0
+    if top >= needed and top > second:
+        return ranked[0], "", top > second + pending
+    why = f"{top} of {len(members)} give the same exact form, {needed} needed"
+    return None, why, top + pending < needed

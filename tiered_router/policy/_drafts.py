@@ -16,6 +16,12 @@ Example:
         - ""
         - "Think step by step before you answer."
       when: [tools, json, answer] # which turns get a panel; the others get one draft
+      kinds:                      # per kind of turn, what calibrate chose (optional)
+        tools: {k: 4, min_agreement: 0.75}
+        answer: {k: 3, min_agreement: 1.0, backends: [mercury]}
+      deferral:                   # a model fitted by `tiered-router fit-scorer` (optional)
+        path: deferral.json
+        threshold: 0.35           # escalate an accepted panel answer scored above it
     hedge:
       after_s: 1.5                # start the frontier call 1.5 s into the fast side...
       band: 0.05                  # ...or at once when the score is this close to the threshold
@@ -31,7 +37,15 @@ from pydantic import Field, model_validator
 
 from tiered_router.policy._base import FieldErrors, Loc, Model
 
-__all__ = ["PANEL_TURNS", "DraftsConfig", "HedgeConfig", "PanelTurn"]
+__all__ = [
+    "PANEL_TURNS",
+    "DeferralConfig",
+    "DraftsConfig",
+    "HedgeConfig",
+    "KindDrafts",
+    "PanelTurn",
+    "TurnKind",
+]
 
 PanelTurn = Literal["tools", "json", "answer", "all"]
 """A kind of turn that gets a panel: ``tools`` (tools offered), ``json`` (a JSON
@@ -40,6 +54,43 @@ a number, ``\\boxed{}``, "the answer is"), ``all`` (every fast turn)."""
 
 PANEL_TURNS: tuple[PanelTurn, ...] = ("tools", "json", "answer", "all")
 _DEFAULT_WHEN: tuple[PanelTurn, ...] = ("tools", "json", "answer")
+
+
+TurnKind = Literal["tools", "json", "answer"]
+"""A kind of turn ``drafts.kinds`` can set a panel for (a turn is the first it matches:
+:func:`tiered_router.panels.turn_kind`)."""
+
+
+class KindDrafts(Model):
+    """The panel of one kind of turn (``drafts.kinds.<kind>``): what ``calibrate`` chose.
+
+    Unset fields are the ``drafts:`` section's own.
+    """
+
+    k: int | None = Field(default=None, ge=1, le=16)
+    """Drafts for this kind of turn (1: one draft and the gate)."""
+    min_agreement: float | None = Field(default=None, gt=0, le=1)
+    """Share of the drafts that must give the majority answer."""
+    backends: list[str] | None = None
+    """Fast backends drafting this kind of turn, used in turn."""
+    deferral_threshold: float | None = Field(default=None, ge=0, le=1)
+    """This kind's ``drafts.deferral.threshold`` (``calibrate --write`` sets it)."""
+
+
+class DeferralConfig(Model):
+    """A deferral model asked after the panel (``drafts.deferral``).
+
+    The model (``tiered-router fit-scorer`` on a policy with ``drafts:``) reads the turn's
+    prompt features and what the drafts say beyond their majority, and returns P(the
+    panel's answer is wrong); an answer the panel would accept is escalated with reason
+    ``deferred`` when that score is above ``threshold``. With a deferral model the panel
+    waits for every draft (the signals are computed over all ``k``).
+    """
+
+    path: str = Field(min_length=1)
+    """The model file (JSON) ``fit-scorer --output`` wrote; relative to the working directory."""
+    threshold: float = Field(default=1.0, ge=0, le=1)
+    """Escalate when the deferral score is above it (1.0: never; ``calibrate`` chooses it)."""
 
 
 class DraftsConfig(Model):
@@ -74,11 +125,52 @@ class DraftsConfig(Model):
     where the backend's dialect takes ``n``; ``false`` sends ``k`` requests (early decision
     can then cancel the slow ones)."""
 
+    deferral: DeferralConfig | None = None
+    """A deferral model asked after the panel (see :class:`DeferralConfig`)."""
+
+    kinds: dict[TurnKind, KindDrafts] = Field(default_factory=dict)
+    """Per kind of turn (``tools``, ``json``, ``answer``), its own ``k``, ``min_agreement``
+    and ``backends`` (``tiered-router calibrate --write`` sets them); a kind listed here gets
+    its panel whether or not ``when`` lists it, and ``k: 1`` gives it one draft."""
+
+    @property
+    def max_k(self) -> int:
+        """The most drafts any turn gets (what a budget reserves)."""
+        return max([self.k, *(o.k for o in self.kinds.values() if o.k is not None)])
+
+    def for_kind(self, kind: str) -> tuple[int, float, list[str]]:
+        """``(k, min_agreement, backends)`` of a turn of ``kind`` (``k < 2``: no panel).
+
+        ``kind`` is :func:`tiered_router.panels.turn_kind` of the turn; ``when`` is not
+        consulted here (the caller checks it for kinds ``kinds`` does not name).
+        """
+        own = self.kinds.get(kind)  # type: ignore[call-overload]
+        if own is None:
+            return self.k, self.min_agreement, list(self.backends)
+        k = own.k if own.k is not None else self.k
+        agreement = own.min_agreement if own.min_agreement is not None else self.min_agreement
+        backends = own.backends if own.backends is not None else self.backends
+        return k, agreement, list(backends)
+
+    def deferral_threshold(self, kind: str) -> float | None:
+        """The deferral threshold of a turn of ``kind`` (``None``: no deferral model)."""
+        if self.deferral is None:
+            return None
+        own = self.kinds.get(kind)  # type: ignore[call-overload]
+        if own is not None and own.deferral_threshold is not None:
+            return float(own.deferral_threshold)
+        return self.deferral.threshold
+
     @model_validator(mode="after")
     def _coherent(self) -> DraftsConfig:
         problems: list[tuple[Loc, str]] = []
         if len(set(self.backends)) != len(self.backends):
             problems.append((("backends",), "names a backend twice; list each once"))
+        for kind, own in self.kinds.items():
+            if own.backends is not None and len(set(own.backends)) != len(own.backends):
+                problems.append(
+                    (("kinds", kind, "backends"), "names a backend twice; list each once")
+                )
         if len(self.variants) > self.k:
             problems.append(
                 (("variants",), f"{len(self.variants)} variants for k={self.k} drafts: at most k")

@@ -40,6 +40,7 @@ from pydantic import (
 from tiered_router._types import BackendKind, PolicySource, Tier
 from tiered_router.policy._base import FieldErrors, Loc, Model, did_you_mean
 from tiered_router.policy._drafts import DraftsConfig, HedgeConfig
+from tiered_router.policy._monitor import MonitorConfig
 from tiered_router.policy._ops import (
     BreakerConfig,
     ClientLimits,
@@ -61,6 +62,7 @@ __all__ = [
     "GateConfig",
     "HedgeConfig",
     "LatencyModel",
+    "MonitorConfig",
     "Policy",
     "Price",
     "ResilienceConfig",
@@ -346,6 +348,10 @@ class Policy(Model):
     hedge: HedgeConfig | None = None
     """Hedged escalation: the frontier call started while the fast side is undecided (off
     when not given)."""
+    monitor: MonitorConfig | None = None
+    """The quality monitor: a share of accepted fast answers compared with the frontier's in
+    the background, per turn kind, and (``enforce``) kinds below target tightened (off when
+    not given)."""
 
     # where values came from ${VAR} references: {path: (reference, value it gave)}, so that
     # to_yaml() writes the references back instead of what they resolved to
@@ -379,6 +385,16 @@ class Policy(Model):
                         f"names backend {name!r}, which is not defined{did_you_mean(name, known)}",
                     )
                 )
+        for kind, own in (self.drafts.kinds if self.drafts is not None else {}).items():
+            for i, name in enumerate(own.backends or ()):
+                if name not in self.backends:
+                    problems.append(
+                        (
+                            ("drafts", "kinds", kind, "backends", i),
+                            f"names backend {name!r}, which is not defined"
+                            f"{did_you_mean(name, known)}",
+                        )
+                    )
         first: dict[str, int] = {}
         for i, rule in enumerate(self.rules):
             if rule.name in first:

@@ -27,6 +27,7 @@ from tiered_router.scoring.transfer import TransferModel, TransferScorer
 if TYPE_CHECKING:
     from tiered_router.policy._checks import Problems
     from tiered_router.policy._schema import Policy, ScoringConfig
+    from tiered_router.scoring.deferral import DeferralModel
     from tiered_router.scoring.learned import (
         LearnedModel,
         LearnedScorer,
@@ -52,7 +53,9 @@ __all__ = [
     "scoring_problems",
     "fit",
     "fit_model",
+    "load_deferral",
     "load_weights",
+    "panel_deferral",
 ]
 
 _LEARNED = frozenset(
@@ -97,7 +100,36 @@ def scoring_problems(policy: Policy) -> Problems:
     except (ValueError, TypeError, KeyError, OSError) as exc:
         # build_scorer names the field first: "scoring.options.path: no such file ..."
         return from_message(str(exc), "scoring")
+    deferral = policy.drafts.deferral if policy.drafts is not None else None
+    if deferral is not None:
+        try:
+            load_deferral(deferral.path)
+        except ValueError as exc:
+            return [(("drafts", "deferral", "path"), str(exc))]
     return []
+
+
+def panel_deferral(policy: Policy) -> DeferralModel | None:
+    """The deferral model ``policy.drafts.deferral`` names, read; ``None`` without one.
+
+    Raises:
+        ValueError: When the file cannot be read or is not a deferral model.
+    """
+    drafts = policy.drafts
+    if drafts is None or drafts.deferral is None:
+        return None
+    return load_deferral(drafts.deferral.path)
+
+
+def load_deferral(path: str) -> DeferralModel:
+    """Read the deferral model a policy's ``drafts.deferral.path`` names.
+
+    Raises:
+        ValueError: When the file cannot be read or is not a deferral model.
+    """
+    from tiered_router.scoring.deferral import DeferralModel
+
+    return DeferralModel.load(path)
 
 
 def build_scorer(config: ScoringConfig) -> Scorer:

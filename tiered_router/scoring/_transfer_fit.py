@@ -5,8 +5,9 @@ The shipped weights are made by::
 
     python -m tiered_router.scoring._transfer_fit ../shared/data
 
-(``--out`` defaults to ``tiered_router/scoring/data/transfer_default.json``; the rows of the
-bundled evaluation sample are left out unless ``--include-sample``.)
+(``--out`` defaults to ``tiered_router/scoring/data/transfer_default.json``; the evaluation
+rows drawn for the bundled sample, BFCL's drawn rows included, are left out unless
+``--include-sample``.)
 
 **Sources** (:data:`SOURCE_PAIRS`): every source of the shared data folder with the pairs
 of a cheaper and a stronger model it holds: RouteLLM MMLU and GSM8K (Mixtral-8x7B ->
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -123,11 +125,15 @@ def load_examples(
     return out
 
 
-def sample_rows() -> frozenset[tuple[str, str]]:
-    """``(source, row id)`` of every row of the bundled evaluation sample."""
-    from tiered_router.evaluation.sources import load_sample
+def sample_rows(data_dir: str | os.PathLike[str]) -> frozenset[tuple[str, str]]:
+    """``(source, row id)`` of every evaluation row drawn for the sample.
 
-    return frozenset((str(row.turn.metadata.get("source")), row.id) for row in load_sample().rows)
+    That is the bundled sample's rows and the BFCL rows drawn with them, which the package
+    does not ship (``tiered_router/evaluation/_sample.py``).
+    """
+    from tiered_router.evaluation._sample import drawn_ids
+
+    return drawn_ids(Path(data_dir))
 
 
 def features_of(turn: Turn) -> tuple[int, tuple[float, ...]]:
@@ -257,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     examples = load_examples(args.data_dir)
     if not args.include_sample:
-        skip = sample_rows()
+        skip = sample_rows(args.data_dir)
         examples = [e for e in examples if (e.source, e.id) not in skip]
     model = fit_transfer(examples, l2=args.l2)
     model.save(args.out)

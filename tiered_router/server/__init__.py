@@ -27,6 +27,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -193,6 +194,9 @@ def _configure_logging(log_level: str) -> None:
         package.addHandler(handler)
 
 
+_METRICS_PREFIX = "tiered-router-metrics-"
+
+
 @contextlib.contextmanager
 def _metrics_dir() -> Iterator[None]:
     """A fresh multiprocess directory for prometheus_client, removed at the end of the run.
@@ -200,17 +204,65 @@ def _metrics_dir() -> Iterator[None]:
     The workers inherit ``PROMETHEUS_MULTIPROC_DIR`` and import prometheus_client after it
     is set, so their numbers go to files there and any worker's scrape adds them up. An
     operator's own ``PROMETHEUS_MULTIPROC_DIR`` is used as it is, and left in place.
+
+    The directory is named for this process's pid (``tiered-router-metrics-<pid>`` in the
+    temporary directory). A server killed outright (SIGKILL, out of memory) cannot remove
+    its own, so each start first removes those of pids that are no longer alive (only
+    directories of this user, never a link).
     """
     if os.environ.get(_MULTIPROC_DIR_ENV):
         yield
         return
-    directory = tempfile.mkdtemp(prefix="tiered-router-metrics-")
+    root = tempfile.gettempdir()
+    _remove_dead_metrics_dirs(root)
+    directory = os.path.join(root, f"{_METRICS_PREFIX}{os.getpid()}")
+    if _ours(directory):  # left by a dead process that had this pid: nothing in it is live
+        shutil.rmtree(directory, ignore_errors=True)
+    try:
+        os.mkdir(directory, 0o700)
+    except OSError:  # taken by another user's entry: a private one with a random name
+        directory = tempfile.mkdtemp(prefix=_METRICS_PREFIX)
     os.environ[_MULTIPROC_DIR_ENV] = directory
     try:
         yield
     finally:
         os.environ.pop(_MULTIPROC_DIR_ENV, None)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _ours(path: str) -> bool:
+    """Whether ``path`` is a directory (not a link) owned by this user."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _remove_dead_metrics_dirs(root: str) -> None:
+    """Remove the metrics directories in ``root`` of servers whose process is gone."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(_METRICS_PREFIX) :]
+        if not (name.startswith(_METRICS_PREFIX) and pid.isdigit()):
+            continue
+        path = os.path.join(root, name)
+        if int(pid) != os.getpid() and not _pid_alive(int(pid)) and _ours(path):
+            logger.info("removing the metrics directory of a stopped server: %s", path)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def serve(

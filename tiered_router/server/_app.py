@@ -23,7 +23,7 @@ from tiered_router.server._settings import ServerSettings
 if TYPE_CHECKING:
     from tiered_router.backends._base import Backend
     from tiered_router.policy._schema import Policy
-    from tiered_router.trace import TraceSink
+    from tiered_router.trace import Trace, TraceSink
 
 __all__ = ["SERVE_GC_THRESHOLD", "build_app"]
 
@@ -53,6 +53,35 @@ def _track_state(metrics: Metrics, router: Router, limiter: ClientLimiter) -> No
 
     metrics.track(metrics.state_fallbacks, fallbacks)
     metrics.track(metrics.task_reads_saved, saved)
+
+
+def _frontier_cost(router: Router) -> Callable[[Trace], float]:
+    """What a turn would have cost on the frontier tier, for the cost-saved metric.
+
+    The answer's tokens at the frontier backend's prices (the frontier's own recorded cost
+    when it answered); a turn with no answer counts what it spent, so it saves nothing.
+    """
+    from tiered_router.pricing import cost_of
+
+    frontier = router.policy.tiers.frontier
+
+    def cost(trace: Trace) -> float:
+        served = next(
+            (
+                a
+                for a in reversed(trace.attempts)
+                if a.backend == trace.backend and a.error is None and not a.cancelled
+            ),
+            None,
+        )
+        config = router.backend_config(frontier)
+        if served is None or config is None:
+            return sum(a.cost for a in trace.attempts)
+        if served.backend == frontier:
+            return served.cost
+        return cost_of(served.usage, config.price)
+
+    return cost
 
 
 SERVE_GC_THRESHOLD = 10_000
@@ -137,7 +166,10 @@ def build_app(
     router = Router(policy, backends=built, sinks=[metrics, *sinks], record=record)
     proxy = Proxy(router, settings, metrics)
     _track_state(metrics, router, proxy.limiter)
+    metrics.frontier_cost = _frontier_cost(router)
     metrics.track_dropped(sinks)
+    if router.monitor is not None:
+        metrics.watch_monitor(router.monitor.config.kinds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

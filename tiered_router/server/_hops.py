@@ -10,9 +10,15 @@ calls itself again, until the deadline: one client request fanning out into a hu
   this proxy's last (:func:`forward_chain`), so a loop through several proxies
   (A -> B -> A) is seen by the first proxy it comes back to;
 - a request that arrives carrying the proxy's own id is refused at once with 508
-  ``loop_detected`` in OpenAI's error shape (:func:`hops_of`), and so is one that has
-  come through more than ``MAX_HOPS`` proxies; the calling side sees a backend error
-  (retried, counted by that backend's breaker, escalated) and the other tier answers;
+  ``loop_detected`` in OpenAI's error shape, and so is one whose chain, with this proxy's
+  id added, would name more than ``MAX_HOPS`` proxies: the first proxy that would forward
+  a chain too long refuses it, before any upstream call (:func:`read_chain`);
+- a hop header that is not a chain of proxy ids (an empty part, a part over 64 characters
+  or with other characters than letters, digits, ``_``, ``.`` and ``-``) was not written
+  by a proxy: it is refused with 400 ``invalid_hop_header``, never forwarded;
+- the calling side of a 508 sees a backend error that is neither retried nor counted by
+  that backend's breaker (a loop is the route's fault, not the backend's health, and a
+  client's forged chain must not open another proxy's breaker); the other tier answers;
 - ``serve`` and ``validate`` warn when a backend's URL is the proxy's own address
   (:func:`calls_itself`).
 
@@ -27,6 +33,7 @@ import errno
 import os
 import re
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -36,19 +43,20 @@ if TYPE_CHECKING:
 __all__ = [
     "HOP_HEADER",
     "MAX_HOPS",
+    "HopRefused",
     "PortInUse",
     "calls_itself",
     "check_port_free",
     "forward_chain",
-    "hops_of",
     "new_hop_id",
+    "read_chain",
     "with_hop",
 ]
 
 HOP_HEADER = "x-tiered-router-hop"
 """The header naming the proxies a request came through, oldest first."""
 MAX_HOPS = 8
-"""Proxies a request may have come through; one more is refused as a loop."""
+"""Most proxies a chain may name, this proxy included; a longer one is refused as a loop."""
 
 _ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -73,23 +81,80 @@ def with_hop(policy: Policy, hop_id: str) -> Policy:
 _HOP_ID = re.compile(r"[0-9A-Za-z_.-]{1,64}")
 
 
-def hops_of(value: str | None) -> list[str]:
-    """The proxy ids in a hop header (one id, or several comma-separated), oldest first.
+class HopRefused(Exception):
+    """A request's hop chain is refused: a loop, too long, or not written by a proxy.
 
-    A part that is no proxy id (empty, over 64 characters, or other than letters, digits,
-    ``_``, ``.`` and ``-``) is left out, so a client cannot have the proxy forward text of
-    its choosing upstream; at most ``MAX_HOPS + 1`` ids are read.
+    Attributes:
+        status: 508 (``loop_detected``) or 400 (``invalid_hop_header``).
+        code: OpenAI-style error code.
     """
-    if not value:
+
+    def __init__(self, message: str, *, status: int, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def read_chain(values: Sequence[str], hop_id: str) -> list[str]:
+    """The proxy ids a request came through, oldest first, from its hop header(s).
+
+    Args:
+        values: Every ``x-tiered-router-hop`` header the request carries (a client may send
+            several; they are read as one comma-separated chain).
+        hop_id: This proxy's id.
+
+    Returns:
+        The ids (empty for a request straight from a client).
+
+    Raises:
+        HopRefused: A part that is no proxy id (400), the chain holds ``hop_id`` (508: the
+            request came back), or the chain with ``hop_id`` added would name more than
+            :data:`MAX_HOPS` proxies (508: forwarding it could only be refused further on).
+
+    """
+    values = [value for value in values if value.strip()]  # an empty header names no proxy
+    if not values:
         return []
-    hops = [part.strip() for part in value.split(",")]
-    return [h for h in hops if _HOP_ID.fullmatch(h)][: MAX_HOPS + 1]
+    hops = [part.strip() for value in values for part in value.split(",")]
+    bad = next((h for h in hops if not _HOP_ID.fullmatch(h)), None)
+    if bad is not None:
+        raise HopRefused(
+            f"{HOP_HEADER}: {_shown(bad)} is not a proxy id (1-64 letters, digits, '_', '.' "
+            "or '-', comma-separated): this header is written by tiered-router proxies only",
+            status=400,
+            code="invalid_hop_header",
+        )
+    if hop_id in hops:
+        if hops[-1] == hop_id:
+            message = (
+                "this request came from this proxy itself: a backend's base_url is the "
+                "proxy's own address (change that backend's base_url or the proxy's port)"
+            )
+        else:
+            message = (
+                f"this request left this proxy and came back through {len(hops) - 1} "
+                "other tiered-router proxies: their backends point at one another "
+                "(change one backend's base_url)"
+            )
+        raise HopRefused(message, status=508, code="loop_detected")
+    if len(hops) + 1 > MAX_HOPS:
+        raise HopRefused(
+            f"this request came through {len(hops)} tiered-router proxies; with this one "
+            f"that is more than {MAX_HOPS}: their backends point at one another",
+            status=508,
+            code="loop_detected",
+        )
+    return hops
+
+
+def _shown(part: str) -> str:
+    return repr(part) if len(part) <= 40 else f"a part of {len(part)} characters"
 
 
 def forward_chain(hops: list[str], hop_id: str) -> str | None:
     """The hop header to send upstream for a request that came through ``hops``.
 
-    ``hops`` is what :func:`hops_of` read from the request. ``None`` when the request came
+    ``hops`` is what :func:`read_chain` read from the request. ``None`` when the request came
     straight from a client: the backend's own header (:func:`with_hop`, this proxy's id
     alone) is right then.
     """

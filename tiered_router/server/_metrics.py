@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -24,6 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from tiered_router.server._monitor_metrics import MonitorMetrics
     from tiered_router.trace import Trace
 
 __all__ = ["CONTENT_TYPE", "MULTIPROC_DIR_ENV", "CountsDropped", "Metrics", "worker_metrics"]
@@ -37,6 +38,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1, 1.0)
+_BREAKER_STATES = ("closed", "open", "half_open")
 _SIGNIFICANT = 12  # digits kept on /metrics: 0.1 + 0.2 dollars print as 0.3
 
 
@@ -117,6 +119,12 @@ class Metrics:
             p + "cost_usd_total", "Cost of backend calls, US dollars.", ("backend",)
         )
         self.tokens = self._counter(p + "tokens_total", "Tokens billed.", ("backend", "direction"))
+        self.cost_all_frontier = self._counter(
+            p + "cost_all_frontier_usd_total",
+            "What the routed turns would have cost on the frontier tier: each answer's tokens "
+            "at the frontier backend's prices (an estimate: another model writes other "
+            "tokens), US dollars. Cost saved is this minus cost_usd_total.",
+        )
         self.responses = self._counter(
             p + "http_responses_total", "HTTP responses by path and status.", ("path", "code")
         )
@@ -169,6 +177,17 @@ class Metrics:
         self.in_flight = Gauge(
             p + "in_flight", "Requests being served.", registry=None, multiprocess_mode="livesum"
         )
+        self.breaker_state = Gauge(
+            p + "breaker_state",
+            "Circuit breaker of each backend: 1 for its state (closed, open, half_open), 0 "
+            "for the others; read on each scrape (with --workers, the highest any worker "
+            "read).",
+            ("backend", "state"),
+            registry=None,
+            multiprocess_mode="livemax",
+        )
+        self.frontier_cost: Callable[[Trace], float] | None = None
+        """What a turn would have cost on the frontier tier (set by the app; ``None``: 0)."""
         self._children: dict[tuple[object, ...], Any] = {}
         self._tracked: list[tuple[Counter, Callable[[], float], list[float]]] = []
         self._metrics: tuple[Counter | Gauge | Histogram, ...] = (
@@ -176,6 +195,7 @@ class Metrics:
             self.latency,
             self.overhead,
             self.in_flight,
+            self.breaker_state,
         )
         # series whose labels are known up front start at 0, so a scrape shows them before
         # the first panel or hedge (a multiprocess scrape shows only series that exist)
@@ -184,6 +204,8 @@ class Metrics:
         for role in ("draft", "hedge"):
             for outcome in ("answered", "failed", "cancelled"):
                 self._child(self.concurrent_calls, role, outcome)
+        self.monitor: MonitorMetrics | None = None
+        """The quality monitor's series (:meth:`watch_monitor`), when the policy has one."""
         self.workers: Gauge | None = None
         """Worker processes alive (each sets 1; with ``multiprocess_dir`` only)."""
         if multiprocess_dir is not None:
@@ -194,6 +216,14 @@ class Metrics:
                 multiprocess_mode="livesum",
             )
             self.workers.set(1)
+
+    def watch_monitor(self, kinds: Iterable[str]) -> MonitorMetrics:
+        """Add the quality monitor's series for ``kinds`` (``monitor:``; see its module)."""
+        from tiered_router.server._monitor_metrics import MonitorMetrics
+
+        self.monitor = MonitorMetrics(kinds)
+        self._metrics = (*self._metrics, *self.monitor.all)
+        return self.monitor
 
     def _counter(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> Counter:
         return Counter(name, help_, labels, registry=None)
@@ -240,6 +270,8 @@ class Metrics:
         child = self._child
         tier = trace.tier or "none"
         shadow = trace.metadata.get("shadow") is True
+        if shadow and self.monitor is not None and "monitor" in trace.metadata:
+            self.monitor.count(trace.metadata["monitor"])
         if not shadow:
             child(self.turns, tier, "true" if trace.escalated else "false").inc()
         for reason in trace.escalations:
@@ -273,8 +305,16 @@ class Metrics:
                 child(self.tokens, backend, "output").inc(usage.output_tokens)
         if not shadow:
             child(self.latency, tier).observe(trace.latency_s)
+            if self.frontier_cost is not None:
+                self.cost_all_frontier.inc(self.frontier_cost(trace))
         if self._tracked:
             self.sync()
+
+    def breakers(self, states: Mapping[str, str]) -> None:
+        """Set each backend's breaker state (``{backend: "closed" | "open" | "half_open"}``)."""
+        for backend, current in states.items():
+            for state in _BREAKER_STATES:
+                self.breaker_state.labels(backend, state).set(1.0 if state == current else 0.0)
 
     def response(self, path: str, status: int) -> None:
         """Count one HTTP response."""

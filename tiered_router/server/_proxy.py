@@ -33,7 +33,7 @@ from tiered_router.openai._wire import (
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
-from tiered_router.server._hops import HOP_HEADER, MAX_HOPS, forward_chain, hops_of
+from tiered_router.server._hops import HOP_HEADER, HopRefused, forward_chain, read_chain
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
 from tiered_router.server._responses import (
@@ -176,10 +176,10 @@ class Proxy:
         return limit if asked is None else min(asked, limit)
 
     async def _chat(self, request: Request, started: float) -> Response:
-        hops = hops_of(request.headers.get(HOP_HEADER))
-        looped = self._loop(hops)
-        if looped is not None:
-            return looped
+        try:  # a loop, or a chain too long or not a proxy's, ends here before any call
+            hops = read_chain(request.headers.getlist(HOP_HEADER), self.settings.hop_id)
+        except HopRefused as exc:
+            return error(exc.status, str(exc), param=HOP_HEADER, code=exc.code)
         denied = self._denied(request)
         if denied is not None:
             return denied
@@ -281,29 +281,6 @@ class Proxy:
         content = _json.dumps(body)
         headers = route_headers(route, self._overhead(started, trace))
         return Response(content, headers=headers, media_type="application/json")
-
-    def _loop(self, hops: list[str]) -> Response | None:
-        """508 ``loop_detected`` for a request that came back to this proxy, else ``None``."""
-        if self.settings.hop_id in hops:
-            if hops[-1] == self.settings.hop_id:
-                message = (
-                    "this request came from this proxy itself: a backend's base_url is the "
-                    "proxy's own address (change that backend's base_url or the proxy's port)"
-                )
-            else:
-                message = (
-                    f"this request left this proxy and came back through {len(hops) - 1} "
-                    "other tiered-router proxies: their backends point at one another "
-                    "(change one backend's base_url)"
-                )
-        elif len(hops) > MAX_HOPS:
-            message = (
-                f"this request came through {len(hops)} tiered-router proxies, more than "
-                f"{MAX_HOPS}: their backends point at one another"
-            )
-        else:
-            return None
-        return error(508, message, error_type="invalid_request_error", code="loop_detected")
 
     def _overhead(self, started: float, trace: Trace | None) -> float:
         """Observe and return the time this request spent outside its upstream calls."""
@@ -442,7 +419,22 @@ class Proxy:
         denied = self._denied(request)
         if denied is not None:
             return denied
+        await self._read_breakers()
+        monitor = self.router.monitor
+        if monitor is not None and self.metrics.monitor is not None:
+            self.metrics.monitor.show(await monitor.aquality())
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def _read_breakers(self) -> None:
+        """Put each routed backend's breaker state on the metrics (one read per scrape)."""
+        policy = self.router.policy
+        drafting = policy.drafts.backends if policy.drafts is not None else ()
+        names = dict.fromkeys((policy.tiers.fast, policy.tiers.frontier, *drafting))
+        states = {}
+        for name in names:
+            snapshot = await self.router.breaker(name).asnapshot()
+            states[name] = str(snapshot.state)
+        self.metrics.breakers(states)
 
 
 def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:

@@ -174,6 +174,8 @@ def route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]
     }
     if route["rule"]:
         headers["x-tiered-router-rule"] = str(route["rule"])
+    if route.get("shadowed"):  # the monitor compares this answer with the frontier's
+        headers["x-tiered-router-shadowed"] = "true"
     if "drafts" in route:  # a draft panel or a hedge: what the turn had in flight
         headers["x-tiered-router-drafts"] = str(route["drafts"])
         headers["x-tiered-router-cancelled"] = str(route["cancelled"])

@@ -1,4 +1,4 @@
-"""Shared state behind one small interface: circuit breakers and task totals.
+"""Shared state behind one small interface: circuit breakers, task totals, monitor windows.
 
 The router keeps no breaker or task counters of its own: it asks a :class:`StateStore`. The
 default, :class:`MemoryStateStore`, keeps them in this process; a shared store (Redis, as an
@@ -37,6 +37,15 @@ from tiered_router.state._base import (
     TaskSnapshot,
 )
 from tiered_router.state._memory import MemoryStateStore
+from tiered_router.state._monitor import (
+    MonitorRules,
+    MonitorSnapshot,
+    MonitorState,
+    MonitorStore,
+    judge,
+    perfect_needs,
+    wilson_lower,
+)
 from tiered_router.state._safe import SafeStateStore
 
 __all__ = [
@@ -44,10 +53,17 @@ __all__ = [
     "BreakerSnapshot",
     "BreakerState",
     "MemoryStateStore",
+    "MonitorRules",
+    "MonitorSnapshot",
+    "MonitorState",
+    "MonitorStore",
     "Outcome",
     "SafeStateStore",
     "StateStore",
     "TaskDelta",
     "TaskRules",
     "TaskSnapshot",
+    "judge",
+    "perfect_needs",
+    "wilson_lower",
 ]

@@ -111,6 +111,9 @@ class TaskDelta:
         input_tokens: Input tokens used.
         output_tokens: Output tokens used.
         latencies: ``(backend, latency_s, output_tokens)`` of each successful call.
+        step: Whether the delta is one of the task's turns. ``False``: spend alone (a
+            monitor's shadow call in the background): cost and tokens are added, and no
+            step, latency, count or lock rule changes.
     """
 
     cost: float = 0.0
@@ -125,6 +128,7 @@ class TaskDelta:
     input_tokens: int = 0
     output_tokens: int = 0
     latencies: tuple[tuple[str, float, int], ...] = ()
+    step: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +177,13 @@ def apply_task_delta(snapshot: TaskSnapshot, delta: TaskDelta, rules: TaskRules)
     in-process store runs it under its lock, and a task written in the background runs it
     to know its totals before the shared store has answered.
     """
+    if not delta.step:  # spend alone (a shadow call): nothing else about the task changes
+        return replace(
+            snapshot,
+            cost=snapshot.cost + delta.cost,
+            input_tokens=snapshot.input_tokens + delta.input_tokens,
+            output_tokens=snapshot.output_tokens + delta.output_tokens,
+        )
     counts = dict(snapshot.rules)
     if delta.rule is not None:
         counts[delta.rule] = counts.get(delta.rule, 0) + 1

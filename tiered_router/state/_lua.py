@@ -25,6 +25,8 @@ __all__ = [
     "BREAKER_SNAPSHOT",
     "LIMIT_ADMIT",
     "LIMIT_SPEND",
+    "MONITOR_READ",
+    "MONITOR_RECORD",
     "TASK_HOLD",
     "TASK_RECORD",
     "register",
@@ -172,7 +174,8 @@ TASK_RECORD = """
 -- lock_after_gate_failures (0: never), lock_on_stall, unlock_after_clean_turns,
 -- latency_window, latencies (JSON [[backend, latency_s, output_tokens], ...]),
 -- answer ('1': HGETALL of the task after the update; '0': nothing, for a sent record),
--- notes (a channel prefix), writer, holds ('1': the writer keeps a copy of the task).
+-- notes (a channel prefix), writer, holds ('1': the writer keeps a copy of the task),
+-- step ('0': spend alone, a shadow call's: cost and tokens are added, nothing else).
 -- Every other process holding a copy (a 'holder:<id>' field, see TASK_HOLD) is told on
 -- its channel <notes><id> and forgotten; see tiered_router.state._task_cache
 local ARGV = cjson.decode(ARGV[1])
@@ -183,7 +186,6 @@ local stalled, clean = ARGV[8] == '1', ARGV[9] == '1'
 local rule = ARGV[10]
 local lock_after, lock_on_stall = tonumber(ARGV[13]), ARGV[14] == '1'
 local unlock_after, keep = tonumber(ARGV[15]), tonumber(ARGV[16])
-redis.call('HINCRBY', key, 'steps', 1)
 -- a count that does not change is not written (a missing field reads as 0)
 local function add(field, by)
   if by ~= '0' then redis.call('HINCRBY', key, field, by) end
@@ -191,6 +193,12 @@ end
 local function add_float(field, by)
   if tonumber(by) ~= 0 then redis.call('HINCRBYFLOAT', key, field, by) end
 end
+if ARGV[22] == '0' then
+  add_float('cost', ARGV[2])
+  add('input_tokens', ARGV[11])
+  add('output_tokens', ARGV[12])
+else
+redis.call('HINCRBY', key, 'steps', 1)
 add_float('cost', ARGV[2])
 add_float('latency_s', ARGV[3])
 add('escalations', ARGV[4])
@@ -234,6 +242,7 @@ else
   redis.call('HDEL', key, 'locked_by')
 end
 redis.call('HSET', key, 'window_failures', window, 'clean_streak', streak)
+end
 local mine = 'holder:' .. ARGV[20]
 for _, field in ipairs(redis.call('HKEYS', key)) do
   if string.sub(field, 1, 7) == 'holder:' and field ~= mine then
@@ -293,6 +302,58 @@ if new then redis.call('PEXPIRE', key, tonumber(ARGV[2])) end
 return redis.call('HGETALL', key)
 """
 
+_JUDGE = """
+-- the Wilson score lower bound of m of n at quantile z, and the state it puts the kind in
+-- (the same expressions as tiered_router.state._monitor.wilson_lower and judge)
+local function judge(n, m, min_compared, target, z, enforce)
+  if n < min_compared or n <= 0 then return 'ok' end
+  local p = m / n
+  local z2 = z * z
+  local centre = p + z2 / (2 * n)
+  local inner = p * (1 - p) / n + z2 / (4 * n * n)
+  if inner < 0 then inner = 0 end
+  local bound = (centre - z * math.sqrt(inner)) / (1 + z2 / n)
+  if bound >= target then return 'ok' end
+  if enforce then return 'enforcing' end
+  return 'below_target'
+end
+"""
+
+MONITOR_RECORD = (
+    _JUDGE
+    + """
+-- KEYS[1] the kind's hash (n, m, total, state), KEYS[2] its window (a list of '1' / '0');
+-- ARGV: matched ('1' / '0'), window, min_compared, target, z, enforce ('1' / '0'), ttl_ms
+-- returns {n, m, total, previous state, state}
+local key, list = KEYS[1], KEYS[2]
+local bit = ARGV[1]
+local window, min_compared = tonumber(ARGV[2]), tonumber(ARGV[3])
+local target, z, enforce = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+local ttl = tonumber(ARGV[7])
+redis.call('RPUSH', list, bit)
+local m = tonumber(redis.call('HGET', key, 'm') or '0')
+if bit == '1' then m = m + 1 end
+local n = redis.call('LLEN', list)
+while n > window do
+  if redis.call('LPOP', list) == '1' then m = m - 1 end
+  n = n - 1
+end
+local total = redis.call('HINCRBY', key, 'total', 1)
+local previous = redis.call('HGET', key, 'state') or 'ok'
+local state = judge(n, m, min_compared, target, z, enforce)
+redis.call('HSET', key, 'm', m, 'state', state)
+redis.call('PEXPIRE', key, ttl)
+redis.call('PEXPIRE', list, ttl)
+return {n, m, total, previous, state}
+"""
+)
+
+MONITOR_READ = """
+-- KEYS[1] the kind's hash, KEYS[2] its window; returns {n, m, total} (one round trip)
+return {redis.call('LLEN', KEYS[2]), tonumber(redis.call('HGET', KEYS[1], 'm') or '0'),
+        tonumber(redis.call('HGET', KEYS[1], 'total') or '0')}
+"""
+
 
 def register(client: Any) -> dict[str, Any]:
     """Every operation on a redis-py client (sync or asyncio) by name: scripts, and the read."""
@@ -306,4 +367,6 @@ def register(client: Any) -> dict[str, Any]:
         "task_read": lambda keys, args: client.hgetall(keys[0]),
         "limit_admit": client.register_script(LIMIT_ADMIT),
         "limit_spend": client.register_script(LIMIT_SPEND),
+        "monitor_record": client.register_script(MONITOR_RECORD),
+        "monitor_read": client.register_script(MONITOR_READ),
     }

@@ -18,6 +18,7 @@ from tiered_router.state._base import (
     TaskSnapshot,
     apply_task_delta,
 )
+from tiered_router.state._monitor import MonitorRules, MonitorSnapshot, MonitorWindows
 
 if TYPE_CHECKING:
     from tiered_router.policy._schema import BreakerConfig
@@ -86,6 +87,7 @@ class MemoryStateStore:
         self._tasks: OrderedDict[str, _Task] = OrderedDict()
         self._max_tasks = max_tasks
         self._tokens = itertools.count(1)
+        self._monitor = MonitorWindows()
 
     def __repr__(self) -> str:
         return f"MemoryStateStore(breakers={len(self._breakers)}, tasks={len(self._tasks)})"
@@ -175,6 +177,26 @@ class MemoryStateStore:
         with self._lock:
             t = self._tasks.get(task_id)
             return t.snapshot if t is not None else TaskSnapshot()
+
+    # -- the quality monitor's windows ----------------------------------------------------------
+
+    def monitor_record(self, kind: str, matched: bool, *, rules: MonitorRules) -> MonitorSnapshot:
+        """See :meth:`tiered_router.state.MonitorStore.monitor_record`."""
+        return self._monitor.record(kind, matched, rules=rules)
+
+    def monitor_snapshot(self, kind: str, *, rules: MonitorRules) -> MonitorSnapshot:
+        """See :meth:`tiered_router.state.MonitorStore.monitor_snapshot`."""
+        return self._monitor.snapshot(kind, rules=rules)
+
+    async def amonitor_record(
+        self, kind: str, matched: bool, *, rules: MonitorRules
+    ) -> MonitorSnapshot:
+        """Async twin of :meth:`monitor_record`."""
+        return self._monitor.record(kind, matched, rules=rules)
+
+    async def amonitor_snapshot(self, kind: str, *, rules: MonitorRules) -> MonitorSnapshot:
+        """Async twin of :meth:`monitor_snapshot`."""
+        return self._monitor.snapshot(kind, rules=rules)
 
     # -- async twins ---------------------------------------------------------------------------
 

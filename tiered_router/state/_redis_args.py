@@ -98,5 +98,6 @@ def task_args(
         notes,
         holder,
         int(holds),
+        int(delta.step),
     ]
     return [json.dumps([str(field) for field in fields])]  # one argument packs faster

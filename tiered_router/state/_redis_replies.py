@@ -8,10 +8,12 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from tiered_router.state._base import Admission, BreakerSnapshot, BreakerState, TaskSnapshot
+from tiered_router.state._monitor import MONITOR_STATES, MonitorSnapshot, MonitorState
 
 __all__ = [
     "admission_of",
     "breaker_snapshot_of",
+    "monitor_snapshot_of",
     "state_of",
     "task_snapshot_of",
     "text_of",
@@ -91,3 +93,24 @@ def where_of(url: str) -> str:
     parts = urlsplit(url)
     host = parts.hostname or "?"
     return f"{host}:{parts.port or 6379}" if parts.scheme != "unix" else parts.path
+
+
+def _monitor_state(value: Any) -> MonitorState:
+    text = text_of(value)
+    for state in MONITOR_STATES:
+        if state == text:
+            return state
+    return "ok"
+
+
+def monitor_snapshot_of(kind: str, reply: Sequence[Any]) -> MonitorSnapshot:
+    """``MONITOR_RECORD``'s reply: ``{n, m, total, previous, state}``."""
+    n, m, total, previous, state = reply
+    return MonitorSnapshot(
+        kind=kind,
+        compared=int(n),
+        matched=int(m),
+        total=int(total),
+        state=_monitor_state(state),
+        previous=_monitor_state(previous),
+    )

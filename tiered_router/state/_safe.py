@@ -20,6 +20,7 @@ from tiered_router.state._base import (
     TaskSnapshot,
 )
 from tiered_router.state._memory import MemoryStateStore
+from tiered_router.state._monitor import MonitorRules, MonitorSnapshot, MonitorStore
 
 if TYPE_CHECKING:
     from tiered_router.policy._schema import BreakerConfig
@@ -219,3 +220,54 @@ class SafeStateStore:
         except Exception as exc:
             self._failed("atask_snapshot", exc)
             return self.local.task_snapshot(task_id)
+
+    # -- the quality monitor's windows ---------------------------------------------------------
+
+    def monitor_record(self, kind: str, matched: bool, *, rules: MonitorRules) -> MonitorSnapshot:
+        """See :meth:`tiered_router.state.MonitorStore.monitor_record`.
+
+        A store without monitor windows keeps them in this process, without a warning.
+        """
+        store = self.store
+        if not isinstance(store, MonitorStore):
+            return self.local.monitor_record(kind, matched, rules=rules)
+        return self._run(
+            "monitor_record",
+            lambda: store.monitor_record(kind, matched, rules=rules),
+            lambda: self.local.monitor_record(kind, matched, rules=rules),
+        )
+
+    def monitor_snapshot(self, kind: str, *, rules: MonitorRules) -> MonitorSnapshot:
+        """See :meth:`tiered_router.state.MonitorStore.monitor_snapshot`."""
+        store = self.store
+        if not isinstance(store, MonitorStore):
+            return self.local.monitor_snapshot(kind, rules=rules)
+        return self._run(
+            "monitor_snapshot",
+            lambda: store.monitor_snapshot(kind, rules=rules),
+            lambda: self.local.monitor_snapshot(kind, rules=rules),
+        )
+
+    async def amonitor_record(
+        self, kind: str, matched: bool, *, rules: MonitorRules
+    ) -> MonitorSnapshot:
+        """Async twin of :meth:`monitor_record`."""
+        store = self.store
+        if not isinstance(store, MonitorStore):
+            return self.local.monitor_record(kind, matched, rules=rules)
+        try:
+            return await store.amonitor_record(kind, matched, rules=rules)
+        except Exception as exc:
+            self._failed("amonitor_record", exc)
+            return self.local.monitor_record(kind, matched, rules=rules)
+
+    async def amonitor_snapshot(self, kind: str, *, rules: MonitorRules) -> MonitorSnapshot:
+        """Async twin of :meth:`monitor_snapshot`."""
+        store = self.store
+        if not isinstance(store, MonitorStore):
+            return self.local.monitor_snapshot(kind, rules=rules)
+        try:
+            return await store.amonitor_snapshot(kind, rules=rules)
+        except Exception as exc:
+            self._failed("amonitor_snapshot", exc)
+            return self.local.monitor_snapshot(kind, rules=rules)

@@ -70,6 +70,7 @@ from tiered_router.state._base import (
 )
 from tiered_router.state._redis_args import allow_args, record_args, snapshot_args, task_args
 from tiered_router.state._redis_link import RedisLink, StateStoreUnavailable
+from tiered_router.state._redis_monitor import RedisMonitorOps
 from tiered_router.state._redis_replies import (
     admission_of,
     breaker_snapshot_of,
@@ -95,7 +96,7 @@ _WARN_EVERY_S = 30.0
 logger = logging.getLogger("tiered_router.state")
 
 
-class RedisStateStore:
+class RedisStateStore(RedisMonitorOps):
     """A :class:`~tiered_router.state.StateStore` on Redis.
 
     Args:

@@ -1,0 +1,91 @@
+"""``calibrate --write`` for a chosen verification: every chosen key, comments kept."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tiered_router.evaluation.calibration import load_policy_offline, write_threshold
+from tiered_router.exceptions import PolicyError
+
+if TYPE_CHECKING:
+    from tiered_router.evaluation.verification import Choice
+
+__all__ = ["write_verification"]
+
+
+def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
+    """Write every key :func:`~.verification.choose_verification` chose, comments kept.
+
+    ``scoring.threshold``; per kind of turn present in the data, ``drafts.kinds.<kind>``
+    (``k``, ``min_agreement``, ``backends``) for tools, JSON and final answers, and the
+    ``drafts:`` section's own ``k``, ``min_agreement`` and ``backends`` for prose (with
+    ``all`` added to ``drafts.when`` when prose gets a panel); with ``drafts.deferral``, each
+    kind's deferral threshold (``drafts.kinds.<kind>.deferral_threshold``, prose:
+    ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model).
+    Written with ruamel.yaml
+    (comments kept), loaded before the file is written.
+
+    Returns:
+        The new text of the file.
+
+    Raises:
+        PolicyError: When the file is not a valid policy, before or after the edit.
+        ImportError: When ruamel.yaml (the ``cli`` extra) is not installed.
+    """
+    p = Path(path)
+    before = p.read_text(encoding="utf-8")
+    new = write_threshold(path, choice.threshold)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    yaml = YAML()
+    data = yaml.load(new)
+    drafts = data.get("drafts")
+    if not isinstance(drafts, dict):
+        drafts = CommentedMap()
+        data["drafts"] = drafts
+
+    def flow(items: list[str]) -> CommentedSeq:
+        seq = CommentedSeq(items)
+        seq.fa.set_flow_style()
+        return seq
+
+    deferral = drafts.get("deferral")
+    for kc in choice.kinds:
+        v = kc.verification
+        # with a deferral model, a kind chosen without it never defers (1.0)
+        defer = (v.defer_above if v.defer_above is not None else 1.0) if deferral else None
+        if kc.kind == "prose":
+            drafts["k"] = v.k
+            drafts["min_agreement"] = v.min_agreement
+            drafts["backends"] = flow(list(v.backends))
+            if isinstance(deferral, dict) and defer is not None:
+                deferral["threshold"] = round(defer, 6)
+            when = drafts.get("when")
+            if v.k > 1 and isinstance(when, list) and "all" not in when:
+                when.append("all")
+            continue
+        kinds = drafts.get("kinds")
+        if not isinstance(kinds, dict):
+            kinds = CommentedMap()
+            drafts["kinds"] = kinds
+        entry = CommentedMap(
+            [("k", v.k), ("min_agreement", v.min_agreement), ("backends", flow(list(v.backends)))]
+        )
+        if defer is not None:
+            entry["deferral_threshold"] = round(defer, 6)
+        entry.fa.set_flow_style()
+        kinds[kc.kind] = entry
+    out = io.StringIO()
+    yaml.dump(data, out)
+    text = out.getvalue()
+    try:
+        load_policy_offline(text)
+    except PolicyError as exc:
+        p.write_text(before, encoding="utf-8")  # leave the file as it was
+        raise PolicyError(f"the edited policy would not load: {exc}", file=str(p)) from exc
+    p.write_text(text, encoding="utf-8")
+    return text
