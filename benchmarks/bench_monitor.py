@@ -16,8 +16,9 @@ window: 100, min_compared: 20, explore: 0.05, tighten: frontier}``. The loop run
 turns one after the other through ``Router.acomplete`` and waits for the step's shadow call
 (``adrain_shadows``) before the next step, so a comparison lands before the next decision
 (a real loop's next step starts while the shadow call runs; the caller never waits for it).
-Turn ids are ``step-<n>``: the monitor's default sampler (a hash of the id) picks the same
-turns on every run. The change comes at step 2100 by default, once both shadow rates have
+Turn ids are ``step-<n>`` and the bench injects a hash of the id as the monitor's sampler
+(``tiered_router.engine._shadow.sampled``; the default draws at random), so it picks the
+same turns on every run. The change comes at step 2100 by default, once both shadow rates have
 filled the window (100 comparisons: 420 steps at 0.2, 2000 at 0.05), so the figures are a
 warm monitor's reaction; a monitor has no verdict before it has the comparisons a perfect
 record needs to clear the target (52 here, ``perfect_needs``), which ``--change 300`` shows.
@@ -45,6 +46,7 @@ from statistics import NormalDist
 from typing import Any
 
 from tiered_router import Router, Turn
+from tiered_router.engine._shadow import sampled
 from tiered_router.state import wilson_lower
 from tiered_router.testing import Reply, ScriptedServer
 
@@ -157,6 +159,10 @@ async def run_loop(
         fast(body) if body.get("model") == "fast-model" else frontier(body)
     )
     router = Router(_policy(server, rate, frontier_only))
+    if router.monitor is not None:
+        # a hash of the turn id: the same turns on every run (the default draws at random, so
+        # that a client's turn_id cannot steer it)
+        router.monitor.sample = sampled
     wrong: list[bool] = []
     served_fast: list[bool] = []
     enforced_at: int | None = None

@@ -125,7 +125,9 @@ def same_answer(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     if a.startswith("number:") and b.startswith("number:"):
-        x, y = a[7:], b[7:]
+        (x, _, unit_x), (y, _, unit_y) = a[7:].partition(" "), b[7:].partition(" ")
+        if unit_x != unit_y:  # 42 and 42 % (or 42 thousand) are different answers
+            return False
         digits = min(_precision(x), _precision(y))
         return round(float(x), digits) == round(float(y), digits)
     return a == b

@@ -4,30 +4,30 @@ Everything runs on 127.0.0.1, each server in its own process:
 
 - upstream: :class:`tiered_router.testing.ScriptedServer` (answers ``ok`` at once);
 - ``tiered-router serve`` (one worker) in front of it, policy with two tiers on it;
-- LiteLLM's proxy (``litellm --config``): ``--litellm PATH``, ``$LITELLM`` or the venv
-  :data:`LITELLM_VENV`; when none has it (or that venv holds another version), the script
-  installs ``litellm[proxy]==``:data:`LITELLM_VERSION` from PyPI into that venv itself (a few
-  minutes, once), so anyone can rerun the comparison. The LiteLLM version compared with is
-  printed at the start and in the summary.
+- LiteLLM's proxy (``litellm --config``, one worker): ``--litellm PATH``, ``$LITELLM`` or
+  the venv of ``--litellm-version`` (default :data:`LITELLM_VERSION`, the newest whose proxy
+  installs with ``litellm[proxy]``); when none has it, the script installs that version from
+  the registry into its own venv under the temporary directory (a few minutes, once; never
+  into this project's environment), so anyone can rerun the comparison. The LiteLLM
+  version compared with is printed at the start and in the table.
 
-Measured, for JSON and for SSE (``stream: true``):
+Measured, for JSON and for SSE (``stream: true``), ``--reps`` rounds with the targets
+interleaved (the order rotating), so that load from other processes hits all alike:
 
-1. concurrency 1: latency p50 / p99 of direct, proxy and LiteLLM calls, and the latency each
-   proxy adds over the direct call (for SSE also the time to the first body byte);
-2. concurrency 32: requests per second and the server process's CPU time per request.
+1. concurrency 1: the latency each proxy adds over the direct call of the same round, p50
+   and p99, and for SSE the time to the first body byte;
+2. concurrency 32: requests per second and CPU per request (user + system time of the
+   server's process and every process under it, all threads, from ``/proc``).
 
-The load generator is a lean keep-alive HTTP/1.1 client on asyncio streams (an httpx-based
-one spends as much CPU per request as the proxy, and would be the bottleneck). Request
-counts and a time limit per phase bound the run. Figures are printed, never asserted.
-
-The summary at the end prints what the proxy adds at concurrency 1 (p50 / p99 over the
-direct call), and its requests per second and CPU per request at concurrency 32 against
-LiteLLM's. The proxy's upstream calls go over its one async transport (aiohttp's, see
-``tiered_router._http``); ``bench_http.py`` measures that transport alone.
+Printed: the median over the rounds with the spread (min-max), and the ratios to LiteLLM at
+concurrency 32. The load generator is a lean keep-alive HTTP/1.1 client on asyncio streams
+(an httpx-based one spends as much CPU per request as the proxy, and would be the
+bottleneck). Figures are printed, never asserted.
 
 Run:
 
-    PYTHONPATH=. python benchmarks/bench_proxy.py [--n1 2000] [--n32 6000] [--no-litellm]
+    PYTHONPATH=. python benchmarks/bench_proxy.py [--reps 3] [--litellm-version 1.108.7]
+        [--no-litellm]
 """
 
 from __future__ import annotations
@@ -150,32 +150,43 @@ async def drive(
         finally:
             writer.close()
 
-    cpu0 = process_cpu_s(pid) if pid else 0.0
+    cpu0 = process_tree_cpu_s(pid) if pid else 0.0
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     run.wall_s = time.perf_counter() - started
-    run.cpu_s = (process_cpu_s(pid) - cpu0) if pid else 0.0
+    run.cpu_s = (process_tree_cpu_s(pid) - cpu0) if pid else 0.0
     return run
 
 
 def _children(pid: int) -> list[int]:
+    """The child processes of every thread of ``pid``."""
+    found: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return found
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live child processes."""
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live process under it, all threads."""
     total = 0.0
-    for p in [pid, *_children(pid)]:
+    todo = [pid]
+    while todo:
+        p = todo.pop()
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        todo.extend(_children(p))
     return total
 
 
@@ -275,24 +286,21 @@ MESSAGES = [{"role": "user", "content": "Say hi to the team and wish them a good
 
 
 LITELLM_VERSION = "1.108.7"
-"""The LiteLLM the script installs: the newest whose proxy installs from PyPI with
-``litellm[proxy]`` (1.110 moved the proxy into a separate ``litellm-proxy`` package)."""
-
-LITELLM_VENV = Path(tempfile.gettempdir()) / "tiered-router-litellm"
-"""Where the script installs LiteLLM when it finds none."""
+"""The LiteLLM compared with by default: the newest whose proxy installs from the registry
+with ``litellm[proxy]`` (from 1.110 the proxy is the separate ``litellm-proxy`` package)."""
 
 
-def find_litellm(explicit: str | None) -> str | None:
-    """Return a ``litellm`` executable: the given one, ``$LITELLM``, or LITELLM_VENV's.
+def litellm_venv(version: str) -> Path:
+    """Where the script installs LiteLLM ``version`` when it finds none."""
+    return Path(tempfile.gettempdir()) / f"tiered-router-litellm-{version}"
 
-    The script's own venv counts only when it holds :data:`LITELLM_VERSION`.
-    """
-    for candidate in (explicit, os.environ.get("LITELLM")):
+
+def find_litellm(explicit: str | None, version: str) -> str | None:
+    """Return a ``litellm`` executable: the given one, ``$LITELLM``, or the version's venv."""
+    venv = str(litellm_venv(version) / "bin" / "litellm")
+    for candidate in (explicit, os.environ.get("LITELLM"), venv):
         if candidate and Path(candidate).exists():
             return candidate
-    own = LITELLM_VENV / "bin" / "litellm"
-    if own.exists() and litellm_version(str(own)) == LITELLM_VERSION:
-        return str(own)
     return None
 
 
@@ -310,13 +318,14 @@ def litellm_version(executable: str) -> str:
     return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
-def install_litellm() -> str:
-    """Install ``litellm[proxy]`` (LITELLM_VERSION) into LITELLM_VENV; return its executable."""
-    print(f"LiteLLM: installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} (once)")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(LITELLM_VENV)], check=True)
-    pip = str(LITELLM_VENV / "bin" / "pip")
-    subprocess.run([pip, "install", "--quiet", f"litellm[proxy]=={LITELLM_VERSION}"], check=True)
-    return str(LITELLM_VENV / "bin" / "litellm")
+def install_litellm(version: str) -> str:
+    """Install ``litellm[proxy]==version`` into its own venv (never this project's)."""
+    venv = litellm_venv(version)
+    print(f"LiteLLM: installing litellm[proxy]=={version} into {venv} (once)")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = str(venv / "bin" / "pip")
+    subprocess.run([pip, "install", "--quiet", f"litellm[proxy]=={version}"], check=True)
+    return str(venv / "bin" / "litellm")
 
 
 def payloads(port: int, path: str, key: str | None, model: str) -> dict[str, bytes]:
@@ -328,59 +337,115 @@ def payloads(port: int, path: str, key: str | None, model: str) -> dict[str, byt
     }
 
 
-def row(name: str, run: Run, base: Run | None, sse: bool) -> str:
-    p50, p99 = run.pct(0.5), run.pct(0.99)
-    text = f"  {name:<13} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms"
-    if sse:
-        text += f"  ttfb p50 {run.pct(0.5, True):7.2f} ms"
-    if base is not None:
-        text += f"  | added p50 {p50 - base.pct(0.5):+6.2f} ms  p99 {p99 - base.pct(0.99):+6.2f} ms"
-        if sse:
-            text += f"  ttfb p50 {run.pct(0.5, True) - base.pct(0.5, True):+6.2f} ms"
-    if run.errors:
-        text += f"  ({run.errors} errors)"
-    return text
+def med(values: list[float], fmt: str = "{:.2f}") -> str:
+    """The median of ``values`` with their spread: ``median (min-max)``."""
+    if not values:
+        return "-"
+    middle = statistics.median(values)
+    return f"{fmt.format(middle)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
-def summary(
-    c1: dict[tuple[str, str], Run], c32: dict[tuple[str, str], Run], lite_version: str | None
-) -> None:
-    """Print the figures the proxy's targets are stated in."""
+@dataclass
+class Figures:
+    """Per target and request kind, one value per rep."""
+
+    added_p50: list[float] = field(default_factory=list)
+    added_p99: list[float] = field(default_factory=list)
+    added_ttfb: list[float] = field(default_factory=list)
+    rps: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def table(figures: dict[tuple[str, str], Figures], litellm: str | None) -> None:
+    """Print the comparison: medians over the reps, spread in brackets."""
     print(
-        "\nSUMMARY (targets: added p50 <= 1 ms, p99 <= 3 ms at C=1; at C=32 >= 25x LiteLLM's"
-        " req/s and >= 30x less CPU per request)"
+        "\ntarget | C=1 added p50 (ms) | added p99 | SSE TTFB added p50 | C=32 requests/s"
+        " | CPU per request (ms)"
     )
-    if lite_version is not None:
-        print(f"  compared with LiteLLM {lite_version}")
+    names = ["tiered-router"] + (["litellm"] if litellm else [])
     for kind in ("json", "sse"):
-        ours, direct = c1.get((kind, "tiered-router")), c1.get((kind, "direct"))
-        if ours is None or direct is None:
+        for name in names:
+            f = figures.get((kind, name))
+            if f is None:
+                continue
+            label = f"{name} {kind.upper()}" + (f" ({litellm})" if name == "litellm" else "")
+            ttfb = med(f.added_ttfb, "{:+.2f}") if kind == "sse" else ""
+            print(
+                f"  {label:<24} | {med(f.added_p50, '{:+.2f}')} | {med(f.added_p99, '{:+.2f}')}"
+                f" | {ttfb} | {med(f.rps, '{:.0f}')} | {med(f.cpu_ms, '{:.3f}')}"
+                + (f" | {f.errors} errors" if f.errors else "")
+            )
+    print("\nSUMMARY at C=32 (targets: >= 25x LiteLLM's requests/s, >= 30x less CPU per request)")
+    for kind in ("json", "sse"):
+        ours, lite = figures.get((kind, "tiered-router")), figures.get((kind, "litellm"))
+        if ours is None or lite is None or not ours.rps or not lite.rps:
             continue
-        line = (
-            f"  {kind.upper():<4} C=1 added p50 {ours.pct(0.5) - direct.pct(0.5):+.2f} ms"
-            f"  p99 {ours.pct(0.99) - direct.pct(0.99):+.2f} ms"
+        rps = statistics.median(ours.rps) / statistics.median(lite.rps)
+        cpu = statistics.median(lite.cpu_ms) / statistics.median(ours.cpu_ms)
+        print(
+            f"  {kind.upper():<4} {rps:.1f}x LiteLLM's requests/s, {cpu:.1f}x less CPU per request"
         )
-        mine, lite = c32.get((kind, "tiered-router")), c32.get((kind, "litellm"))
-        if mine is not None:
-            line += f" | C=32 {mine.rps:.0f} req/s"
-        if mine is not None and lite is not None and lite.rps:
-            line += f" vs LiteLLM {lite.rps:.0f} req/s = {mine.rps / lite.rps:.1f}x"
-            if mine.cpu_s and lite.cpu_s:
-                ratio = lite.cpu_ms_per_request / mine.cpu_ms_per_request
-                line += (
-                    f" | CPU {mine.cpu_ms_per_request:.2f} vs {lite.cpu_ms_per_request:.2f}"
-                    f" ms/req = {ratio:.1f}x less"
-                )
-        print(line)
+    print(
+        "C=1 targets: JSON added <= 1.0 ms p50 and <= 1.5 ms p99, SSE time to first byte added"
+        " <= 1.5 ms p50"
+    )
+
+
+async def phase(
+    target: tuple[int, dict[str, bytes], int | None], kind: str, n: int, c: int, limit: float
+) -> Run:
+    """Warm the connections, then send ``n`` requests at concurrency ``c``."""
+    port, pay, pid = target
+    await drive(port, pay[kind], requests=min(n, 20 * c), concurrency=c)
+    return await drive(port, pay[kind], requests=n, concurrency=c, max_seconds=limit, pid=pid)
+
+
+def measure(
+    targets: dict[str, tuple[int, dict[str, bytes], int | None]], args: argparse.Namespace
+) -> dict[tuple[str, str], Figures]:
+    """Run every phase ``args.reps`` times, the targets in a rotating order each time."""
+    figures: dict[tuple[str, str], Figures] = {}
+    names = list(targets)
+    for rep in range(args.reps):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        for kind in ("json", "sse"):
+            c1 = {}
+            for name in order:
+                n = args.litellm_n1 if name == "litellm" else args.n1
+                c1[name] = asyncio.run(phase(targets[name], kind, n, 1, args.max_seconds))
+            base = c1["direct"]
+            for name in order:
+                if name == "direct":
+                    continue
+                f = figures.setdefault((kind, name), Figures())
+                run = c1[name]
+                f.added_p50.append(run.pct(0.5) - base.pct(0.5))
+                f.added_p99.append(run.pct(0.99) - base.pct(0.99))
+                f.added_ttfb.append(run.pct(0.5, True) - base.pct(0.5, True))
+                n = args.litellm_n32 if name == "litellm" else args.n32
+                run = asyncio.run(phase(targets[name], kind, n, 32, args.max_seconds))
+                f.rps.append(run.rps)
+                f.cpu_ms.append(run.cpu_ms_per_request)
+                f.errors += run.errors + c1[name].errors
+        load = os.getloadavg()[0]
+        print(f"rep {rep + 1}/{args.reps} done (load average {load:.1f})", flush=True)
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n1", type=int, default=2000, help="requests per target, concurrency 1")
-    parser.add_argument("--n32", type=int, default=6000, help="requests per target, concurrency 32")
-    parser.add_argument("--litellm-n1", type=int, default=500)
-    parser.add_argument("--litellm-n32", type=int, default=1500)
+    parser.add_argument("--n1", type=int, default=1000, help="requests per rep, concurrency 1")
+    parser.add_argument("--n32", type=int, default=4000, help="requests per rep, concurrency 32")
+    parser.add_argument("--litellm-n1", type=int, default=300)
+    parser.add_argument("--litellm-n32", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=3, help="rounds, the targets interleaved")
     parser.add_argument("--litellm", help="path of the litellm executable")
+    parser.add_argument(
+        "--litellm-version",
+        default=LITELLM_VERSION,
+        help=f"the LiteLLM to compare with (installed in its own venv; {LITELLM_VERSION})",
+    )
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="time limit per phase")
     args = parser.parse_args()
@@ -424,7 +489,9 @@ def main() -> None:
         }
         litellm = None
         if not args.no_litellm:
-            litellm = find_litellm(args.litellm) or install_litellm()
+            litellm = find_litellm(args.litellm, args.litellm_version) or install_litellm(
+                args.litellm_version
+            )
         lite_version = None
         if litellm is not None:
             lite_version = litellm_version(litellm)
@@ -452,44 +519,10 @@ def main() -> None:
                 payloads(lite_port, "/v1/chat/completions", "sk-bench-client-key", "auto"),
                 lite.pid,
             )
-        print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
-        c1: dict[tuple[str, str], Run] = {}
-        c32: dict[tuple[str, str], Run] = {}
-        for kind in ("json", "sse"):
-            sse = kind == "sse"
-            print(f"\n{kind.upper()}  concurrency 1")
-            base: Run | None = None
-            for name, (port, pay, _pid) in targets.items():
-                n = args.litellm_n1 if name == "litellm" else args.n1
-                asyncio.run(drive(port, pay[kind], requests=min(50, n), concurrency=1))  # warm up
-                run = asyncio.run(
-                    drive(port, pay[kind], requests=n, concurrency=1, max_seconds=args.max_seconds)
-                )
-                print(row(name, run, base, sse))
-                base = base or run
-                c1[kind, name] = run
-            print(f"{kind.upper()}  concurrency 32")
-            for name, (port, pay, pid) in targets.items():
-                if name == "direct":
-                    continue
-                n = args.litellm_n32 if name == "litellm" else args.n32
-                run = asyncio.run(
-                    drive(
-                        port,
-                        pay[kind],
-                        requests=n,
-                        concurrency=32,
-                        max_seconds=args.max_seconds,
-                        pid=pid,
-                    )
-                )
-                c32[kind, name] = run
-                print(
-                    f"  {name:<13} {run.rps:7.0f} req/s  cpu {run.cpu_ms_per_request:6.2f} ms/req"
-                    f"  p50 {run.pct(0.5):7.2f} ms  p99 {run.pct(0.99):7.2f} ms"
-                    + (f"  ({run.errors} errors)" if run.errors else "")
-                )
-        summary(c1, c32, lite_version)
+        load = os.getloadavg()[0]
+        print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, load {load:.1f}")
+        figures = measure(targets, args)
+        table(figures, f"LiteLLM {lite_version}" if lite_version is not None else None)
     finally:
         for proc in reversed(procs):
             if proc.stdin is not None:

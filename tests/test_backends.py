@@ -15,7 +15,6 @@ from pydantic import SecretStr
 
 from tiered_router import _http
 from tiered_router.backends import (
-    MERCURY_QUIRKS,
     PRESETS,
     BackendRegistry,
     CompletionRequest,
@@ -453,8 +452,12 @@ def test_whole_answer_as_message_in_one_chunk_is_read(server: ScriptedServer) ->
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "all at once"}}],
     }
     server.script([sse(whole)])
-    be = backend(server, quirks="local_diffusion")
+    be = backend(server, dialect={"profile": "openai", "unfinished_streams": True})
     assert assemble(be.stream(req())).text == "all at once"
+    strict = backend(server)  # a stream with no finish_reason reads as a cut connection
+    server.script([sse(whole)])
+    with pytest.raises(BackendConnectionError, match="no finish_reason"):
+        assemble(strict.stream(req()))
 
 
 def test_reasoning_text_shapes() -> None:
@@ -640,14 +643,14 @@ def test_content_parts_and_delta_reasoning(server: ScriptedServer) -> None:
     assert assemble(be.stream(req())).reasoning == "hmm"
 
 
-# -- quirks -----------------------------------------------------------------------------------
+# -- the mercury-2 dialect ---------------------------------------------------------------------
 
 
-def test_mercury_quirks_shape_what_is_sent(
+def test_mercury_dialect_shapes_what_is_sent_and_records_it(
     server: ScriptedServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     server.script([Reply.text("a"), Reply.text("b")])
-    be = backend(server, quirks="mercury", extra_body={"diffusing": True})
+    be = backend(server, dialect="mercury-2", extra_body={"diffusing": True})
     params = {
         "temperature": 0.0,
         "stop": ["1", "2", "3", "4", "5", "6"],
@@ -660,7 +663,7 @@ def test_mercury_quirks_shape_what_is_sent(
     messages = [{"role": "developer", "content": "be brief"}, *USER]
     with caplog.at_level(logging.DEBUG, logger="tiered_router.backends.openai_compat"):
         be.complete(req(messages=messages, params=params))
-        be.complete(req(messages=messages, params=params))
+        done = be.complete(req(messages=messages, params=params))
     sent = server.requests[-1].body
     assert [m["role"] for m in sent["messages"]] == ["system", "user"]
     assert sent["temperature"] == 0.5
@@ -669,43 +672,50 @@ def test_mercury_quirks_shape_what_is_sent(
     assert sent["reasoning_effort"] == "instant" and sent["realtime"] is True
     assert sent["reasoning_summary_wait"] is True
     assert "diffusing" not in sent
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 2  # once per field per backend; a 5th stop is applied, not lost
-    assert any("temperature=0.0" in w and "0.5" in w for w in warnings)
-    assert any("'diffusing'" in r.getMessage() for r in caplog.records if r.levelno == 10)
+    # every change is a recorded conversion, each time, not a warning logged once
+    assert set(done.conversions) >= {
+        "messages[0]: developer -> system",
+        "temperature: 0.0 -> 0.5 (the server accepts 0.5..1.0)",
+        "stop: sent the first 4 of 6, the rest applied to the reply",
+        "max_tokens: 90000 -> 50000 (the server accepts 1..50000)",
+    }
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert messages[0]["role"] == "developer"  # the caller's messages are not mutated
 
 
-def test_mercury_quirks_leave_valid_values_alone(server: ScriptedServer) -> None:
+def test_mercury_dialect_leaves_valid_values_alone(server: ScriptedServer) -> None:
     server.script([Reply.text("a")])
-    backend(server, quirks=MERCURY_QUIRKS).complete(
+    done = backend(server, dialect="mercury-2").complete(
         req(params={"temperature": 0.75, "max_tokens": 10, "stop": ["x"]})
     )
     sent = server.requests[-1].body
     assert (sent["temperature"], sent["max_tokens"], sent["stop"]) == (0.75, 10, ["x"])
+    assert done.conversions == ()
 
 
 @pytest.mark.parametrize(
-    ("params", "field"),
+    ("params", "sent_value", "conversion"),
     [
-        ({"temperature": 0}, "temperature"),
-        ({"stop": list("abcde")}, "stop"),
-        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": 0}, ("temperature", 0.5), "temperature: 0 -> 0.5"),
+        ({"stop": list("abcde")}, ("stop", list("abcd")), "stop: sent the first 4 of 5"),
+        ({"max_tokens": 0}, ("max_tokens", 1), "max_tokens: 0 -> 1"),
     ],
 )
-def test_strict_mercury_quirks_raise_before_sending(
-    server: ScriptedServer, params: dict[str, Any], field: str
+def test_out_of_range_values_are_converted_and_recorded_never_refused(
+    server: ScriptedServer, params: dict[str, Any], sent_value: tuple[str, Any], conversion: str
 ) -> None:
-    be = backend(server, quirks=MERCURY_QUIRKS.with_strict())
-    with pytest.raises(CapabilityError, match=field):
-        be.complete(req(params=params))
-    assert server.requests == []
+    # what strict quirks refused is a recorded conversion: the trace shows what was sent
+    server.script([Reply.text("a")])
+    done = backend(server, dialect="mercury-2").complete(req(params=params))
+    key, value = sent_value
+    assert server.requests[-1].body[key] == value
+    assert any(c.startswith(conversion) for c in done.conversions), done.conversions
 
 
 def test_mercury_tool_choice_is_sent_as_auto_or_required(server: ScriptedServer) -> None:
     other = {"type": "function", "function": {"name": "put", "parameters": {}}}
     server.script([Reply.text("a"), Reply.text("b"), Reply.text("c")])
-    be = backend(server, quirks="mercury")
+    be = backend(server, dialect="mercury-2")
     named = {"type": "function", "function": {"name": "put"}}
     be.complete(req(tools=[TOOL, other], params={"tool_choice": named}))
     be.complete(req(tools=[TOOL, other], params={"tool_choice": "none"}))
@@ -749,11 +759,6 @@ def test_tools_false_raises_capability_error(server: ScriptedServer) -> None:
     assert server.requests == []
 
 
-def test_unknown_quirks_name() -> None:
-    with pytest.raises(ValueError, match="known: local_diffusion, mercury, none"):
-        OpenAICompatBackend("x", model="m", quirks="nope")
-
-
 # -- presets ----------------------------------------------------------------------------------
 
 
@@ -773,17 +778,17 @@ def test_preset_fills_only_unset_fields() -> None:
 def test_preset_is_inferred_from_the_host() -> None:
     config = BackendConfig(base_url="https://api.inceptionlabs.ai/v1", model="mercury-2")
     kwargs = backend_kwargs("m", config, env={"INCEPTION_API_KEY": KEY})
-    assert kwargs["quirks"].name == "mercury" and kwargs["kind"] == "diffusion"
+    assert kwargs["dialect"].name == "mercury-2" and kwargs["kind"] == "diffusion"
     other = backend_kwargs(
         "v", BackendConfig(base_url="http://10.0.0.2:8000/v1", model="q"), env={}
     )
-    assert other["quirks"].name == "none" and other["api_key"] is None
+    assert other["dialect"].name == "openai" and other["api_key"] is None
 
 
 def test_key_from_config_or_env_inside_the_factory() -> None:
     be = build_backend("fast", BackendConfig(preset="mercury-2"), env={"INCEPTION_API_KEY": KEY})
     assert isinstance(be, OpenAICompatBackend) and be.model == "mercury-2"
-    assert be.quirks.name == "mercury" and be.kind == "diffusion"
+    assert be.dialect.name == "mercury-2" and be.kind == "diffusion"
     assert be.config is not None and be.config.price.output_per_mtok == 0.75
     explicit = build_backend(
         "fast", BackendConfig(preset="mercury-2", api_key=SecretStr(KEY)), env={}
@@ -813,20 +818,33 @@ def test_missing_model_unknown_preset_and_options() -> None:
         build_backend(
             "x", BackendConfig(model="m", options={"speed": 1}), env={"OPENAI_API_KEY": KEY}
         )
-    with pytest.raises(PolicyError, match="unknown quirks"):
+    with pytest.raises(PolicyError, match="unknown dialect 'odd'"):
         build_backend(
-            "x", BackendConfig(model="m", options={"quirks": "odd"}), env={"OPENAI_API_KEY": KEY}
+            "x", BackendConfig(model="m", options={"dialect": "odd"}), env={"OPENAI_API_KEY": KEY}
         )
 
 
-def test_options_pick_quirks_and_strictness() -> None:
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        ({"quirks": "mercury"}, "dialect: mercury-2"),
+        ({"strict_quirks": True}, "conversion recorded"),
+    ],
+)
+def test_retired_options_say_what_to_write_instead(option: dict[str, Any], says: str) -> None:
+    config = BackendConfig(base_url="http://127.0.0.1:9/v1", model="m", options=option)
+    with pytest.raises(PolicyError, match=says) as info:
+        build_backend("x", config, env={})
+    assert info.value.field == f"backends.x.options.{next(iter(option))}"
+    assert "retired" in str(info.value)
+
+
+def test_options_pick_the_dialect() -> None:
     config = BackendConfig(
-        base_url="http://127.0.0.1:9/v1",
-        model="m",
-        options={"quirks": "mercury", "strict_quirks": True},
+        base_url="http://127.0.0.1:9/v1", model="m", options={"dialect": "mercury-2"}
     )
     be = build_backend("x", config, env={})
-    assert isinstance(be, OpenAICompatBackend) and be.quirks.strict
+    assert isinstance(be, OpenAICompatBackend) and be.dialect.max_stop == 4
 
 
 def test_python_helpers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import RoutePath
 from routerkit import easy_turn, make_policy, tracked
 
 from tiered_router import BackendResponseError, MemorySink, Router
@@ -186,17 +187,16 @@ def test_an_interrupted_stream_counts_as_its_cause() -> None:
 # -- through the router ----------------------------------------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_closed_open_half_open_closed(server: ScriptedServer) -> None:
+def test_closed_open_half_open_closed(server: ScriptedServer, path: RoutePath) -> None:
     clock = Clock()
     r = router(server, clock)
     server.script([Reply.status(503)] * 5, model="fast-model")
     server.default = Reply.text("frontier ok")
     for _ in range(5):
-        result = await r.acomplete(easy_turn())
+        result = path.complete(r, easy_turn())
         assert result.trace.escalations == ("backend_error",)
     assert r.breaker("fast").state == "open"
-    result = await r.acomplete(easy_turn())
+    result = path.complete(r, easy_turn())
     assert result.tier == "frontier" and result.trace.escalations == ("circuit_open",)
     assert result.trace.attempts[0].error is not None
     assert result.trace.attempts[0].error["type"] == "BackendUnavailable"
@@ -204,26 +204,26 @@ async def test_closed_open_half_open_closed(server: ScriptedServer) -> None:
     clock.now += CONFIG.cooldown_s
     assert r.breaker("fast").state == "half_open"
     server.script([Reply.text("fast is back")], model="fast-model")
-    result = await r.acomplete(easy_turn())  # the trial
+    result = path.complete(r, easy_turn())  # the trial
     assert result.tier == "fast" and result.completion.text == "fast is back"
     assert r.breaker("fast").state == "closed"
 
 
-def test_closed_open_half_open_closed_sync(server: ScriptedServer) -> None:
+def test_a_failed_trial_opens_it_again(server: ScriptedServer, path: RoutePath) -> None:
     clock = Clock()
     r = router(server, clock)
     server.script([Reply.status(500)] * 6, model="fast-model")
     server.default = Reply.text("frontier ok")
     for _ in range(5):
-        r.complete(easy_turn())
-    assert r.complete(easy_turn()).trace.escalations == ("circuit_open",)
+        path.complete(r, easy_turn())
+    assert path.complete(r, easy_turn()).trace.escalations == ("circuit_open",)
     clock.now += CONFIG.cooldown_s
-    result = r.complete(easy_turn())  # the trial fails: open again
+    result = path.complete(r, easy_turn())  # the trial fails: open again
     assert result.tier == "frontier" and result.trace.escalations == ("backend_error",)
     assert r.breaker("fast").state == "open"
     clock.now += CONFIG.cooldown_s
     server.script([Reply.text("fast is back")], model="fast-model")
-    assert r.complete(easy_turn()).tier == "fast"
+    assert path.complete(r, easy_turn()).tier == "fast"
     assert r.breaker("fast").state == "closed"
 
 
@@ -250,57 +250,54 @@ async def test_a_cancelled_half_open_trial_is_released(server: ScriptedServer) -
     assert result.tier == "fast" and r.breaker("fast").state == "closed"
 
 
-@pytest.mark.anyio
-async def test_an_abandoned_stream_releases_its_trial(server: ScriptedServer) -> None:
+def test_an_abandoned_stream_releases_its_trial(server: ScriptedServer, path: RoutePath) -> None:
     clock = Clock()
     r = router(server, clock)
     server.script([Reply.status(500)] * 5, model="fast-model")
     server.default = Reply.text("frontier ok")
     for _ in range(5):
-        await r.acomplete(easy_turn())
+        path.complete(r, easy_turn())
     clock.now += CONFIG.cooldown_s
     server.script([Reply.text("word " * 50)], model="fast-model")
-    async with r.astream(easy_turn()) as stream:
-        async for _chunk in stream:
-            break  # the caller stops reading after the first chunk
+    path.stream(r, easy_turn(), read=1)  # the caller stops reading after the first chunk
     assert r.breaker("fast").state == "closed"  # the backend answered: the trial succeeded
 
 
-@pytest.mark.anyio
-async def test_a_hung_upstream_opens_the_breaker(server: ScriptedServer) -> None:
+def test_a_hung_upstream_opens_the_breaker(server: ScriptedServer, path: RoutePath) -> None:
     clock = Clock()
     r = router(server, clock, fast={"timeout_s": 0.2})
     server.script([Reply.slow(5.0)] * 5, model="fast-model")
     server.default = Reply.text("frontier ok")
     for _ in range(5):
-        result = await r.acomplete(easy_turn())
+        result = path.complete(r, easy_turn())
         assert result.tier == "frontier"
         assert result.trace.attempts[0].error is not None
         assert result.trace.attempts[0].error["type"] == "BackendTimeout"
     assert r.breaker("fast").state == "open"
-    result = await r.acomplete(easy_turn())
+    result = path.complete(r, easy_turn())
     assert result.trace.escalations == ("circuit_open",)
     assert len(server.requests_for("fast-model")) == 5
 
 
-@pytest.mark.anyio
-async def test_a_client_whose_requests_get_400_does_not_open_it(server: ScriptedServer) -> None:
+def test_a_client_whose_requests_get_400_does_not_open_it(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     clock = Clock()
     r = router(server, clock)
     server.script([Reply.status(400)] * 20, model="fast-model")
     server.script([Reply.text("frontier ok")] * 20, model="frontier-model")
     for _ in range(20):
-        result = await r.acomplete(easy_turn())
+        result = path.complete(r, easy_turn())
         assert result.trace.escalations == ("backend_error",)
     assert r.breaker("fast").state == "closed"
     server.script([Reply.text("fast for another client")], model="fast-model")
-    result = await r.acomplete(easy_turn())
+    result = path.complete(r, easy_turn())
     assert result.tier == "fast" and result.trace.escalations == ()
 
 
-@pytest.mark.anyio
-async def test_an_unexpected_backend_exception_escalates_and_counts(
+def test_an_unexpected_backend_exception_escalates_and_counts(
     server: ScriptedServer,
+    path: RoutePath,
 ) -> None:
     def malformed(request: CompletionRequest) -> str:
         raise TypeError("'int' object is not iterable")
@@ -315,7 +312,7 @@ async def test_an_unexpected_backend_exception_escalates_and_counts(
         )
     )
     server.default = Reply.text("frontier ok")
-    result = await r.acomplete(easy_turn())
+    result = path.complete(r, easy_turn())
     assert result.tier == "frontier" and result.trace.escalations == ("backend_error",)
     error = result.trace.attempts[0].error
     assert error is not None and error["type"] == "BackendResponseError"
@@ -356,13 +353,13 @@ async def test_a_failing_store_never_fails_a_turn(
     assert (await r.acomplete(easy_turn())).trace.escalations == ("circuit_open",)
 
 
-def test_a_disabled_breaker_never_opens(server: ScriptedServer) -> None:
+def test_a_disabled_breaker_never_opens(server: ScriptedServer, path: RoutePath) -> None:
     policy = make_policy(server, retries=(0, 0))
     policy["resilience"] = {"breaker": {"enabled": False}}
     r = tracked(Router(policy))
     server.script([Reply.status(500)] * 8, model="fast-model")
     for _ in range(8):
-        assert r.complete(easy_turn()).trace.escalations == ("backend_error",)
+        assert path.complete(r, easy_turn()).trace.escalations == ("backend_error",)
     assert r.breaker("fast").state == "closed"
     assert len(server.requests_for("fast-model")) == 8
 

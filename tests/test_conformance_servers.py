@@ -135,7 +135,9 @@ def test_mercury_requests_follow_the_documented_facts(server: ScriptedServer) ->
         backend.complete(CompletionRequest(messages=[IMAGE], tools=[WEATHER]))
 
 
-def test_what_the_quirks_change_is_recorded_too(server: ScriptedServer) -> None:
+def test_what_the_mercury_dialect_changes_is_recorded(server: ScriptedServer) -> None:
+    """Each Mercury 2 rule has one home, its dialect profile; every change it makes is
+    recorded once (the rules that were ``mercury`` quirks are the profile's now)."""
     backend = make("mercury-2", server.base_url, model="mercury-2")
     server.script([Reply.text("ok")])
     done = backend.complete(
@@ -153,13 +155,13 @@ def test_what_the_quirks_change_is_recorded_too(server: ScriptedServer) -> None:
         )
     )
     assert done.conversions == (
-        "messages[0]: developer -> system (mercury quirks)",
-        "dropped: diffusing (mercury quirks)",
-        "temperature: 0 -> 0.5 (mercury quirks)",
-        "stop: sent the first 4 of 5, the rest applied to the reply (mercury quirks)",
-        "max_completion_tokens -> max_tokens (mercury quirks)",
-        "max_tokens: 90000 -> 50000 (mercury quirks)",
-        'tool_choice "none" -> 0 tool(s) (mercury quirks)',
+        'tool_choice "none" -> 0 tool(s)',
+        "messages[0]: developer -> system",
+        "stop: sent the first 4 of 5, the rest applied to the reply",
+        "max_completion_tokens -> max_tokens",
+        "temperature: 0 -> 0.5 (the server accepts 0.5..1.0)",
+        "max_tokens: 90000 -> 50000 (the server accepts 1..50000)",
+        "dropped (not accepted): diffusing",
     )
     assert "tools" not in server.requests[-1].body
 

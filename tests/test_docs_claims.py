@@ -77,6 +77,7 @@ def test_policy_page_documents_every_builtin_check_and_says_how_many() -> None:
     [
         ("unknown preset", "{model: m, preset: mercury2}"),
         ("unknown backend option", "{model: m, options: {quirk: x}}"),
+        ("retired option", "{model: m, options: {quirks: mercury}}"),
     ],
 )
 def test_policy_page_error_examples_are_the_loaders(row: str, backend: str) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import anyio
 import pytest
-from routerkit import JSON_TURN, easy_turn, make_policy, tracked
+from conftest import RoutePath
+from routerkit import JSON_TURN, Slept, easy_turn, make_policy, tracked
 
 from tiered_router import (
     AllTiersFailed,
@@ -63,14 +64,11 @@ async def test_a_cancelled_turn_is_traced_once_and_its_trial_released(
     assert snap.state == "closed" and snap.consecutive_failures == 0  # a cancel proves nothing
 
 
-@pytest.mark.anyio
-async def test_an_abandoned_async_stream_is_traced(server: ScriptedServer) -> None:
+def test_an_abandoned_stream_is_traced(server: ScriptedServer, path: RoutePath) -> None:
     sink = MemorySink()
     r = router(server, sink, policy=CHEAP)
     server.script([Reply.text(PROSE).streamed(chunks=8)], model="fast-model")
-    async with r.astream(easy_turn()) as stream:
-        async for _chunk in stream:
-            break  # the client went away
+    path.stream(r, easy_turn(), read=1)  # the client went away after one chunk
     (trace,) = sink.traces
     assert trace.interrupted == "abandoned" and trace.tier is None
     assert trace.attempts[-1].tier == "fast" and trace.attempts[-1].error is not None
@@ -88,23 +86,22 @@ def test_an_abandoned_sync_stream_is_traced_when_the_loop_ends(server: ScriptedS
     assert trace.interrupted == "abandoned"
 
 
-@pytest.mark.anyio
-async def test_an_abandoned_stream_counts_in_its_task(server: ScriptedServer) -> None:
+def test_an_abandoned_stream_counts_in_its_task(server: ScriptedServer, path: RoutePath) -> None:
     sink = MemorySink()
     r = router(server, sink, policy=CHEAP)
     server.script([Reply.text(PROSE).streamed(chunks=8)], model="fast-model")
-    async with r.task("t-abandon") as task:
-        stream = r.astream(easy_turn())
-        await stream.start()
-        await stream.aclose()
+    with r.task("t-abandon") as task:
+        path.abandon(path.start(r, easy_turn()))
     assert task.steps == 1 and task.traces == tuple(sink.traces)
+    assert len(sink.traces) == 1 and sink.traces[0].interrupted == "abandoned"
 
 
-def test_a_stream_closed_before_it_started_is_traced(server: ScriptedServer) -> None:
+def test_a_stream_closed_before_it_started_is_traced(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     sink = MemorySink()
     r = router(server, sink)
-    with r.stream(easy_turn()):
-        pass
+    path.abandon(path.open(r, easy_turn()))
     (trace,) = sink.traces
     assert trace.interrupted == "abandoned" and trace.attempts == ()
     assert server.requests == []
@@ -186,24 +183,26 @@ async def test_a_malformed_upstream_answer_escalates_instead_of_failing(
     assert len(sink.traces) == 2
 
 
-def test_all_tiers_failed_lists_backends_in_the_order_tried(server: ScriptedServer) -> None:
+def test_all_tiers_failed_lists_backends_in_the_order_tried(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     sink = MemorySink()
     r = router(server, sink)
     server.script([Reply.status(503)], model="frontier-model")
     server.script([Reply.status(503)], model="fast-model")
     with pytest.raises(AllTiersFailed, match=r"tried: frontier, fast\)") as info:
-        r.complete(easy_turn(final=True))  # decided frontier; its failure falls to fast
+        path.complete(r, easy_turn(final=True))  # decided frontier; its failure falls to fast
     assert [a.backend for a in info.value.attempts] == ["frontier", "fast"]
     assert sink.traces == [info.value.trace]
 
 
-def test_gate_failed_is_traced_once(server: ScriptedServer) -> None:
+def test_gate_failed_is_traced_once(server: ScriptedServer, path: RoutePath) -> None:
     sink = MemorySink()
     r = router(server, sink, policy={"escalation": {"when_frontier_fails_gate": "raise"}})
     server.script([Reply.bad_json()], model="fast-model")
     server.script([Reply.bad_json()], model="frontier-model")
     with pytest.raises(GateFailed) as info:
-        r.complete(easy_turn(**JSON_TURN))
+        path.complete(r, easy_turn(**JSON_TURN))
     assert sink.traces == [info.value.trace]
     assert info.value.trace is not None and info.value.trace.interrupted is None
 
@@ -214,24 +213,24 @@ class _Broken:
 
 
 def test_a_failing_sink_never_loses_the_turn(
-    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture, path: RoutePath
 ) -> None:
     sink = MemorySink()
     r = tracked(Router(make_policy(server), sinks=[_Broken(), sink]))
     server.script([Reply.text("hi")], model="fast-model")
     with caplog.at_level(logging.ERROR, logger="tiered_router.router"):
-        result = r.complete(easy_turn())
+        result = path.complete(r, easy_turn())
     assert result.completion.text == "hi" and sink.traces == [result.trace]
     assert "trace sink" in caplog.text and "disk full" in caplog.text
 
 
-def test_a_kept_draft_is_the_one_the_gate_judged(server: ScriptedServer) -> None:
+def test_a_kept_draft_is_the_one_the_gate_judged(server: ScriptedServer, path: RoutePath) -> None:
     # the fast draft fails the gate, the frontier errors: the fast draft is returned as is
     sink = MemorySink()
     r = router(server, sink)
     server.script([Reply.truncated("the answer is")], model="fast-model")
     server.script([Reply.status(503)], model="frontier-model")
-    result = r.complete(easy_turn())
+    result = path.complete(r, easy_turn())
     assert result.tier == "fast" and result.completion.text == "the answer is"
     assert result.verdict is not None and result.verdict.failed_checks == ("not_truncated",)
     assert result.trace.escalations == ("gate_failed",)
@@ -288,13 +287,15 @@ def test_a_pinned_fast_tool_turn_still_respects_capabilities(server: ScriptedSer
     assert decision.tier == "frontier" and decision.rule == "capability.tools"
 
 
-def test_a_pinned_turn_inside_a_task_skips_task_rules_but_counts(server: ScriptedServer) -> None:
+def test_a_pinned_turn_inside_a_task_skips_task_rules_but_counts(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     sink = MemorySink()
     r = router(server, sink, policy={"task": {"max_escalations": 0}})
     server.script([Reply.text("fast anyway")], model="fast-model")
     with r.task("pinned-task") as task:
         assert r.decide(easy_turn()).rule == "task.budget.escalations"
-        result = r.complete(easy_turn(), tier="fast")
+        result = path.complete(r, easy_turn(), tier="fast")
     assert result.tier == "fast" and result.trace.decision.rule == "pinned"
     assert task.steps == 1 and result.trace.metadata["task_id"] == "pinned-task"
 
@@ -305,27 +306,27 @@ def test_unknown_model_is_a_tiered_router_error() -> None:
     assert exc.known == ["auto", "fast"] and "gpt-x" in str(exc)
 
 
-def test_scripted_doubles_drive_the_engine_too(server: ScriptedServer) -> None:
+def test_scripted_doubles_drive_the_engine_too(server: ScriptedServer, path: RoutePath) -> None:
     fast = ScriptedBackend("fast", [BackendResponseError("broken"), "second try"])
     policy = make_policy(server, retries=(1, 0))
-    r = tracked(Router(policy, backends={"fast": fast}, sleep=lambda s: None))
-    result = r.complete(easy_turn())
+    slept = Slept()
+    r = tracked(Router(policy, backends={"fast": fast}, sleep=slept, asleep=slept.asleep))
+    result = path.complete(r, easy_turn())
     assert result.tier == "fast" and [a.try_index for a in result.trace.attempts] == [0, 1]
     fast.assert_complete()
 
 
 def test_a_buffered_draft_is_finished_before_its_chunks_are_replayed(
-    server: ScriptedServer,
+    server: ScriptedServer, path: RoutePath
 ) -> None:
     # with whole-draft checks the turn is over (and traced) once the gate passed the draft
     sink = MemorySink()
     r = router(server, sink)
     server.script([Reply.text(PROSE).streamed(chunks=8)], model="fast-model")
-    stream = r.stream(easy_turn())
-    stream.start()
+    stream = path.start(r, easy_turn())
     (trace,) = sink.traces
     assert trace.interrupted is None and trace.tier == "fast"
-    stream.close()
+    assert "".join(c.text for c in path.read(stream)) == PROSE
     assert sink.traces == [trace]
 
 
@@ -401,7 +402,7 @@ async def test_a_backend_that_cannot_stream_still_streams(
 
 
 def test_a_stream_that_fails_before_content_escalates_and_is_closed(
-    server: ScriptedServer,
+    server: ScriptedServer, path: RoutePath
 ) -> None:
     closed: list[str] = []
 
@@ -413,10 +414,18 @@ def test_a_stream_that_fails_before_content_escalates_and_is_closed(
             finally:
                 closed.append("closed")
 
+        async def astream(self, request: CompletionRequest) -> AsyncIterator[CompletionChunk]:
+            try:
+                yield CompletionChunk(text="")
+                raise TypeError("'bool' object is not iterable")
+            finally:
+                closed.append("closed")
+
     sink = MemorySink()
     server.default = Reply.text("frontier ok")
     r = router(server, sink, backends={"fast": Failing()}, policy=CHEAP)
-    assert "".join(c.text for c in r.stream(easy_turn())) == "frontier ok"
+    chunks, _stream = path.stream(r, easy_turn())
+    assert "".join(c.text for c in chunks) == "frontier ok"
     assert closed == ["closed"]
     (trace,) = sink.traces
     assert trace.escalations == ("backend_error",) and trace.tier == "frontier"

@@ -8,7 +8,7 @@ import pytest
 
 from tiered_router import PolicyError, Turn, load_policy
 from tiered_router.engine._latency import LatencyTracker
-from tiered_router.engine._panel import DraftSpec, draft_turn, panel_kinds, plan_panel
+from tiered_router.engine._panel_plan import DraftSpec, draft_turn, panel_kinds, plan_panel
 from tiered_router.policy import DraftsConfig, HedgeConfig
 
 NOWHERE = "http://127.0.0.1:9/v1"

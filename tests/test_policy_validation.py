@@ -299,10 +299,17 @@ BAD: list[Bad] = [
         "unknown option 'quirk'",
     ),
     Bad(
-        "quirks",
-        fast("options: {quirks: odd}"),
+        "retired-quirks",
+        fast("options: {quirks: mercury}"),
         "options",
         "backends.fast.options.quirks",
+        "dialect: mercury-2",
+    ),
+    Bad(
+        "dialect",
+        fast("options: {dialect: odd}"),
+        "options",
+        "backends.fast.options.dialect",
         "odd",
     ),
     Bad(
@@ -459,7 +466,7 @@ GOOD: list[tuple[str, str]] = [
     ("learned-shipped", BASE + "scoring: {type: learned, threshold: 0.55}\n"),
     ("heuristic-weights", BASE + "scoring:\n  type: heuristic\n  weights: {bias: -1.0}\n"),
     ("preset", BASE.replace("    model: large\n", "    preset: mercury-2\n")),
-    ("quirks", fast("options: {quirks: mercury, strict_quirks: true}")),
+    ("dialect", fast("options: {dialect: {profile: mercury-2, max_stop: 2}}")),
     ("aliases", fast("extra_body: &x {a: 1}", "params: {extra: *x}")),
 ]
 

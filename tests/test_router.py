@@ -5,6 +5,7 @@ import logging
 from typing import Any
 
 import pytest
+from conftest import RoutePath
 from routerkit import JSON_TURN, SECRET, Slept, easy_turn, make_policy, router_for, tracked
 
 from tiered_router import (
@@ -18,10 +19,9 @@ from tiered_router import (
 from tiered_router.testing import Reply, ScriptedServer
 
 
-@pytest.mark.anyio
-async def test_fast_draft_that_passes_is_returned(server: ScriptedServer) -> None:
+def test_fast_draft_that_passes_is_returned(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.text("hi there")], model="fast-model")
-    result = await router_for(server).acomplete(easy_turn())
+    result = path.complete(router_for(server), easy_turn())
     assert result.tier == "fast"
     assert result.escalated is False
     assert result.completion.text == "hi there"
@@ -34,11 +34,10 @@ async def test_fast_draft_that_passes_is_returned(server: ScriptedServer) -> Non
     assert [r.body["model"] for r in server.requests] == ["fast-model"]
 
 
-@pytest.mark.anyio
-async def test_gate_failure_escalates_to_frontier(server: ScriptedServer) -> None:
+def test_gate_failure_escalates_to_frontier(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.bad_json()], model="fast-model")
     server.script([Reply.json({"answer": 4})], model="frontier-model")
-    result = await router_for(server).acomplete(easy_turn(**JSON_TURN))
+    result = path.complete(router_for(server), easy_turn(**JSON_TURN))
     assert result.tier == "frontier"
     assert result.escalated is True
     assert result.trace.escalations == ("gate_failed",)
@@ -48,21 +47,20 @@ async def test_gate_failure_escalates_to_frontier(server: ScriptedServer) -> Non
     assert json.loads(result.completion.text) == {"answer": 4}
 
 
-def test_gate_failure_escalates_sync(server: ScriptedServer) -> None:
+def test_a_truncated_draft_escalates(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.truncated("the answer is")], model="fast-model")
     server.script([Reply.text("the answer is 4")], model="frontier-model")
-    result = router_for(server).complete(easy_turn())
+    result = path.complete(router_for(server), easy_turn())
     assert result.tier == "frontier"
     assert result.trace.attempts[0].verdict is not None
     assert result.trace.attempts[0].verdict.failed_checks == ("not_truncated",)
 
 
-@pytest.mark.anyio
-async def test_backend_error_after_retries_escalates(server: ScriptedServer) -> None:
+def test_backend_error_after_retries_escalates(server: ScriptedServer, path: RoutePath) -> None:
     slept = Slept()
     server.script([Reply.status(500)] * 3, model="fast-model")
     server.script([Reply.text("from frontier")], model="frontier-model")
-    result = await router_for(server, slept).acomplete(easy_turn())
+    result = path.complete(router_for(server, slept), easy_turn())
     assert result.tier == "frontier" and result.escalated
     assert result.trace.escalations == ("backend_error",)
     errors = [a.error for a in result.trace.attempts if a.error]
@@ -74,139 +72,138 @@ async def test_backend_error_after_retries_escalates(server: ScriptedServer) -> 
     assert 0.375 <= slept[0] <= 0.5 and 0.75 <= slept[1] <= 1.0
 
 
-@pytest.mark.anyio
-async def test_retry_after_is_honoured(server: ScriptedServer) -> None:
+def test_retry_after_is_honoured(server: ScriptedServer, path: RoutePath) -> None:
     slept = Slept()
     server.script([Reply.status(429, retry_after=3), Reply.text("ok")], model="fast-model")
-    result = await router_for(server, slept).acomplete(easy_turn())
+    result = path.complete(router_for(server, slept), easy_turn())
     assert result.tier == "fast" and not result.escalated
     assert slept == [3.0]
     assert result.trace.attempts[0].error is not None
     assert result.trace.attempts[0].error["retry_after_s"] == 3.0
 
 
-def test_retry_after_ms_is_preferred(server: ScriptedServer) -> None:
+def test_retry_after_ms_is_preferred(server: ScriptedServer, path: RoutePath) -> None:
     slept = Slept()
     server.script(
         [Reply.status(429, retry_after=9, retry_after_ms=250), Reply.text("ok")], model="fast-model"
     )
-    result = router_for(server, slept).complete(easy_turn())
+    result = path.complete(router_for(server, slept), easy_turn())
     assert result.tier == "fast"
     assert slept == [0.25]
 
 
-@pytest.mark.anyio
-async def test_long_retry_after_escalates_instead_of_waiting(server: ScriptedServer) -> None:
+def test_long_retry_after_escalates_instead_of_waiting(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     slept = Slept()
     server.script([Reply.status(429, retry_after=600)], model="fast-model")
     server.script([Reply.text("frontier")], model="frontier-model")
-    result = await router_for(server, slept).acomplete(easy_turn())
+    result = path.complete(router_for(server, slept), easy_turn())
     assert result.tier == "frontier"
     assert slept == []
     assert len(server.requests_for("fast-model")) == 1
 
 
-@pytest.mark.anyio
-async def test_non_retryable_status_escalates_without_retry(server: ScriptedServer) -> None:
+def test_non_retryable_status_escalates_without_retry(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     slept = Slept()
     server.script([Reply.status(400, message="bad request")], model="fast-model")
     server.script([Reply.text("frontier")], model="frontier-model")
-    result = await router_for(server, slept).acomplete(easy_turn())
+    result = path.complete(router_for(server, slept), easy_turn())
     assert result.tier == "frontier"
     assert slept == [] and len(server.requests_for("fast-model")) == 1
 
 
-@pytest.mark.anyio
-async def test_dropped_connection_is_retried(server: ScriptedServer) -> None:
+def test_dropped_connection_is_retried(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.drop(), Reply.text("second try")], model="fast-model")
-    result = await router_for(server).acomplete(easy_turn())
+    result = path.complete(router_for(server), easy_turn())
     assert result.tier == "fast" and result.completion.text == "second try"
     assert result.trace.attempts[0].error is not None
     assert result.trace.attempts[0].error["type"] == "BackendConnectionError"
 
 
-@pytest.mark.anyio
-async def test_final_rule_goes_to_frontier(server: ScriptedServer) -> None:
+def test_final_rule_goes_to_frontier(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.text("final answer")], model="frontier-model")
-    result = await router_for(server).acomplete(easy_turn(final=True))
+    result = path.complete(router_for(server), easy_turn(final=True))
     assert result.tier == "frontier" and not result.escalated
     assert result.trace.decision.rule == "final-answer"
     assert server.requests_for("fast-model") == []
 
 
-@pytest.mark.anyio
-async def test_frontier_gate_failure_returns_with_verdict(server: ScriptedServer) -> None:
+def test_frontier_gate_failure_returns_with_verdict(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     server.script([Reply.empty()], model="fast-model")
     server.script([Reply.empty()], model="frontier-model")
-    result = await router_for(server).acomplete(easy_turn())
+    result = path.complete(router_for(server), easy_turn())
     assert result.tier == "frontier"
     assert result.verdict is not None and not result.verdict.passed
     assert result.trace.escalations == ("gate_failed",)
 
 
-@pytest.mark.anyio
-async def test_frontier_gate_failure_raises_when_policy_says_so(server: ScriptedServer) -> None:
+def test_frontier_gate_failure_raises_when_policy_says_so(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     server.script([Reply.refusal()], model="fast-model")
     server.script([Reply.refusal()], model="frontier-model")
     router = router_for(server, escalation={"when_frontier_fails_gate": "raise"})
     with pytest.raises(GateFailed) as info:
-        await router.acomplete(easy_turn())
+        path.complete(router, easy_turn())
     assert len(info.value.attempts) == 2
     assert "no_refusal" in info.value.verdict.failed_checks
     assert info.value.trace is not None and info.value.trace.tier == "frontier"
 
 
-def test_all_tiers_failed_carries_every_attempt(server: ScriptedServer) -> None:
+def test_all_tiers_failed_carries_every_attempt(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.status(503)] * 3, model="fast-model")
     server.script([Reply.status(500)] * 2, model="frontier-model")
     with pytest.raises(AllTiersFailed) as info:
-        router_for(server).complete(easy_turn())
+        path.complete(router_for(server), easy_turn())
     exc = info.value
     assert len(exc.attempts) == 5 and len(exc.errors) == 5
     assert [a.backend for a in exc.attempts] == ["fast"] * 3 + ["frontier"] * 2
     assert SECRET not in str(exc)
 
 
-@pytest.mark.anyio
-async def test_escalation_off_returns_failed_fast_draft(server: ScriptedServer) -> None:
+def test_escalation_off_returns_failed_fast_draft(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.bad_json()], model="fast-model")
     router = router_for(server, escalation={"on_gate_failure": False})
-    result = await router.acomplete(easy_turn(**JSON_TURN))
+    result = path.complete(router, easy_turn(**JSON_TURN))
     assert result.tier == "fast" and not result.escalated
     assert result.verdict is not None and not result.verdict.passed
 
 
-@pytest.mark.anyio
-async def test_backend_error_escalation_off_raises(server: ScriptedServer) -> None:
+def test_backend_error_escalation_off_raises(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.status(500)] * 3, model="fast-model")
     router = router_for(server, escalation={"on_backend_error": False})
     with pytest.raises(AllTiersFailed):
-        await router.acomplete(easy_turn())
+        path.complete(router, easy_turn())
     assert server.requests_for("frontier-model") == []
 
 
-@pytest.mark.anyio
-async def test_circuit_breaker_routes_around_open_backend(server: ScriptedServer) -> None:
+def test_circuit_breaker_routes_around_open_backend(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     server.script([Reply.status(503)] * 5, model="fast-model")
     server.default = Reply.text("frontier ok")
     router = router_for(server, retries=(0, 0))
     for _ in range(5):
-        result = await router.acomplete(easy_turn())
+        result = path.complete(router, easy_turn())
         assert result.trace.escalations == ("backend_error",)
     assert router.breaker("fast").state == "open"
-    result = await router.acomplete(easy_turn())
+    result = path.complete(router, easy_turn())
     assert result.trace.escalations == ("circuit_open",)
     assert result.tier == "frontier" and result.escalated
     assert len(server.requests_for("fast-model")) == 5  # the open backend got no request
 
 
-@pytest.mark.anyio
-async def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer) -> None:
+def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.status(503)] * 5, model="frontier-model")
     server.default = Reply.text("fast fallback")
     router = router_for(server, retries=(0, 0))
     for _ in range(5):  # frontier-decided turns; the frontier fails, the fast tier serves
-        result = await router.acomplete(easy_turn(final=True))
+        result = path.complete(router, easy_turn(final=True))
         assert result.tier == "fast"
     assert router.breaker("frontier").state == "open"
     # with the fast tier unusable (tool turn, tools: false) the open frontier is still tried
@@ -218,24 +215,27 @@ async def test_circuit_breaker_never_cuts_last_path(server: ScriptedServer) -> N
     assert r2.breaker("frontier").state == "open"
     server.script([Reply.text("frontier anyway")], model="frontier-model")
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    result = await r2.acomplete(easy_turn(tools=tools, final=True))
+    result = path.complete(r2, easy_turn(tools=tools, final=True))
     assert result.tier == "frontier" and result.completion.text == "frontier anyway"
 
 
-@pytest.mark.anyio
-async def test_deadline_is_shared_by_retries_and_escalation(server: ScriptedServer) -> None:
+def test_deadline_is_shared_by_retries_and_escalation(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     server.script([Reply.slow(5.0, then=Reply.text("late"))], model="fast-model")
     server.script([Reply.text("never asked")], model="frontier-model")
     router = router_for(server)
     with pytest.raises(AllTiersFailed) as info:
-        await router.acomplete(easy_turn(), deadline_s=0.3)
+        path.complete(router, easy_turn(), deadline_s=0.3)
     types = [a.error["type"] for a in info.value.attempts if a.error]
     assert types[0] == "BackendTimeout"
     assert all(t == "BackendTimeout" for t in types)
     assert server.requests_for("frontier-model") == []
 
 
-def test_tool_turn_never_goes_to_backend_without_tools(server: ScriptedServer) -> None:
+def test_tool_turn_never_goes_to_backend_without_tools(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     policy = make_policy(server)
     policy["backends"]["fast"]["tools"] = False
     server.script([Reply.tool_calls([("lookup", {"q": "x"})])], model="frontier-model")
@@ -252,7 +252,7 @@ def test_tool_turn_never_goes_to_backend_without_tools(server: ScriptedServer) -
     turn = easy_turn(tools=tools)
     decision = router.decide(turn)
     assert decision.tier == "frontier" and decision.rule == "capability.tools"
-    result = router.complete(turn)
+    result = path.complete(router, turn)
     assert result.tier == "frontier"
     assert result.completion.tool_calls[0].name == "lookup"
     assert server.requests_for("fast-model") == []
@@ -293,9 +293,8 @@ async def test_sync_and_async_paths_give_the_same_trace(
     assert traces[0] == traces[1]
 
 
-@pytest.mark.anyio
-async def test_sinks_receive_traces_and_secrets_stay_out(
-    server: ScriptedServer, tmp_path: Any, caplog: pytest.LogCaptureFixture
+def test_sinks_receive_traces_and_secrets_stay_out(
+    server: ScriptedServer, tmp_path: Any, caplog: pytest.LogCaptureFixture, path: RoutePath
 ) -> None:
     memory = MemorySink()
     jsonl = JSONLSink(tmp_path / "traces.jsonl")
@@ -303,7 +302,7 @@ async def test_sinks_receive_traces_and_secrets_stay_out(
     server.script([Reply.text("ok")], model="frontier-model")
     router = router_for(server, sinks=[memory, jsonl, LoggingSink()])
     with caplog.at_level(logging.DEBUG):
-        result = await router.acomplete(easy_turn(metadata={"task": "demo"}))
+        result = path.complete(router, easy_turn(metadata={"task": "demo"}))
     jsonl.close()
     assert memory.traces == [result.trace]
     lines = (tmp_path / "traces.jsonl").read_text().splitlines()
@@ -325,7 +324,9 @@ def test_decide_makes_no_call(server: ScriptedServer) -> None:
     assert server.requests == []
 
 
-def test_deadline_passed_before_a_tier_is_recorded_as_its_attempt(server: ScriptedServer) -> None:
+def test_deadline_passed_before_a_tier_is_recorded_as_its_attempt(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     clock = [0.0]
 
     def slow_clock() -> float:
@@ -333,9 +334,12 @@ def test_deadline_passed_before_a_tier_is_recorded_as_its_attempt(server: Script
         return clock[0]
 
     server.script([Reply.status(500)], model="fast-model")
-    router = tracked(Router(make_policy(server), clock=slow_clock, sleep=Slept()))
+    slept = Slept()
+    router = tracked(
+        Router(make_policy(server), clock=slow_clock, sleep=slept, asleep=slept.asleep)
+    )
     with pytest.raises(AllTiersFailed) as info:
-        router.complete(easy_turn(), deadline_s=0.5)
+        path.complete(router, easy_turn(), deadline_s=0.5)
     backends = [a.backend for a in info.value.attempts]
     assert backends[-1] == "frontier"  # the skipped tier shows up, with its timeout
     assert info.value.attempts[-1].error is not None
@@ -345,12 +349,13 @@ def test_deadline_passed_before_a_tier_is_recorded_as_its_attempt(server: Script
 
 def test_breaker_is_not_routed_around_when_backend_errors_do_not_escalate(
     server: ScriptedServer,
+    path: RoutePath,
 ) -> None:
     router = router_for(server, escalation={"on_backend_error": False})
     for _ in range(5):
         router.breaker("fast").record("failure")
     server.script([Reply.text("fast anyway")], model="fast-model")
-    result = router.complete(easy_turn())
+    result = path.complete(router, easy_turn())
     assert result.tier == "fast" and result.trace.escalations == ()
 
 

@@ -4,11 +4,13 @@ import json
 from typing import Any
 
 import pytest
+from conftest import RoutePath
 from routerkit import Slept, make_policy, tracked
 
 from tiered_router import MemorySink, Router, Turn
 from tiered_router.exceptions import AllTiersFailed, GateFailed, StreamInterrupted
 from tiered_router.testing import Reply, ScriptedServer
+from tiered_router.turn import CompletionChunk
 
 CHEAP_GATE = {"checks": ["non_empty", "not_truncated", "no_refusal"]}
 
@@ -23,14 +25,14 @@ def router(server: ScriptedServer, **kw: Any) -> Router:
     return tracked(Router(make_policy(server, **kw), sleep=slept, asleep=slept.asleep, sinks=sinks))
 
 
-@pytest.mark.anyio
-async def test_cheap_gate_streams_fast_draft_straight_through(server: ScriptedServer) -> None:
+def test_cheap_gate_streams_fast_draft_straight_through(
+    server: ScriptedServer, path: RoutePath
+) -> None:
     server.script([Reply.text("hello there, friend")], model="fast-model")
-    stream = router(server, gate=CHEAP_GATE).astream(turn())
+    stream = path.start(router(server, gate=CHEAP_GATE), turn())
     assert stream.decision.tier == "fast"
-    await stream.start()
     assert stream.tier == "fast" and stream.escalated is False
-    chunks = [c async for c in stream]
+    chunks = path.read(stream)
     assert "".join(c.text for c in chunks) == "hello there, friend"
     assert len([c for c in chunks if c.text]) > 1  # really streamed, not one blob
     result = stream.result
@@ -40,85 +42,65 @@ async def test_cheap_gate_streams_fast_draft_straight_through(server: ScriptedSe
     assert server.requests[0].body["stream"] is True
 
 
-@pytest.mark.anyio
-async def test_whole_draft_gate_buffers_and_escalates(server: ScriptedServer) -> None:
+def test_whole_draft_gate_buffers_and_escalates(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.bad_json()], model="fast-model")
     server.script([Reply.json({"answer": 42})], model="frontier-model")
-    stream = router(server).astream(turn(response_format={"type": "json_object"}))
-    await stream.start()
+    stream = path.start(router(server), turn(response_format={"type": "json_object"}))
     assert stream.tier == "frontier" and stream.escalated is True
-    text = "".join([c.text async for c in stream])
+    text = "".join(c.text for c in path.read(stream))
     assert json.loads(text) == {"answer": 42}  # the failed fast draft never reached the caller
     assert stream.result.trace.escalations == ("gate_failed",)
-
-
-def test_whole_draft_gate_sync_twin(server: ScriptedServer) -> None:
-    server.script([Reply.bad_json()], model="fast-model")
-    server.script([Reply.json({"answer": 42})], model="frontier-model")
-    stream = router(server).stream(turn(response_format={"type": "json_object"}))
-    stream.start()
-    assert stream.tier == "frontier"
-    assert json.loads("".join(c.text for c in stream)) == {"answer": 42}
     assert stream.result.escalated
 
 
-@pytest.mark.anyio
-async def test_empty_live_draft_is_still_escalated(server: ScriptedServer) -> None:
+def test_empty_live_draft_is_still_escalated(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.empty()], model="fast-model")
     server.script([Reply.text("frontier text")], model="frontier-model")
-    stream = router(server, gate=CHEAP_GATE).astream(turn())
-    text = "".join([c.text async for c in stream])
-    assert text == "frontier text"
+    chunks, stream = path.stream(router(server, gate=CHEAP_GATE), turn())
+    assert "".join(c.text for c in chunks) == "frontier text"
     assert stream.result.tier == "frontier"
     assert stream.result.trace.escalations == ("gate_failed",)
 
 
-@pytest.mark.anyio
-async def test_error_before_first_chunk_is_retried(server: ScriptedServer) -> None:
+def test_error_before_first_chunk_is_retried(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.status(429, retry_after=1), Reply.text("ok then")], model="fast-model")
-    stream = router(server, gate=CHEAP_GATE).astream(turn())
-    assert "".join([c.text async for c in stream]) == "ok then"
+    chunks, stream = path.stream(router(server, gate=CHEAP_GATE), turn())
+    assert "".join(c.text for c in chunks) == "ok then"
     assert [a.error is None for a in stream.result.trace.attempts] == [False, True]
 
 
-@pytest.mark.anyio
-async def test_break_after_first_chunk_raises_in_band(server: ScriptedServer) -> None:
+def test_break_after_first_chunk_raises_in_band(server: ScriptedServer, path: RoutePath) -> None:
     sink = MemorySink()
     server.script([Reply.broken_sse()], model="fast-model")
-    stream = router(server, gate=CHEAP_GATE, sinks=[sink]).astream(turn())
-    seen: list[str] = []
+    stream = path.start(router(server, gate=CHEAP_GATE, sinks=[sink]), turn())
+    seen: list[CompletionChunk] = []
     with pytest.raises(StreamInterrupted) as info:
-        async for chunk in stream:
-            seen.append(chunk.text)
-    assert "".join(seen)  # some text had reached the caller
+        path.read(stream, into=seen)
+    assert "".join(c.text for c in seen)  # some text had reached the caller
     assert info.value.trace is not None
     assert info.value.attempts[-1].error is not None
-    assert sink.traces and sink.traces[-1].attempts[-1].error is not None
+    assert len(sink.traces) == 1 and sink.traces[-1].attempts[-1].error is not None
 
 
-@pytest.mark.anyio
-async def test_all_tiers_failing_raises_before_any_chunk(server: ScriptedServer) -> None:
+def test_all_tiers_failing_raises_before_any_chunk(server: ScriptedServer, path: RoutePath) -> None:
     server.script([Reply.status(400)], model="fast-model")
     server.script([Reply.status(400)], model="frontier-model")
-    stream = router(server).astream(turn())
     with pytest.raises(AllTiersFailed) as info:
-        await stream.start()
+        path.start(router(server), turn())
     assert len(info.value.attempts) == 2
 
 
 def test_gate_failure_raises_before_any_chunk_when_policy_says_raise(
-    server: ScriptedServer,
+    server: ScriptedServer, path: RoutePath
 ) -> None:
     server.script([Reply.bad_json()], model="fast-model")
     server.script([Reply.bad_json()], model="frontier-model")
     r = router(server, escalation={"when_frontier_fails_gate": "raise"})
-    stream = r.stream(turn(response_format={"type": "json_object"}))
     with pytest.raises(GateFailed):
-        stream.start()
+        path.start(r, turn(response_format={"type": "json_object"}))
 
 
-@pytest.mark.anyio
-async def test_streamed_tool_calls_are_gated(server: ScriptedServer) -> None:
+def test_streamed_tool_calls_are_gated(server: ScriptedServer, path: RoutePath) -> None:
     tools = [
         {
             "type": "function",
@@ -134,25 +116,22 @@ async def test_streamed_tool_calls_are_gated(server: ScriptedServer) -> None:
     ]
     server.script([Reply.tool_calls([("add", {"a": "one"})])], model="fast-model")
     server.script([Reply.tool_calls([("add", {"a": 1, "b": 2})])], model="frontier-model")
-    stream = router(server).astream(turn(tools=tools))
-    _ = [c async for c in stream]
+    _chunks, stream = path.stream(router(server), turn(tools=tools))
     result = stream.result
     assert result.tier == "frontier"
     assert json.loads(result.completion.tool_calls[0].arguments) == {"a": 1, "b": 2}
     assert "tool_arguments" in result.trace.attempts[0].verdict.failed_checks  # type: ignore[union-attr]
 
 
-@pytest.mark.anyio
-async def test_turn_deadline_bounds_a_live_stream() -> None:
+def test_turn_deadline_bounds_a_live_stream(path: RoutePath) -> None:
     clock = [0.0]
     with ScriptedServer() as srv:
         srv.script([Reply.text("one two three four five six")], model="fast-model")
         r = tracked(Router(make_policy(srv, gate=CHEAP_GATE), clock=lambda: clock[0]))
-        stream = r.astream(turn(), deadline_s=10.0)
-        await stream.start()
+        stream = path.start(r, turn(), deadline_s=10.0)
         clock[0] = 11.0  # the caller was slow: the turn's deadline passes mid-stream
         with pytest.raises(StreamInterrupted) as info:
-            _ = [c async for c in stream]
+            path.read(stream)
         assert info.value.attempts[-1].error is not None
         assert info.value.attempts[-1].error["type"] == "BackendTimeout"
 

@@ -392,8 +392,8 @@ def test_tally_needs_the_exact_form_too_and_decides_early_on_it() -> None:
 
 # -- finding 7: the capacity rule plans the turn's own panel ------------------------------
 
-SERVICE_S = 0.4  # one call on the one-slot server
-DEADLINE_S = 0.65  # one call fits, three queued calls do not
+SERVICE_S = 1.0  # one call on the one-slot server (the set-up: 1 s a call)
+DEADLINE_S = 1.6  # one call fits with room on a loaded machine; three queued calls do not
 
 
 def _one_slot(body: dict[str, Any]) -> Reply:

@@ -162,7 +162,7 @@ def test_cli_calibrate_refuses_a_bad_holdout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["tools", "answer"])
 def test_the_engine_plans_the_panel_drafts_kinds_sets(kind: str) -> None:
-    from tiered_router.engine._panel import plan_panel
+    from tiered_router.engine._panel_plan import plan_panel
     from tiered_router.turn import Turn
 
     policy = load_policy(

@@ -11,9 +11,9 @@ limit cannot be nested deeper than it, and only documents with more are walked.
 The same limits hold for a caller's own request, whichever face it came through (the proxy,
 the drop-in client, :class:`~tiered_router.Turn` in process): the turn is the one boundary
 where every caller field is checked, once, when it is built. :func:`check_schema` checks its
-schemas, :func:`check_message` the shape and role of each message, and
-:func:`check_turn_options` its ``step``, ``metadata``, ``n``, ``stop``, ``extra_body`` and
-``response_format``; :func:`check_finite` refuses ``NaN`` and ``Infinity`` anywhere in what
+schemas, :func:`check_turn_options` its ``step``, ``metadata``, ``n``, ``stop``,
+``extra_body`` and ``response_format`` (:mod:`tiered_router._messages` checks its messages
+and ``tool_choice``); :func:`check_finite` refuses ``NaN`` and ``Infinity`` anywhere in what
 would be sent upstream (JSON has no such numbers: a server would get ``null``). A request the
 router could not send is refused as :class:`~tiered_router.InvalidRequest` before any
 attempt, never retried as a backend failure and never counted by a breaker.
@@ -40,13 +40,11 @@ __all__ = [
     "MAX_NUMBER_DIGITS",
     "MAX_SCHEMA_BYTES",
     "MAX_STOP",
-    "ROLES",
     "JSONTooDeep",
     "bounded",
     "brackets",
     "check_depth",
     "check_finite",
-    "check_message",
     "check_n",
     "check_object",
     "check_schema",
@@ -65,8 +63,6 @@ MAX_SCHEMA_BYTES = 256 * 1024
 """Largest schema (``response_format``, a tool's ``parameters``) a turn may carry, serialised."""
 MAX_STOP = 16
 """Most ``stop`` sequences a turn may give (OpenAI takes 4; local servers more)."""
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-"""The message roles of OpenAI's chat API (``function``: the legacy tool result)."""
 MAX_NUMBER_DIGITS = 100
 """Most digits of a number read from model text (2**256 has 78)."""
 
@@ -195,62 +191,6 @@ def check_schema(value: Any, param: str, *, max_bytes: int = MAX_SCHEMA_BYTES) -
             f"{param}: {size} bytes, larger than {max_bytes}", param=param, code="schema_too_large"
         )
     check_finite(value, param)
-
-
-def check_message(message: Mapping[str, Any], index: int) -> None:
-    """Refuse a message OpenAI's API refuses: an unknown role, a wrong type, NaN or Infinity.
-
-    ``role`` is one of :data:`ROLES`; ``content`` is a string, a list of parts (objects or
-    strings) or null; ``tool_calls`` a list of objects; no number in it is ``NaN`` or
-    infinite.
-
-    Raises:
-        InvalidRequest: Naming ``messages[i].role``, ``messages[i].content``,
-            ``messages[i].tool_calls`` or where the non-finite number is.
-
-    """
-    role = message.get("role")
-    if role not in ROLES:
-        where = f"messages[{index}].role"
-        shown = repr(role) if isinstance(role, str) and len(role) <= 40 else kind(role)
-        raise InvalidRequest(
-            f"{where}: {shown} is not a role; one of {', '.join(sorted(ROLES))}",
-            param=where,
-            code="invalid_value",
-        )
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        where = f"messages[{index}].content"
-        if not isinstance(content, list):
-            raise InvalidRequest(
-                f"{where}: must be a string or a list of content parts, got {kind(content)}",
-                param=where,
-                code="invalid_type",
-            )
-        for j, part in enumerate(content):
-            if not isinstance(part, (dict, str)):
-                raise InvalidRequest(
-                    f"{where}[{j}]: must be a content part object, got {kind(part)}",
-                    param=f"{where}[{j}]",
-                    code="invalid_type",
-                )
-    calls = message.get("tool_calls")
-    if calls is not None:
-        where = f"messages[{index}].tool_calls"
-        if not isinstance(calls, list):
-            raise InvalidRequest(
-                f"{where}: must be a list of tool calls, got {kind(calls)}",
-                param=where,
-                code="invalid_type",
-            )
-        for j, call in enumerate(calls):
-            if not isinstance(call, dict):
-                raise InvalidRequest(
-                    f"{where}[{j}]: must be a tool call object, got {kind(call)}",
-                    param=f"{where}[{j}]",
-                    code="invalid_type",
-                )
-    check_finite(message, f"messages[{index}]")
 
 
 def check_stop(value: Any, param: str = "stop") -> None:

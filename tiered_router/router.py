@@ -4,9 +4,11 @@ The async path is the core; :meth:`Router.complete` is its sync twin. Both drive
 escalation engine (:mod:`tiered_router.engine._machine`: a turn's state machine, no I/O) with a
 :class:`~tiered_router.engine._dispatch.Dispatcher` (backend calls under breakers and retries), so
 the escalation logic exists once; only the waiting and the backend call differ. The router
-is the engine's :class:`~tiered_router.engine._machine.EnginePorts` (policy, gate, scorer, clock,
-capability lookups, trace sinks); a fast turn its queue would make late goes to the frontier
-before any call (:mod:`tiered_router.engine._capacity`).
+hands the engine its :class:`~tiered_router.engine._machine.EnginePorts` through a private
+adapter (:class:`~tiered_router.engine._ports.RouterPorts`: policy, gate, scorer, clock,
+capability lookups, trace sinks), so its own public face is a caller's. A fast turn its
+queue would make late goes to the frontier before any call
+(:mod:`tiered_router.engine._capacity`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tiered_router.engine._drive import Driver
 from tiered_router.engine._latency import LatencyTracker
 from tiered_router.engine._machine import RoutedResult, TurnRun
 from tiered_router.engine._plan import decide_turn, plan_turn
+from tiered_router.engine._ports import RouterPorts
 from tiered_router.engine._recording import RecordOption
 from tiered_router.engine._shadow import ShadowRunner
 from tiered_router.engine._streaming import AsyncRoutedStream, RoutedStream
@@ -34,10 +37,10 @@ from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
 from tiered_router.gate import QualityGate
 from tiered_router.monitor._build import build_monitor
 from tiered_router.routing import Decision
-from tiered_router.scoring import Score, Scorer, build_scorer, panel_deferral
+from tiered_router.scoring import Scorer, build_scorer, panel_deferral
 from tiered_router.state import MemoryStateStore, SafeStateStore, StateStore
 from tiered_router.task import Task
-from tiered_router.trace import Trace, TraceSink
+from tiered_router.trace import TraceSink
 from tiered_router.turn import Completion, Turn
 
 if TYPE_CHECKING:
@@ -120,9 +123,20 @@ class Router:
             else SafeStateStore(state)
         )
         self._breakers: dict[str, CircuitBreaker] = {}
-        self._configs: dict[str, BackendConfig | None] = {}
         self.latency = LatencyTracker()
         """Measured latency per backend (EWMA), replacing the latency models in estimates."""
+        self._ports = RouterPorts(
+            self.policy,
+            gate=self.gate,
+            scorer=self.scorer,
+            record=record,
+            clock=clock,
+            backends=self._backends,
+            state=self.state,
+            latency=self.latency,
+            sinks=self.sinks,
+            deferral=self.deferral,
+        )
         self._dispatch = Dispatcher(
             self.policy,
             backend=self.backend,
@@ -131,7 +145,7 @@ class Router:
             clock=clock,
             sleep=sleep,
             asleep=self._asleep,
-            emit=self.emit,
+            emit=self._ports.emit,
             in_flight=self.latency.in_flight,
         )
         self._driver = Driver(
@@ -140,7 +154,7 @@ class Router:
         self._shadows = ShadowRunner(
             drive=self._driver.drive, adrive=self._driver.adrive, dispatch=self._dispatch
         )
-        self.monitor: Monitor | None = build_monitor(self, shadows=self._shadows)  # monitor:
+        self.monitor: Monitor | None = build_monitor(self._ports, shadows=self._shadows)  # monitor:
         self._driver.monitor = self.monitor  # routed streams reach it through their driver
 
     @classmethod
@@ -176,90 +190,7 @@ class Router:
 
     def backend_config(self, name: str) -> BackendConfig | None:
         """Return backend ``name``'s policy config with its preset applied, if it has one."""
-        if name in self._configs:
-            return self._configs[name]
-        config = self.policy.backends.get(name)
-        if config is not None and config.type == "openai":
-            from tiered_router.backends.presets import resolve_config
-            from tiered_router.pricing import warn_unpriced
-
-            config = resolve_config(config, backend=name, prices=self.policy.prices)
-            if "price" not in config.model_fields_set:
-                warn_unpriced(name, model=config.model, base_url=config.base_url)
-        self._configs[name] = config
-        return config
-
-    # -- the engine's ports ------------------------------------------------------------------
-
-    def supports_tools(self, name: str) -> bool:
-        """Whether backend ``name`` may be sent a turn with tools (its ``tools`` setting)."""
-        injected = self._backends.get(name)
-        if injected is not None:
-            return injected.supports_tools
-        config = self.backend_config(name)
-        return config.tools if config is not None else True
-
-    def capability_gap(self, name: str, turn: Turn) -> tuple[str, str] | None:
-        """Return ``(what, why)`` when backend ``name`` cannot take ``turn``, else ``None``.
-
-        ``what`` is ``tools`` for a ``tools: false`` backend, or what its dialect cannot
-        express (``images``, ``tools``, ``response_format``, ``n``). Pure: builds nothing.
-        """
-        from tiered_router.backends._dialect import DialectProfile, capability_gap
-
-        if turn.tools and not self.supports_tools(name):
-            return "tools", f"backend {name!r} cannot call tools (tools: false)"
-        dialect = self._dialect(name)
-        if not isinstance(dialect, DialectProfile):
-            return None
-        return capability_gap(
-            dialect,
-            messages=turn.messages,
-            tools=turn.openai_tools(),
-            response_format=turn.response_format,
-            params=turn.params,
-        )
-
-    def _dialect(self, name: str) -> object:
-        injected = self._backends.get(name)
-        if injected is not None:
-            return getattr(injected, "dialect", None)
-        config = self.backend_config(name)
-        if config is not None and config.type == "openai":
-            from tiered_router.backends.presets import dialect_for
-
-            return dialect_for(config, backend=name)
-        return None
-
-    def multiple_choices(self, name: str) -> bool:
-        """Whether backend ``name``'s server samples ``n`` choices in one request.
-
-        Its dialect profile says so (``multiple_choices``, and not ``greedy``); a backend
-        without a profile is never asked for ``n``.
-        """
-        from tiered_router.backends._dialect import DialectProfile
-
-        dialect = self._dialect(name)
-        return (
-            isinstance(dialect, DialectProfile) and dialect.multiple_choices and not dialect.greedy
-        )
-
-    def score(self, turn: Turn) -> Score:
-        """Score ``turn`` with the router's scorer (pure)."""
-        return self.scorer.score(turn)
-
-    def now(self) -> float:
-        """The router's clock, seconds."""
-        return self._clock()
-
-    def emit(self, trace: Trace) -> None:
-        """Hand a finished trace to every sink; a failing sink is logged, never raised."""
-        self.latency.observe(trace)
-        for sink in self.sinks:
-            try:
-                sink.emit(trace)
-            except Exception:  # a broken sink must not lose the turn it reports
-                logger.exception("trace sink %r failed on turn %s", sink, trace.turn_id)
+        return self._ports.backend_config(name)
 
     def close(self) -> None:
         """Close the backends' HTTP clients, the sinks that close, and a policy-built store.
@@ -325,7 +256,7 @@ class Router:
                 frontier when the fast backend cannot call tools (``capability.tools``).
         """
         return decide_turn(
-            self, checked_turn(turn), tier=checked_tier(tier), task=CURRENT_TASK.get()
+            self._ports, checked_turn(turn), tier=checked_tier(tier), task=CURRENT_TASK.get()
         )[1]
 
     # -- completing --------------------------------------------------------------------------
@@ -459,7 +390,7 @@ class Router:
             hedge: Allow hedged frontier calls (``None``: the policy's ``task.hedge``).
         """
         return Task(
-            self,
+            self._ports,
             task_id,
             max_cost=max_cost,
             max_latency_s=max_latency_s,
@@ -469,7 +400,7 @@ class Router:
 
     def _start(self, turn: Turn, tier: Tier | None, deadline_s: float | None | Unset) -> TurnRun:
         run = plan_turn(
-            self,
+            self._ports,
             checked_turn(turn),
             deadline_s=checked_deadline(deadline_s, unset=self.policy.resilience.deadline_s),
             tier=checked_tier(tier),

@@ -308,7 +308,7 @@ class Task:
         )
         drafts = self.router.policy.drafts
         if tier == "fast" and drafts is not None and drafts.max_k > 1:
-            from tiered_router.engine._panel import panel_kinds, turn_kind
+            from tiered_router.engine._panel_plan import panel_kinds, turn_kind
 
             kind = turn_kind(turn)
             if kind in drafts.kinds or panel_kinds(turn).intersection(drafts.when):

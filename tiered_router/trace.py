@@ -31,6 +31,8 @@ except ImportError:  # pragma: no cover - Windows
 __all__ = [
     "Attempt",
     "AttemptRole",
+    "EscalationReason",
+    "TierFailure",
     "JSONLSink",
     "LoggingSink",
     "MemorySink",
@@ -44,6 +46,17 @@ AttemptRole = Literal["call", "draft", "hedge"]
 """Why an attempt was made: ``call`` (the turn's tiers one after the other), ``draft`` (one
 of a panel's concurrent fast drafts), ``hedge`` (a frontier call started while the fast
 side was undecided)."""
+
+TierFailure = Literal["gate_failed", "backend_error", "circuit_open", "drafts_disagree", "deferred"]
+"""Why a tier did not answer a turn: its draft failed the gate, its backend failed (retries
+spent), its breaker refused the call, its panel's drafts did not agree, or the panel's
+deferral model scored the answer the panel would accept above its threshold."""
+
+EscalationReason = Literal[TierFailure, "frontier_backend_error", "hedged"]
+"""Why a turn moved to the other tier (:attr:`Trace.escalations`): a fast tier's
+:data:`TierFailure`; ``frontier_backend_error`` (a failing frontier falls back to the fast
+tier; a frontier's open breaker is ``circuit_open``); ``hedged`` (the hedged frontier call
+answered first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,9 +131,11 @@ class Trace:
         tier: The tier whose completion was returned (``None`` when none was).
         backend: The backend whose completion was returned.
         escalated: A fast draft failed the gate, or the fast backend failed.
-        escalations: Why the turn moved to the other tier, in order: ``gate_failed``,
-            ``backend_error``, ``circuit_open`` (from the fast tier) or
-            ``frontier_backend_error`` (a failing frontier falls back to the fast tier).
+        escalations: Why the turn moved to the other tier, in order
+            (:data:`EscalationReason`): ``gate_failed``, ``backend_error``,
+            ``circuit_open``, ``drafts_disagree`` (from the fast tier),
+            ``frontier_backend_error`` (a failing frontier falls back to the fast tier) or
+            ``hedged`` (the hedged frontier call answered first).
         verdict: The verdict on the returned completion.
         latency_s: Wall time of the whole turn.
         metadata: The turn's metadata (labels, task id).
@@ -141,7 +156,7 @@ class Trace:
     tier: Tier | None = None
     backend: str | None = None
     escalated: bool = False
-    escalations: tuple[str, ...] = ()
+    escalations: tuple[EscalationReason, ...] = ()
     verdict: Verdict | None = None
     latency_s: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)

@@ -23,12 +23,8 @@ if TYPE_CHECKING:
     from tiered_router.backends._profiles import DIALECTS
     from tiered_router.backends.openai_compat import OpenAICompatBackend
     from tiered_router.backends.presets import (
-        LOCAL_DIFFUSION_QUIRKS,
-        MERCURY_QUIRKS,
-        NO_QUIRKS,
         PRESETS,
         Preset,
-        Quirks,
         resolve_config,
     )
     from tiered_router.backends.registry import (
@@ -45,9 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DIALECTS",
-    "LOCAL_DIFFUSION_QUIRKS",
-    "MERCURY_QUIRKS",
-    "NO_QUIRKS",
     "PRESETS",
     "Backend",
     "BackendFactory",
@@ -56,7 +49,6 @@ __all__ = [
     "DialectProfile",
     "OpenAICompatBackend",
     "Preset",
-    "Quirks",
     "StreamingBackend",
     "backend_types",
     "build_backend",
@@ -74,12 +66,8 @@ _LAZY = {
     "DialectProfile": "_dialect",
     **dict.fromkeys(
         (
-            "LOCAL_DIFFUSION_QUIRKS",
-            "MERCURY_QUIRKS",
-            "NO_QUIRKS",
             "PRESETS",
             "Preset",
-            "Quirks",
             "resolve_config",
         ),
         "presets",

@@ -15,7 +15,10 @@ and lists every conversion made (the trace records them on the attempt):
 - content parts are joined into one string where content must be a string;
 - tools are described in the system prompt where they are prompted, and the reply is parsed
   back into tool calls (``Plan.finish`` in :mod:`tiered_router.backends._dialect_shape`);
-- ``stop`` is applied to the returned text where the server cannot take it;
+- ``stop`` is applied to the returned text where the server cannot take it (or the sequences
+  past the most it takes: Mercury 2's four);
+- a named ``tool_choice`` is sent as ``required`` with only that tool, and ``none`` as no
+  tools, where the server takes only ``auto`` and ``required`` (Mercury 2);
 - ``response_format`` becomes an instruction where it is prompted (the gate validates the
   result as usual);
 - fields outside the profile's allowlist are dropped, values outside its ranges clamped,
@@ -104,11 +107,16 @@ class DialectProfile:
         response_format: ``json_schema`` (both JSON modes), ``json_object`` (a schema
             becomes an instruction), ``prompted`` (an instruction) or ``none``.
         stop: Whether the server takes ``stop``; otherwise it is applied to the reply.
+        max_stop: Most ``stop`` sequences the server takes (Mercury 2: 4); the first
+            ``max_stop`` are sent and the rest applied to the reply. ``None``: no limit.
         stream_options: Whether the server takes ``stream_options``.
         params: The request fields sent beyond ``model``, ``messages`` and ``stream``
             (the allowlist); every other field is dropped and the drop recorded. ``tools``
             and ``tool_choice``, ``response_format``, ``stop`` and ``stream_options`` follow
             their own settings above.
+        named_tool_choice: Whether a named ``tool_choice`` (and ``none``) can be sent;
+            ``False`` (Mercury 2 answers 400) sends a named one as ``required`` with only
+            that tool, and ``none`` as no tools: the same meaning in the values it takes.
         multiple_choices: Whether ``n > 1`` can be sent.
         diffusion_params: Per-request diffusion fields the server takes (a policy's
             ``diffusion:`` is checked against them).
@@ -118,7 +126,8 @@ class DialectProfile:
             accepted and ignored there (SGLang's LLaDA2 and SDAR), so they are not sent and
             a draft panel gets one answer per backend, not k samples.
         ranges: Allowed values of numeric fields, inclusive; a value outside is clamped into
-            range and the change recorded (vLLM's DiffusionGemma: ``temperature`` 1.0 only).
+            range and the change recorded, never refused (vLLM's DiffusionGemma:
+            ``temperature`` 1.0 only; Mercury 2: ``temperature`` 0.5..1.0).
         forced: Fields always sent with these values, whatever the request says (Diffulex's
             ``stream_mode: block_append``: its default streams non-OpenAI snapshots).
         options_field: Send the parameters inside this object (ollada's ``options``).
@@ -126,6 +135,9 @@ class DialectProfile:
             ``gen_length``).
         streams: Whether the server streams; ``False`` makes a stream a JSON call whose
             answer is handed out as chunks (ollada answers JSON to ``stream: true``).
+        unfinished_streams: Whether a stream that ends without a ``finish_reason`` is read
+            as finished (some small servers send the whole answer in one chunk and stop);
+            ``False`` reads it as a cut connection.
         default_max_tokens: ``max_tokens`` sent when the request has none and the router
             gave no estimate (the request's ``output_tokens``): dlmserve answers 128 tokens
             without one.
@@ -154,8 +166,10 @@ class DialectProfile:
     tools: ToolMode = "native"
     response_format: FormatMode = "json_schema"
     stop: bool = True
+    max_stop: int | None = None
     stream_options: bool = True
     params: frozenset[str] = frozenset()
+    named_tool_choice: bool = True
     multiple_choices: bool = True
     diffusion_params: frozenset[str] = frozenset()
     diffusion_container: str | None = None
@@ -165,6 +179,7 @@ class DialectProfile:
     options_field: str | None = None
     options_names: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
     streams: bool = True
+    unfinished_streams: bool = False
     default_max_tokens: int | None = None
     tool_turn_effort: str | None = None
     fixed: frozenset[str] = frozenset()

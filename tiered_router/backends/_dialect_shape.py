@@ -127,11 +127,27 @@ def _join(content: Any) -> str:
 def _tool_names(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     names: dict[str, str] = {}
     for message in messages:
-        for call in message.get("tool_calls") or ():
-            fn = call.get("function") or {}
+        for call in _calls(message):
+            fn = _function(call)
             if isinstance(call.get("id"), str) and isinstance(fn.get("name"), str):
                 names[call["id"]] = fn["name"]
     return names
+
+
+def _calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's tool calls that are objects (a turn's were checked when it was built)."""
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+
+
+def _function(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    fn = call.get("function")
+    return fn if isinstance(fn, Mapping) else {}
+
+
+def _arguments(call: Mapping[str, Any]) -> str | Mapping[str, Any] | None:
+    args = _function(call).get("arguments")
+    return args if isinstance(args, (str, Mapping)) else None
 
 
 def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
@@ -141,13 +157,10 @@ def _history_as_text(messages: list[dict[str, Any]], notes: list[str]) -> list[d
     calls_done = results_done = 0
     for message in messages:
         role = message.get("role")
-        if role == "assistant" and message.get("tool_calls"):
+        if role == "assistant" and _calls(message):
             rendered = [
-                _pt.render_tool_call(
-                    str((c.get("function") or {}).get("name", "")),
-                    (c.get("function") or {}).get("arguments"),
-                )
-                for c in message["tool_calls"]
+                _pt.render_tool_call(str(_function(c).get("name", "")), _arguments(c))
+                for c in _calls(message)
             ]
             text = _join(message.get("content"))
             new = {k: v for k, v in message.items() if k != "tool_calls"}
@@ -275,6 +288,8 @@ def shape(
     """
     out = dict(body)
     notes: list[str] = []
+    if not profile.named_tool_choice and profile.tools == "native":
+        _simple_tool_choice(out, notes)
     tools = list(out.get("tools") or ())
     response_format = out.get("response_format")
     gap = capability_gap(
@@ -331,6 +346,14 @@ def shape(
     if not profile.stop and out.get("stop") is not None:
         stop = _stop_sequences(out.pop("stop"))
         notes.append(f"stop: {len(stop)} sequence(s) applied to the reply")
+    elif profile.max_stop is not None and isinstance(out.get("stop"), (list, tuple)):
+        given, most = list(out["stop"]), profile.max_stop
+        if len(given) > most:
+            # the rest are cut from the reply, so text after them never reaches the caller
+            out["stop"], stop = given[:most], _stop_sequences(given[most:])
+            notes.append(
+                f"stop: sent the first {most} of {len(given)}, the rest applied to the reply"
+            )
     if not profile.stream_options and "stream_options" in out:
         out.pop("stream_options")
         notes.append("stream_options dropped")
@@ -357,6 +380,30 @@ def shape(
         tool_choice=choice if parse_against else None,
         parallel_tool_calls=parallel if parse_against and isinstance(parallel, bool) else None,
     )
+
+
+def _simple_tool_choice(out: dict[str, Any], notes: list[str]) -> None:
+    """A named ``tool_choice`` as ``required`` with only that tool; ``none`` as no tools."""
+    choice = out.get("tool_choice")
+    tools = list(out.get("tools") or ())
+    if not tools or choice in (None, "auto", "required"):
+        return
+    if choice == "none":
+        tools = []
+    elif isinstance(choice, Mapping):
+        name = _function(choice).get("name")
+        only = [t for t in tools if isinstance(t, Mapping) and _function(t).get("name") == name]
+        if name and only:
+            tools, out["tool_choice"] = only, "required"
+    notes.append(
+        f"tool_choice {json.dumps(choice)} -> {len(tools)} tool(s)"
+        + (", tool_choice required" if out.get("tool_choice") == "required" else "")
+    )
+    if tools:
+        out["tools"] = tools
+    else:  # OpenAI-style servers refuse tool_choice without tools
+        for key in ("tools", "tool_choice", "parallel_tool_calls"):
+            out.pop(key, None)
 
 
 _SAMPLING = ("temperature", "top_p", "top_k")

@@ -36,7 +36,6 @@ from tiered_router.policy._schema import LatencyModel
 
 __all__ = [
     "DIALECTS",
-    "GENERIC_DIFFUSION",
     "OPENAI_PARAMS",
     "VLLM_XARGS",
     "resolve_dialect",
@@ -44,21 +43,6 @@ __all__ = [
 
 OPENAI_PARAMS = OPENAI_FIELDS
 """OpenAI's chat-completions request fields (the openai SDK's ``create`` arguments)."""
-
-GENERIC_DIFFUSION = frozenset(
-    {
-        "num_denoising_steps",
-        "block_length",
-        "confidence_threshold",
-        "gen_length",
-        "steps",
-        "threshold",
-        "remasking",
-        "vllm_xargs",
-    }
-)
-"""Diffusion field names the ``local_diffusion`` quirks move from parameters into
-``extra_body`` (each profile then keeps only its own)."""
 
 VLLM_XARGS = frozenset(
     {
@@ -174,6 +158,8 @@ _GENERIC = DialectProfile(
     checked="the openai SDK's own request types",
 )
 
+# Every local server's profile reads a stream that stops without a finish_reason as finished
+# (unfinished_streams): some small servers send the whole answer in one chunk and stop.
 DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
     {
         "openai": _GENERIC,
@@ -193,6 +179,11 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             roles=_ALL_ROLES - {"developer"},
             images=False,
             params=_MERCURY,
+            # PROVIDERS.md: temperature 0.5..1.0, max_tokens 1..50,000, at most 4 stop
+            # sequences, a named tool_choice answered with a 400
+            ranges=MappingProxyType({"temperature": (0.5, 1.0), "max_tokens": (1, 50_000)}),
+            max_stop=4,
+            named_tool_choice=False,
             multiple_choices=False,
             tool_turn_effort="low",
             latency=LatencyModel(ttft_s=0.35, tokens_per_s=1000.0),
@@ -201,6 +192,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         ),
         "dlmserve": DialectProfile(
             name="dlmserve",
+            unfinished_streams=True,
             roles=CHAT_ROLES,
             content="text",
             images=False,
@@ -225,6 +217,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         "sglang": DialectProfile(
             # LLaDA2.x and SDAR (sglang 0.5.23 sglang/srt/dllm/config.py lines 52-61)
             name="sglang",
+            unfinished_streams=True,
             # SGLang's model takes developer, but a diffusion model's chat template may not
             roles=_ALL_ROLES - {"developer"},
             images=False,
@@ -246,6 +239,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         "sglang-gemma": DialectProfile(
             # DiffusionGemma on SGLang (dllm/config.py lines 56-60: canvas 256, Gemma4Renoise)
             name="sglang-gemma",
+            unfinished_streams=True,
             roles=_ALL_ROLES - {"developer"},
             tools="prompted",
             response_format="prompted",
@@ -262,6 +256,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             # vLLM 0.34 (as 0.33) serves one diffusion family, DiffusionGemma; its `tools: []`
             # (accepted since 0.34) is never sent: a turn without tools sends no tools key
             name="vllm",
+            unfinished_streams=True,
             roles=_ALL_ROLES - {"developer"},
             tools="prompted",
             response_format="prompted",
@@ -282,6 +277,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         "lmdeploy": DialectProfile(
             # SDAR on LMDeploy: OpenAI's surface; tools native only with --tool-call-parser
             name="lmdeploy",
+            unfinished_streams=True,
             roles=_ALL_ROLES - {"developer"},
             content="text",
             images=False,
@@ -298,6 +294,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             # lines 38-53: messages {role, content: str}, max_tokens, temperature, max_nfe,
             # max_repetition_run, ignore_eos, stream, stream_mode, user
             name="diffulex",
+            unfinished_streams=True,
             roles=CHAT_ROLES,
             content="text",
             images=False,
@@ -319,6 +316,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             # ollada 0.3.0 ollada/server.py lines 37-40 (model, messages, options) and
             # 101-116 (a JSON answer, whatever the request's stream says)
             name="ollada",
+            unfinished_streams=True,
             roles=CHAT_ROLES,
             content="text",
             images=False,
@@ -344,6 +342,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
         ),
         "dfastllm": DialectProfile(
             name="dfastllm",
+            unfinished_streams=True,
             roles=CHAT_ROLES,
             content="text",
             images=False,
@@ -364,6 +363,7 @@ DIALECTS: Mapping[str, DialectProfile] = MappingProxyType(
             # the fallback for a server with no profile: only what every OpenAI-shaped
             # server takes
             name="local-diffusion",
+            unfinished_streams=True,
             roles=CHAT_ROLES,
             content="text",
             images=False,

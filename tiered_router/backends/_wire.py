@@ -1,7 +1,7 @@
 """The one request path to an OpenAI-compatible endpoint: JSON over HTTP (httpx2's API).
 
 :class:`~tiered_router.backends.openai_compat.OpenAICompatBackend` builds a request body
-(model, messages, dialect and quirks applied) and hands it here as a :class:`Call`. This
+(model, messages, the dialect applied) and hands it here as a :class:`Call`. This
 module sends it on the backend's own pooled client (from :mod:`tiered_router._http`), reads
 the answer and turns every way it can go wrong into the most specific
 :class:`~tiered_router.BackendError`, raised ``from`` the foreign exception:

@@ -12,7 +12,8 @@ first builds its client, so importing tiered_router stays cheap.
 
 One call is one try: the router owns the only retry loop.
 
-Provider differences that would otherwise fail a request are handled by :class:`Quirks`:
+Provider differences that would otherwise fail a request are the server's dialect profile
+(:class:`~tiered_router.backends._dialect.DialectProfile`), the one home of each rule:
 Mercury 2 rejects the ``developer`` role, temperatures outside 0.5..1.0 and more than four
 stop sequences; local diffusion servers take extra per-request fields and may lack tools.
 """
@@ -36,7 +37,6 @@ from tiered_router.backends import _openai_convert as _convert
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends._shaping import RequestShaping
 from tiered_router.backends._stop_stream import ReplyStream
-from tiered_router.backends.presets import NO_QUIRKS, Quirks, resolve_quirks
 from tiered_router.exceptions import (
     BackendConnectionError,
     BackendError,
@@ -65,7 +65,7 @@ class OpenAICompatBackend(RequestShaping):
         ```python
         backend = OpenAICompatBackend(
             "mercury", model="mercury-2", base_url="https://api.inceptionlabs.ai/v1",
-            api_key=os.environ["INCEPTION_API_KEY"], kind="diffusion", quirks="mercury",
+            api_key=os.environ["INCEPTION_API_KEY"], kind="diffusion", dialect="mercury-2",
         )
         completion = await backend.acomplete(CompletionRequest(messages=[...], timeout_s=10))
         ```
@@ -83,11 +83,11 @@ class OpenAICompatBackend(RequestShaping):
         params: Default chat.completions arguments; a request's params win over them.
         extra_body: Default provider-specific fields, merged under the request's.
         headers: Extra HTTP headers sent with every request.
-        quirks: A :class:`Quirks` or its name (``none``, ``mercury``, ``local_diffusion``).
         dialect: The server's :class:`~tiered_router.backends._dialect.DialectProfile`, its
             name (``openai``, ``mercury-2``, ``dlmserve``, ``sglang``, ``vllm``,
             ``local-diffusion``) or ``{profile: NAME, field: value}``; each request is
-            converted to it and the conversions are recorded on the completion.
+            converted to it (roles, fields, value ranges, ``stop``, ``tool_choice``) and
+            the conversions are recorded on the completion.
         diffusion: Per-request diffusion fields (``num_denoising_steps``, ...) sent with
             every request; each must be one the dialect accepts.
         http_client: A sync httpx2 client to share (from :func:`tiered_router._http.build_client`);
@@ -100,7 +100,6 @@ class OpenAICompatBackend(RequestShaping):
         kind: ``diffusion`` or ``autoregressive``.
         model: The model it sends.
         supports_tools: Whether tool turns may go to it.
-        quirks: The provider differences it handles.
         dialect: The request shape its server accepts.
         config: The resolved :class:`~tiered_router.policy.BackendConfig`, or ``None``.
 
@@ -119,7 +118,6 @@ class OpenAICompatBackend(RequestShaping):
         params: Mapping[str, Any] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
-        quirks: Quirks | str = NO_QUIRKS,
         dialect: _dialect.DialectProfile | str | Mapping[str, Any] = "openai",
         diffusion: Mapping[str, Any] | None = None,
         http_client: _http.Client | None = None,
@@ -134,7 +132,6 @@ class OpenAICompatBackend(RequestShaping):
         self.supports_tools = supports_tools
         self.base_url = base_url
         self.timeout_s = timeout_s
-        self.quirks = resolve_quirks(quirks)
         self.dialect = _profiles.resolve_dialect(dialect)
         self.config = config
         self._diffusion = dict(diffusion or {})
@@ -159,7 +156,6 @@ class OpenAICompatBackend(RequestShaping):
         self._async_pool: _wire.Sender | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
-        self._warned: set[str] = set()
 
     @classmethod
     def from_config(
@@ -184,7 +180,7 @@ class OpenAICompatBackend(RequestShaping):
         host = urlsplit(self.base_url).hostname if self.base_url else "api.openai.com"
         return (
             f"{type(self).__name__}(name={self.name!r}, model={self.model!r}, host={host!r}, "
-            f"kind={self.kind!r}, quirks={self.quirks.name!r}, dialect={self.dialect.name!r})"
+            f"kind={self.kind!r}, dialect={self.dialect.name!r})"
         )
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
@@ -261,7 +257,7 @@ class OpenAICompatBackend(RequestShaping):
             raise BackendResponseError(
                 "the stream carried no chat.completion.chunk events", backend=self.name
             )
-        if not finished and not self.quirks.tolerate_unfinished_stream:
+        if not finished and not self.dialect.unfinished_streams:
             raise BackendConnectionError(
                 "stream ended before the model finished (no finish_reason): "
                 "the connection was probably cut",

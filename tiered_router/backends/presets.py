@@ -1,12 +1,12 @@
-"""Presets and quirks: what tiered_router knows about providers.
+"""Presets: what tiered_router knows about providers.
 
-A :class:`Quirks` value says how a provider differs from OpenAI (rejected roles, value ranges,
-extra request fields) and what the backend does about it; a dialect profile
-(:mod:`tiered_router.backends._dialect`) says what request shape its server accepts (roles,
-content, tools native or prompted, ``response_format``, ``stop``, fields). A :class:`Preset`
-fills the :class:`~tiered_router.policy.BackendConfig` fields the user did not set (told apart with
-pydantic's ``model_fields_set``): base URL, model, kind, tool support, prices, latency model,
-quirks, and where the API key comes from.
+A :class:`Preset` fills the :class:`~tiered_router.policy.BackendConfig` fields the user did
+not set (told apart with pydantic's ``model_fields_set``): base URL, model, kind, tool
+support, prices, latency model, where the API key comes from, and the name of the server's
+dialect profile. The profile (:mod:`tiered_router.backends._dialect`, the tables in
+:mod:`tiered_router.backends._profiles`) is the one home of what the server accepts: roles,
+content, tools native or prompted, ``response_format``, ``stop``, fields and value ranges.
+A preset holds no request rule of its own (``tests/test_dialect_rules.py``).
 
 Example:
     ```yaml
@@ -24,7 +24,7 @@ Example:
     ```
 
 Without ``preset``, one is inferred: no ``base_url`` means OpenAI, and a base URL on
-``inceptionlabs.ai`` means Mercury 2 (so its quirks apply even to a hand-written entry).
+``inceptionlabs.ai`` means Mercury 2 (so its dialect applies even to a hand-written entry).
 
 """
 
@@ -40,31 +40,17 @@ from urllib.parse import urlsplit
 from tiered_router._types import BackendKind
 from tiered_router.backends._dialect import DialectProfile
 from tiered_router.backends._profiles import DIALECTS, resolve_dialect
-from tiered_router.backends._quirks import (
-    LOCAL_DIFFUSION_QUIRKS,
-    MERCURY_QUIRKS,
-    NO_QUIRKS,
-    QUIRKS,
-    Quirks,
-    resolve_quirks,
-)
 from tiered_router.exceptions import PolicyError
 from tiered_router.policy._schema import BackendConfig, LatencyModel, Price
 
 __all__ = [
-    "LOCAL_DIFFUSION_QUIRKS",
-    "MERCURY_QUIRKS",
-    "NO_QUIRKS",
     "PRESETS",
-    "QUIRKS",
     "Preset",
-    "Quirks",
     "backend_kwargs",
     "dialect_for",
     "get_preset",
     "preset_for",
     "resolve_config",
-    "resolve_quirks",
 ]
 
 
@@ -80,7 +66,6 @@ class Preset:
         api_key_env: Environment variable holding the API key.
         api_key_required: ``False`` sends the placeholder ``"none"`` when no key is found.
         tools: Whether the endpoint supports tools.
-        quirks: Name of the :class:`~tiered_router.backends.openai_compat.Quirks` to apply.
         price: Token prices; ``None`` looks the model up in the price table
             (:mod:`tiered_router.pricing`).
         dialect: Name of the server's dialect profile (what request shape it accepts).
@@ -96,7 +81,6 @@ class Preset:
     api_key_env: str | None
     api_key_required: bool = True
     tools: bool = True
-    quirks: str = "none"
     dialect: str = "openai"
     price: Price | None = None
     latency: LatencyModel = field(default_factory=LatencyModel)
@@ -150,7 +134,6 @@ def _local(name: str, port: int, **fields: Any) -> Preset:
         kind="diffusion",
         api_key_env=None,
         api_key_required=False,
-        quirks="local_diffusion",
         price=Price(),  # self-hosted: no per-token price unless the policy sets one
         dialect=dialect,
         latency=DIALECTS[dialect].latency,
@@ -180,7 +163,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             model="mercury-2",
             kind="diffusion",
             api_key_env="INCEPTION_API_KEY",
-            quirks="mercury",
             dialect="mercury-2",
             price=Price(input_per_mtok=0.25, cached_input_per_mtok=0.025, output_per_mtok=0.75),
             latency=DIALECTS["mercury-2"].latency,
@@ -204,7 +186,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             api_key_env=None,
             api_key_required=False,
             tools=False,
-            quirks="local_diffusion",
             price=Price(),  # self-hosted: no per-token price unless the policy sets one
             dialect="local-diffusion",
             latency=DIALECTS["local-diffusion"].latency,
@@ -216,7 +197,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="diffusion",
             api_key_env=None,
             api_key_required=False,
-            quirks="local_diffusion",
             price=Price(),
             dialect="dlmserve",
             latency=DIALECTS["dlmserve"].latency,
@@ -228,7 +208,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="diffusion",
             api_key_env=None,
             api_key_required=False,
-            quirks="local_diffusion",
             price=Price(),
             dialect="sglang",
             latency=DIALECTS["sglang"].latency,
@@ -240,7 +219,6 @@ PRESETS: Mapping[str, Preset] = MappingProxyType(
             kind="diffusion",
             api_key_env=None,
             api_key_required=False,
-            quirks="local_diffusion",
             price=Price(),
             dialect="vllm",
             latency=DIALECTS["vllm"].latency,
@@ -406,20 +384,31 @@ def _api_key(
     )
 
 
-_OPTIONS = frozenset({"quirks", "strict_quirks", "dialect"})
+_OPTIONS = frozenset({"dialect"})
+
+_RETIRED = MappingProxyType(
+    {
+        "quirks": "a provider's request rules live in its dialect profile now: write "
+        "options: {dialect: mercury-2} (or another profile, see docs/backends.md)",
+        "strict_quirks": "a value outside what the server takes is converted and the "
+        "conversion recorded on the attempt (attempt.conversions), never refused; "
+        "remove the option (see docs/backends.md)",
+    }
+)
+"""Options that were retired, with what to write instead."""
 
 
 def check_config(name: str, config: BackendConfig) -> None:
     """Check an ``openai`` backend's config as loading a policy does; the key is not needed.
 
     Raises:
-        PolicyError: Unknown preset, quirks or option, or no model.
+        PolicyError: Unknown preset or option, or no model.
 
     """
     _resolve(name, config)
 
 
-def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig, Quirks]:
+def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendConfig]:
     if config.preset is not None and config.preset not in PRESETS:
         from tiered_router.policy._base import unknown as _unknown
 
@@ -428,6 +417,12 @@ def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendCo
         )
     preset = preset_for(config, backend=name)
     resolved = preset.apply(config) if preset is not None else config
+    retired = sorted(set(resolved.options) & _RETIRED.keys())
+    if retired:
+        raise PolicyError(
+            f"option {retired[0]!r} was retired: {_RETIRED[retired[0]]}",
+            field=f"backends.{name}.options.{retired[0]}",
+        )
     unknown = sorted(set(resolved.options) - _OPTIONS)
     if unknown:
         raise PolicyError(
@@ -442,14 +437,6 @@ def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendCo
             else f"`model` is required: preset {preset.name!r} has no default",
             field=f"backends.{name}.model",
         )
-    try:
-        quirks = resolve_quirks(
-            resolved.options.get("quirks", preset.quirks if preset is not None else "none")
-        )
-    except ValueError as exc:
-        raise PolicyError(str(exc), field=f"backends.{name}.options.quirks") from None
-    if resolved.options.get("strict_quirks"):
-        quirks = quirks.with_strict()
     dialect = dialect_for(resolved, backend=name)
     unknown_diffusion = sorted(k for k in resolved.diffusion if not dialect.accepts_diffusion(k))
     if unknown_diffusion:
@@ -459,7 +446,7 @@ def _resolve(name: str, config: BackendConfig) -> tuple[Preset | None, BackendCo
             f"dialect; known: {known}",
             field=f"backends.{name}.diffusion",
         )
-    return preset, resolved, quirks
+    return preset, resolved
 
 
 def backend_kwargs(
@@ -467,17 +454,16 @@ def backend_kwargs(
 ) -> dict[str, Any]:
     """Return the :class:`OpenAICompatBackend` keyword arguments for a policy's backend.
 
-    Options (``options:`` in the policy): ``quirks`` (``none``, ``mercury``,
-    ``local_diffusion``) overrides the preset's; ``strict_quirks: true`` raises on values the
-    provider rejects instead of clamping them; ``dialect`` names the dialect profile (or
-    gives ``{profile: NAME, field: value}``) instead of the preset's. The config's
-    ``diffusion`` fields must be ones the dialect accepts.
+    Options (``options:`` in the policy): ``dialect`` names the dialect profile (or gives
+    ``{profile: NAME, field: value}``) instead of the preset's. The config's ``diffusion``
+    fields must be ones the dialect accepts.
 
     Raises:
-        PolicyError: Unknown preset, quirks or option, no model, or a missing required key.
+        PolicyError: Unknown preset or option (a retired one says what to write instead),
+            no model, or a missing required key.
 
     """
-    preset, resolved, quirks = _resolve(name, config)
+    preset, resolved = _resolve(name, config)
     dialect = dialect_for(resolved, backend=name)
     api_key = _api_key(name, resolved, preset, os.environ if env is None else env)
     return {
@@ -490,7 +476,6 @@ def backend_kwargs(
         "params": resolved.params,
         "extra_body": resolved.extra_body,
         "headers": resolved.headers,
-        "quirks": quirks,
         "dialect": dialect,
         "diffusion": resolved.diffusion,
         "config": resolved,

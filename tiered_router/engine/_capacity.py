@@ -23,7 +23,7 @@ latency budget) the router sends it to the frontier tier before any call, with r
 ``capacity.<backend>``. A backend without ``max_concurrency`` is never queued. A panel sent
 anyway (a pinned turn, a frontier that cannot take the turn) may see its queued drafts time
 out: at most ``k - max_concurrency`` such timeouts per backend are the turn's own doing and
-neutral for the breaker (:class:`~tiered_router.engine._flight.OwnQueue`).
+neutral for the breaker (:class:`~tiered_router.engine._flight_plan.OwnQueue`).
 
 Example:
     ```python
@@ -222,7 +222,7 @@ def expected_call(
 def _own_calls(run: TurnRun) -> dict[str, int]:
     """The calls the turn's fast side sends each backend: its panel's drafts, or one."""
     if run.policy.drafts is not None:
-        from tiered_router.engine._panel import own_calls, turn_panel
+        from tiered_router.engine._panel_plan import own_calls, turn_panel
 
         plan = turn_panel(run)
         if plan is not None:
@@ -249,12 +249,14 @@ def route_by_capacity(run: TurnRun, *, latency: TrackerView) -> TurnRun:
         est = expected_call(run, backend, latency=latency, own=own)  # None: no queue modelled
         why = None if est is None else _late(run, est)
         if est is not None and why is not None:
-            run.decision = replace(
-                decision,
-                tier="frontier",
-                backend=run.policy.backend_for("frontier"),
-                rule=f"capacity.{est.backend}",
-                reasons=(why, *decision.reasons),
+            run.redecide(
+                replace(
+                    decision,
+                    tier="frontier",
+                    backend=run.policy.backend_for("frontier"),
+                    rule=f"capacity.{est.backend}",
+                    reasons=(why, *decision.reasons),
+                )
             )
             break
     return run
@@ -264,8 +266,7 @@ def _late(run: TurnRun, est: QueueEstimate) -> str | None:
     """Why ``est`` does not fit the turn's deadline or its task's latency budget, if so."""
     why = over_capacity(est, left_s=run.deadline.remaining(run.ports.now()))
     task = run.task
-    limit = getattr(task, "max_latency_s", None)
-    if why is None and isinstance(limit, (int, float)):
-        left = limit - float(getattr(task, "elapsed_s", 0.0))
+    if why is None and task is not None and task.max_latency_s is not None:
+        left = task.max_latency_s - task.elapsed_s
         why = over_capacity(est, left_s=left, what="task's latency budget")
     return why

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from tiered_router.backends._base import CompletionRequest
 from tiered_router.engine._capacity import InFlight
 from tiered_router.exceptions import (
     BackendError,
@@ -24,11 +25,12 @@ from tiered_router.exceptions import (
 
 if TYPE_CHECKING:
     from tiered_router._types import Tier
-    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.backends._base import Backend
     from tiered_router.engine._machine import RoutedResult, TurnRun
     from tiered_router.engine.resilience import CircuitBreaker, RetrySchedule
     from tiered_router.policy._schema import Policy
     from tiered_router.trace import Trace
+    from tiered_router.turn import Turn
 
 __all__ = ["Abandoned", "Call", "Dispatcher", "unexpected_error"]
 
@@ -105,6 +107,9 @@ class Dispatcher:
     def end(self, run: TurnRun, exc: BaseException | None = None) -> Trace:
         """Conclude ``run`` and emit its trace to its task and the sinks (only the first time).
 
+        Differs from the async twin: that one hands a turn ended by a cancellation to this
+        one (an await could be cancelled again, and the trace must still go out).
+
         Args:
             run: The turn.
             exc: What cut the turn short, if anything (sets the trace's ``interrupted``).
@@ -164,12 +169,75 @@ class Dispatcher:
             return False
         return self.breaker(self.policy.backend_for(other)).snapshot().state != "open"
 
+    # -- one call under its breaker: admitted, translated ----------------------------------
+
+    async def _aguarded(
+        self,
+        run: TurnRun,
+        tier: Tier,
+        backend: Backend,
+        request: CompletionRequest,
+        once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
+        *,
+        self_queued: Callable[[], bool] | None = None,
+    ) -> _T:
+        """One call of ``once`` under ``backend``'s breaker, its foreign errors translated.
+
+        The breaker refuses the call when the turn can go elsewhere (its other tier's breaker
+        is not open); else a refused backend is still called: it is the last path.
+        ``self_queued()``, asked when the call timed out, says whether it waited behind its
+        own turn's calls: then the timeout is neutral for the breaker.
+        """
+        name = backend.name
+        async with self.breaker(name).aguard() as guard:
+            if not guard.allowed and await self._may_route_around(run, tier):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                with _Translated(name):
+                    return await once(backend, request)
+            except BackendTimeout:
+                guard.self_queued = self_queued is not None and self_queued()
+                raise
+
+    def _guarded(
+        self,
+        run: TurnRun,
+        tier: Tier,
+        backend: Backend,
+        request: CompletionRequest,
+        once: Callable[[Backend, CompletionRequest], _T],
+        watch: _Watch,
+        *,
+        self_queued: Callable[[], bool] | None = None,
+    ) -> _T:
+        """Sync twin of :meth:`_aguarded`; a call ``watch`` gives up raises :class:`Abandoned`.
+
+        Differs from the async twin: ``watch`` turns the call's end (its answer or its
+        failure) into :class:`Abandoned` inside the guard, so the breaker records it neutral.
+        """
+        name = backend.name
+        with self.breaker(name).guard() as guard:
+            if not guard.allowed and self._may_route_around_sync(run, tier):
+                raise BackendUnavailable("circuit breaker is open", backend=name)
+            try:
+                with watch, _Translated(name):
+                    return once(backend, request)
+            except BackendTimeout:  # (a call given up is Abandoned, not its timeout)
+                guard.self_queued = self_queued is not None and self_queued()
+                raise
+
+    def _recorded(self, run: TurnRun, tier: Tier, backend: Backend) -> _Recorded:
+        """Around one try: gives its start, and records in ``run`` how it failed, once."""
+        return _Recorded(run, tier, backend, self.clock)
+
+    # -- a panel's draft: one try -----------------------------------------------------------
+
     async def aonce(
         self,
         run: TurnRun,
         name: str,
         request: CompletionRequest,
-        once: Callable[..., Awaitable[_T]],
+        once: Callable[[Backend, CompletionRequest], Awaitable[_T]],
         *,
         self_queued: Callable[[], bool] | None = None,
     ) -> _T:
@@ -181,21 +249,11 @@ class Dispatcher:
         ``self_queued()``, asked when the call timed out, says whether it waited behind its own
         turn's drafts: then the timeout is neutral for the breaker.
         """
-        backend = self.backend(name)
         release = self.in_flight.acquire(name)
         try:
-            async with self.breaker(name).aguard() as guard:
-                if not guard.allowed and await self._may_route_around(run, "fast"):
-                    raise BackendUnavailable("circuit breaker is open", backend=name)
-                try:
-                    return await once(backend, request)
-                except BackendTimeout:
-                    guard.self_queued = self_queued is not None and self_queued()
-                    raise
-                except (BackendError, AssertionError):
-                    raise
-                except Exception as exc:
-                    raise unexpected_error(exc, name) from exc
+            return await self._aguarded(
+                run, "fast", self.backend(name), request, once, self_queued=self_queued
+            )
         finally:
             release()
 
@@ -204,35 +262,50 @@ class Dispatcher:
         run: TurnRun,
         name: str,
         request: CompletionRequest,
-        once: Callable[..., _T],
+        once: Callable[[Backend, CompletionRequest], _T],
         *,
         abandoned: Callable[[], bool],
         self_queued: Callable[[], bool] | None = None,
     ) -> _T:
-        """Sync twin of :meth:`aonce`; raises :class:`Abandoned` once ``abandoned()`` says so."""
-        backend = self.backend(name)
+        """Sync twin of :meth:`aonce`.
+
+        Differs from the async twin: ``abandoned`` (a panel's draft on a thread). Once it
+        says so, the call raises :class:`Abandoned` (see :meth:`call`).
+        """
         release = self.in_flight.acquire(name)
         try:
-            with self.breaker(name).guard() as guard:
-                if not guard.allowed and self._may_route_around_sync(run, "fast"):
-                    raise BackendUnavailable("circuit breaker is open", backend=name)
-                try:
-                    value = once(backend, request)
-                except (BackendError, AssertionError) as exc:
-                    if abandoned():  # no longer wanted: its failure says nothing of the backend
-                        raise Abandoned from exc
-                    if isinstance(exc, BackendTimeout):
-                        guard.self_queued = self_queued is not None and self_queued()
-                    raise
-                except Exception as exc:
-                    if abandoned():
-                        raise Abandoned from exc
-                    raise unexpected_error(exc, name) from exc
-                if abandoned():
-                    raise Abandoned
-                return value
+            watch = _Watch(abandoned)
+            return self._guarded(
+                run, "fast", self.backend(name), request, once, watch, self_queued=self_queued
+            )
         finally:
             release()
+
+    # -- a tier's call: the retry loop ------------------------------------------------------
+
+    def request(self, run: TurnRun, name: str, *, turn: Turn | None = None) -> CompletionRequest:
+        """The request for backend ``name``, with what is left of the deadline as timeout.
+
+        ``turn`` replaces the turn's own (a panel draft's variant).
+
+        Raises:
+            BackendTimeout: The turn's deadline has passed.
+        """
+        config = run.ports.backend_config(name)
+        per_call = config.timeout_s if config is not None else None
+        left = run.deadline.remaining(self.clock())
+        if left is not None and left <= 0:
+            raise BackendTimeout("the turn's deadline has passed", backend=name)
+        timeout = per_call if left is None else (left if per_call is None else min(per_call, left))
+        return CompletionRequest.from_turn(
+            turn or run.turn,
+            timeout_s=timeout,
+            output_tokens=run.policy.task.expected_output_tokens,
+        )
+
+    def _max_retries(self, run: TurnRun, name: str) -> int:
+        config = run.ports.backend_config(name)
+        return config.max_retries if config is not None else 0
 
     def _escalation_target(self, run: TurnRun, tier: Tier, name: str) -> Backend:
         """Build ``name``'s backend; a missing key is this tier's own error once a tier failed.
@@ -267,31 +340,14 @@ class Dispatcher:
         """
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
-        breaker = self.breaker(name)
         loop = self._retries.aretrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._asleep
+            max_retries=self._max_retries(run, name), deadline=run.deadline, sleep=self._asleep
         )
         async for attempt in loop:
-            with attempt:
-                started = self.clock()
-                try:
-                    request = run.request(name)
-                    run.hold(name, self.in_flight.acquire)
-                    async with breaker.aguard() as guard:
-                        if not guard.allowed and await self._may_route_around(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            return await once(backend, request), backend, started
-                        except (BackendError, AssertionError):
-                            raise
-                        except Exception as exc:
-                            raise unexpected_error(exc, name) from exc
-                except BackendError as exc:
-                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
-                    raise
-                except BaseException as exc:  # cancelled, or a test double's AssertionError
-                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
-                    raise
+            with attempt, self._recorded(run, tier, backend) as started:
+                request = self.request(run, name)
+                run.hold(name, self.in_flight.acquire)
+                return await self._aguarded(run, tier, backend, request, once), backend, started
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def call(
@@ -304,53 +360,111 @@ class Dispatcher:
     ) -> Call[_T]:
         """Sync twin of :meth:`acall`.
 
-        ``abandoned`` (a hedge or the fast side of a race, on a thread): once it says so,
-        the call is no longer wanted and the turn has traced it as cancelled. The call then
-        raises :class:`Abandoned`: no retry starts, no in-flight count is taken or kept,
-        and neither its answer nor its failure reaches the breaker (neutral, as a cancelled
-        async call).
+        Differs from the async twin: ``abandoned`` (a hedge or the fast side of a race, on a
+        thread). Once it says so, the call is no longer wanted and the turn has traced it as
+        cancelled. The call then raises :class:`Abandoned`: no retry starts, no in-flight
+        count is taken or kept, and neither its answer nor its failure reaches the breaker
+        (neutral, as a cancelled async call).
         """
         name = self.policy.backend_for(tier)
         backend = self._escalation_target(run, tier, name)
-        breaker = self.breaker(name)
         loop = self._retries.retrying(
-            max_retries=run.max_retries(name), deadline=run.deadline, sleep=self._sleep
+            max_retries=self._max_retries(run, name), deadline=run.deadline, sleep=self._sleep
         )
-        gone = abandoned or (lambda: False)
+        watch = _Watch(abandoned) if abandoned is not None else _WANTED
         for attempt in loop:
             with attempt:
-                if gone():
-                    raise Abandoned
-                started = self.clock()
-                try:
-                    request = run.request(name)
+                watch.check()
+                with self._recorded(run, tier, backend) as started:
+                    request = self.request(run, name)
                     run.hold(name, self.in_flight.acquire)
-                    if gone():  # decided while the hold was taken: give it back
-                        run.release_hold(name)
-                        raise Abandoned
-                    with breaker.guard() as guard:
-                        if not guard.allowed and self._may_route_around_sync(run, tier):
-                            raise BackendUnavailable("circuit breaker is open", backend=name)
-                        try:
-                            value = once(backend, request)
-                        except (BackendError, AssertionError) as exc:
-                            if gone():
-                                raise Abandoned from exc
-                            raise
-                        except Exception as exc:
-                            if gone():
-                                raise Abandoned from exc
-                            raise unexpected_error(exc, name) from exc
-                        if gone():
-                            raise Abandoned
-                        return value, backend, started
-                except Abandoned:
-                    run.release_hold(name)
-                    raise
-                except BackendError as exc:
-                    run.record_error(tier, name, backend.model, exc, self.clock() - started)
-                    raise
-                except BaseException as exc:
-                    run.record_cut(tier, name, backend.model, exc, self.clock() - started)
-                    raise
+                    watch.check()  # decided while the hold was taken: it is given back
+                    return self._guarded(run, tier, backend, request, once, watch), backend, started
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+class _Translated:
+    """Around a backend's call: anything but a ``BackendError`` becomes its typed error.
+
+    A class, not a generator-based context manager: it wraps every call (cheaper by a few
+    microseconds).
+    """
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, BackendError):
+            raise unexpected_error(exc, self._name) from exc
+
+
+class _Recorded:
+    """Around one try: its start on entry, and how it failed recorded in the turn, once.
+
+    A ``BackendError`` is the try's error; anything else that cuts it short (a
+    cancellation, an abandoned stream, an error that is no backend's) is recorded as cut;
+    :class:`Abandoned` records nothing (the turn traced the call as cancelled) and gives
+    back the in-flight count.
+    """
+
+    __slots__ = ("_backend", "_clock", "_run", "_tier", "started")
+
+    def __init__(
+        self, run: TurnRun, tier: Tier, backend: Backend, clock: Callable[[], float]
+    ) -> None:
+        self._run, self._tier, self._backend, self._clock = run, tier, backend, clock
+        self.started = 0.0
+
+    def __enter__(self) -> float:
+        self.started = self._clock()
+        return self.started
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            return
+        run, tier, backend = self._run, self._tier, self._backend
+        if isinstance(exc, Abandoned):
+            run.release_hold(backend.name)
+        elif isinstance(exc, BackendError):
+            latency = self._clock() - self.started
+            run.record_error(tier, backend.name, backend.model, exc, latency)
+        else:
+            run.record_cut(tier, backend.name, backend.model, exc, self._clock() - self.started)
+
+
+class _Watch:
+    """Whether a sync call is still wanted: every place it may be given up is here.
+
+    A call is given up (:class:`Abandoned`) before it starts, once its in-flight count is
+    taken, when it fails and when it answers, as soon as ``gone()`` says its turn was
+    decided without it.
+    """
+
+    __slots__ = ("_gone",)
+
+    def __init__(self, gone: Callable[[], bool] | None) -> None:
+        self._gone = gone
+
+    def check(self) -> None:
+        """Raise :class:`Abandoned` when the call is no longer wanted."""
+        if self._gone is not None and self._gone():
+            raise Abandoned
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        """The call's end, answer or failure, becomes :class:`Abandoned` once it is unwanted."""
+        if exc is None:
+            self.check()
+        elif isinstance(exc, Exception) and self._gone is not None and self._gone():
+            raise Abandoned from exc
+
+
+_WANTED = _Watch(None)
+"""The watch of a call nothing gives up (a sync turn's own calls)."""

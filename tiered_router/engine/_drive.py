@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
     from tiered_router.engine._flight import Flight
+    from tiered_router.engine._flight_plan import FlightPlan
     from tiered_router.engine._flight_sync import SyncFlight
     from tiered_router.engine._hedge import Percentile
     from tiered_router.engine._machine import RoutedResult, TurnRun
-    from tiered_router.engine._panel import FlightPlan
     from tiered_router.turn import Completion
 
 __all__ = ["AfterTurn", "Driver"]
@@ -79,7 +79,7 @@ class Driver:
         if policy.drafts is None and policy.hedge is None:
             return None
         # imported on first use: `from tiered_router import Router` stays without asyncio
-        from tiered_router.engine._panel import plan_flight
+        from tiered_router.engine._flight_plan import plan_flight
 
         return plan_flight(run, percentile=self._percentile)
 

@@ -21,18 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._panel import (
-    DraftSpec,
+from tiered_router.engine._flight_plan import (
     FlightPlan,
-    Panel,
-    PanelPlan,
-    draft_turn,
-    own_calls,
+    HedgeState,
+    OwnQueue,
+    RaceAction,
+    calls,
+    cut_drafts,
+    hedge_answer,
+    hedge_state,
+    hedged,
+    panel_turn,
+    race_action,
+    record_loser,
+    take_late,
 )
+from tiered_router.engine._panel import Panel
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
@@ -40,9 +48,9 @@ if TYPE_CHECKING:
     from tiered_router.backends._base import Backend, CompletionRequest
     from tiered_router.engine._dispatch import Dispatcher
     from tiered_router.engine._machine import TurnRun
-    from tiered_router.turn import Completion, Turn
+    from tiered_router.turn import Completion
 
-__all__ = ["Flight", "OwnQueue"]
+__all__ = ["Flight"]
 
 
 _Draft = tuple["Completion | BackendError", str, float]
@@ -84,7 +92,7 @@ class Flight:
             await _acancel(hedge)
             raise
         finally:
-            run.roles.pop("frontier", None)
+            run.hedge_over()
 
     async def _race(
         self,
@@ -93,41 +101,41 @@ class Flight:
         hedge: asyncio.Future[Any],
         started: list[bool],
     ) -> Tier | None:
+        """Wait and cancel as :func:`~tiered_router.engine._flight_plan.race_action` says."""
         await asyncio.wait({fast, hedge}, return_when=asyncio.FIRST_COMPLETED)
-        hedge_draft: bool | None = None  # None: no answer; else whether the gate accepted it
-        if hedge.done() and not fast.done():
-            hedge_draft = self._hedged(run, hedge)
-            if hedge_draft:
-                run.cancelling.add("fast")
+        seen: HedgeState | None = None  # the hedge's answer, once the machine has it
+        if not fast.done():  # the hedge ended first
+            action = race_action(_state(hedge, started), fast_done=False)
+            if action is RaceAction.RECORD_HEDGE:
+                seen = hedged(run, hedge.result())
+                action = race_action(seen, fast_done=False)
+            if action is RaceAction.HEDGE_WINS:
+                run.cancel_tier("fast")
                 await _acancel(fast)
-                run.escalations.append("hedged")
+                run.hedge_won()
                 return None
         nxt = await fast
-        if nxt != "frontier":
-            if not hedge.done():
-                run.cancelling.add("frontier")
-                await _acancel(hedge)
-            elif hedge_draft is None and hedge.result() is not None:
-                record_loser(run, hedge.result())  # both ended at once: the fast side won
-            return nxt
-        if hedge_draft is not None:  # the hedge's answer is the escalation's (kept by the machine)
-            run.tried.add("frontier")
+        action = race_action(seen or _state(hedge, started), fast_done=True, fast_next=nxt)
+        if action is RaceAction.CANCEL_HEDGE:
+            run.cancel_tier("frontier")
+            await _acancel(hedge)
+        elif action is RaceAction.RECORD_LATE_HEDGE:
+            record_loser(run, hedge.result())
+        elif action is RaceAction.TAKE_HEDGE:
+            run.hedge_took_over()
             return None
-        if hedge.done() or started:
+        elif action is RaceAction.AWAIT_HEDGE:
             await asyncio.wait({hedge})
             return hedge_answer(run, hedge.result())
-        await _acancel(hedge)  # not started yet: the usual frontier call takes over
+        elif action is RaceAction.CALL_FRONTIER:
+            await _acancel(hedge)  # not started yet: the usual frontier call takes over
         return nxt
-
-    def _hedged(self, run: TurnRun, hedge: asyncio.Future[Any]) -> bool | None:
-        """Record the hedge's answer; whether the gate accepted it (``None``: it failed)."""
-        return hedged(run, hedge.result())
 
     async def _ahedge(self, run: TurnRun, delay: float, started: list[bool]) -> Any:
         if delay > 0:
             await self._dispatch.asleep(delay)
         started.append(True)
-        run.roles["frontier"] = "hedge"
+        run.hedge_started()
         try:
             completion, backend, begun = await self._dispatch.acall(run, "frontier", self._complete)
         except BackendError:
@@ -167,7 +175,7 @@ class Flight:
             # a hedge answered first, or the turn was cut short: either way every draft is
             # traced (the ones that answered with their cost, the others as cancelled)
             cut = self._cut(tasks, pending, clock() - begun)
-            if "fast" in run.cancelling:
+            if run.is_cancelling("fast"):
                 panel.abandon(run, cut)
             else:
                 panel.abandon(run, cut, reason="the turn was cut short")
@@ -189,7 +197,7 @@ class Flight:
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
-            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
+            request = self._dispatch.request(run, spec.backend, turn=panel_turn(run, specs, plan))
             completion = await self._dispatch.aonce(
                 run,
                 spec.backend,
@@ -202,100 +210,9 @@ class Flight:
         return completion, backend.model, clock() - begun
 
 
-class OwnQueue:
-    """How many of a panel's drafts wait behind the turn's own drafts, per backend.
-
-    ``k`` drafts on a backend with ``max_concurrency`` slots below ``k``: the server runs
-    ``max_concurrency`` of them and queues the others behind them. A timeout of one of those
-    (at most ``k - max_concurrency`` per backend) is the turn's own doing, not the backend's:
-    :meth:`absorbs` says so, and the breaker counts it as neutral. The others count as usual,
-    so a backend that hangs still opens its breaker. Thread-safe (the sync panel's drafts
-    run on threads).
-    """
-
-    def __init__(self, run: TurnRun, plan: PanelPlan) -> None:
-        self._excess: dict[str, int] = {}
-        self._lock = threading.Lock()
-        for name, count in own_calls(plan).items():
-            config = run.ports.backend_config(name)
-            slots = config.max_concurrency if config is not None else None
-            if slots is not None and count > slots:
-                self._excess[name] = count - slots
-
-    def absorbs(self, backend: str) -> bool:
-        """Whether a timed-out draft on ``backend`` is one the turn's own drafts queued."""
-        with self._lock:
-            left = self._excess.get(backend, 0)
-            if left > 0:
-                self._excess[backend] = left - 1
-            return left > 0
-
-
-def take_late(
-    panel: Panel, groups: dict[Any, tuple[DraftSpec, ...]], pending: set[Any]
-) -> set[Any]:
-    """Take the drafts that answered before they could be cut; return the others.
-
-    A draft can end between the panel's last look and the cutting of the rest: it has an
-    answer (and a cost), so it is an arrival, not a cut draft. ``pending`` holds asyncio
-    tasks or thread futures; a sync draft given up at the cut (its value ``None``) stays a
-    cut draft.
-    """
-    taken = set()
-    for job in sorted(pending, key=lambda j: groups[j][0].index):
-        if not job.done() or job.cancelled() or job.exception() is not None:
-            continue
-        value, model, latency = job.result()
-        if value is not None:
-            panel.take(groups[job], value, model, latency)
-            taken.add(job)
-    return pending - taken
-
-
-def calls(plan: PanelPlan) -> list[tuple[DraftSpec, ...]]:
-    """The requests of a panel: one per draft, or one for all (``n`` choices)."""
-    return [plan.drafts] if plan.n else [(spec,) for spec in plan.drafts]
-
-
-def panel_turn(run: TurnRun, specs: tuple[DraftSpec, ...], plan: PanelPlan) -> Turn:
-    """The turn one panel request sends."""
-    n = len(specs) if len(specs) > 1 else None
-    return draft_turn(run.turn, specs[0], temperature=plan.temperature, n=n)
-
-
-def cut_drafts(
-    dispatch: Dispatcher, pending: list[tuple[DraftSpec, ...]], latency: float
-) -> list[tuple[DraftSpec, str, float]]:
-    """The drafts still running when the panel was decided, to trace as cancelled."""
-    specs = sorted((s for group in pending for s in group), key=lambda s: s.index)
-    return [(s, dispatch.backend(s.backend).model, latency) for s in specs]
-
-
-def hedged(run: TurnRun, outcome: Any) -> bool | None:
-    """Record a hedge's answer (the machine keeps it when it is the best so far).
-
-    Returns whether the gate accepted it, ``None`` when the hedge failed (already traced).
-    """
-    if outcome is None:
-        return None
-    completion, backend, latency = outcome
-    run.after_draft("frontier", backend.name, backend.model, completion, latency)
-    verdict = run.attempts[-1].verdict
-    return verdict is None or verdict.passed
-
-
-def hedge_answer(run: TurnRun, outcome: Any) -> Tier | None:
-    """The fast side escalated while the hedge ran: its outcome is the frontier's."""
-    run.tried.add("frontier")
-    if hedged(run, outcome) is not None:
-        return None
-    return run.after_error("frontier", run.errors[-1])
-
-
-def record_loser(run: TurnRun, outcome: Any) -> None:
-    """Trace a hedge that answered after the fast side had (its cost counts)."""
-    completion, backend, latency = outcome
-    run.record_draft("frontier", backend.name, backend.model, completion, latency)
+def _state(hedge: asyncio.Future[Any], started: list[bool]) -> HedgeState:
+    done = hedge.done()
+    return hedge_state(started=bool(started), done=done, outcome=hedge.result() if done else None)
 
 
 async def _acancel(task: asyncio.Future[Any]) -> None:

@@ -17,17 +17,23 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.engine._dispatch import Abandoned
-from tiered_router.engine._flight import (
+from tiered_router.engine._flight_plan import (
+    FlightPlan,
+    HedgeState,
     OwnQueue,
+    RaceAction,
     calls,
     cut_drafts,
     hedge_answer,
+    hedge_state,
     hedged,
     panel_turn,
+    race_action,
     record_loser,
     take_late,
 )
-from tiered_router.engine._panel import DraftSpec, FlightPlan, Panel, PanelPlan
+from tiered_router.engine._panel import Panel
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import BackendError
 
 if TYPE_CHECKING:
@@ -68,7 +74,7 @@ class SyncFlight:
         finally:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            run.roles.pop("frontier", None)
+            run.hedge_over()
 
     def _race(
         self,
@@ -96,42 +102,64 @@ class SyncFlight:
         fast_stop: threading.Event,
         hedge_stop: threading.Event,
     ) -> Tier | None:
+        """Wait and cancel as :func:`~tiered_router.engine._flight_plan.race_action` says."""
         fast_begun = self._dispatch.clock()
         fast = pool.submit(self._fast, run, panel, pool, fast_stop, lock)
         done, _ = wait({fast}, timeout=hedge_s) if hedge_s > 0 else (set(), None)
-        if fast in done:
-            return fast.result()  # decided before the hedge was due
+        if fast in done:  # decided before the hedge was due: it never starts
+            return fast.result()
         begun = self._dispatch.clock()
         with lock:
-            run.roles["frontier"] = "hedge"
+            run.hedge_started()
         hedge = pool.submit(self._hedge, run, hedge_stop)
         wait({fast, hedge}, return_when=FIRST_COMPLETED)
-        hedge_draft: bool | None = None
-        if hedge.done() and not fast.done():
-            with lock:
-                hedge_draft = hedged(run, hedge.result())
-                if hedge_draft:
-                    fast_stop.set()
-                    run.escalations.append("hedged")
-                    if panel is None:  # the single call cannot be interrupted: traced now
-                        self._cancelled(run, "fast", fast_begun)
-            if hedge_draft:
+        seen: HedgeState | None = None  # the hedge's answer, once the machine has it
+        if not fast.done():  # the hedge ended first
+            action, seen = self._hedge_first(run, hedge, lock, fast_stop, fast_begun, panel)
+            if action is RaceAction.HEDGE_WINS:
                 if panel is not None:
                     fast.result()  # the panel traces what it had, within one poll
                 return None
         nxt = fast.result()
-        if nxt != "frontier":
-            with lock:
-                if not hedge.done():
-                    hedge_stop.set()
-                    self._cancelled(run, "frontier", begun)
-                elif hedge_draft is None and hedge.result() is not None:
-                    record_loser(run, hedge.result())
-            return nxt
-        if hedge_draft is not None:
-            run.tried.add("frontier")
+        with lock:
+            action = race_action(seen or _state(hedge), fast_done=True, fast_next=nxt)
+            if action is RaceAction.CANCEL_HEDGE:
+                hedge_stop.set()
+                self._cancelled(run, "frontier", begun)
+            elif action is RaceAction.RECORD_LATE_HEDGE:
+                record_loser(run, hedge.result())
+        if action is RaceAction.TAKE_HEDGE:
+            run.hedge_took_over()
             return None
-        return hedge_answer(run, hedge.result())
+        if action is RaceAction.AWAIT_HEDGE:
+            return hedge_answer(run, hedge.result())
+        return nxt
+
+    def _hedge_first(
+        self,
+        run: TurnRun,
+        hedge: Future[Any],
+        lock: threading.Lock,
+        fast_stop: threading.Event,
+        fast_begun: float,
+        panel: PanelPlan | None,
+    ) -> tuple[RaceAction, HedgeState | None]:
+        """The hedge ended while the fast side runs: tell the machine, stop a beaten fast side.
+
+        Returns the race's action and what the machine made of the hedge's answer.
+        """
+        with lock:
+            seen: HedgeState | None = None
+            action = race_action(_state(hedge), fast_done=False)
+            if action is RaceAction.RECORD_HEDGE:
+                seen = hedged(run, hedge.result())
+                action = race_action(seen, fast_done=False)
+            if action is RaceAction.HEDGE_WINS:
+                fast_stop.set()
+                run.hedge_won()
+                if panel is None:  # the single call cannot be interrupted: traced now
+                    self._cancelled(run, "fast", fast_begun)
+        return action, seen
 
     def _cancelled(self, run: TurnRun, tier: Tier, begun: float) -> None:
         backend = self._dispatch.backend(run.policy.backend_for(tier))
@@ -161,7 +189,6 @@ class SyncFlight:
     ) -> Tier | None:
         if plan is not None:
             return self._panel(run, plan, pool, stop, lock)
-        begun = self._dispatch.clock()
         try:
             completion, backend, begun = self._dispatch.call(
                 run, "fast", self._complete, abandoned=stop.is_set
@@ -224,7 +251,7 @@ class SyncFlight:
         backend = self._dispatch.backend(spec.backend)
         begun = clock()
         try:
-            request = run.request(spec.backend, turn=panel_turn(run, specs, plan))
+            request = self._dispatch.request(run, spec.backend, turn=panel_turn(run, specs, plan))
             value: Any = self._dispatch.once(
                 run,
                 spec.backend,
@@ -238,3 +265,8 @@ class SyncFlight:
         except Abandoned:
             value = None
         return value, backend.model, clock() - begun
+
+
+def _state(hedge: Future[Any]) -> HedgeState:
+    done = hedge.done()
+    return hedge_state(started=True, done=done, outcome=hedge.result() if done else None)

@@ -31,22 +31,23 @@ Percentile = Callable[[str, float, int], "float | None"]
 def hedge_delay(run: TurnRun, *, percentile: Percentile) -> float | None:
     """Seconds after the fast side starts at which to start the frontier call, or ``None``."""
     hedge = run.policy.hedge
-    if hedge is None or run.decision.tier != "fast" or not run.escalate:
+    if hedge is None or not _may_hedge(run):
         return None
-    if not run.policy.escalation.on_gate_failure or not run.usable("frontier"):
-        return None
-    if run.task is not None and not getattr(run.task, "may_hedge", True):
-        return None
-    delays: list[float] = []
     decision = run.decision
-    if hedge.band is not None and abs(decision.score - decision.threshold) <= hedge.band:
-        delays.append(0.0)
-    if hedge.after_s is not None:
-        delays.append(hedge.after_s)
+    band = hedge.band is not None and abs(decision.score - decision.threshold) <= hedge.band
+    measured = None
     if hedge.after_percentile is not None:
         measured = percentile(
             run.policy.backend_for("fast"), hedge.after_percentile, hedge.min_samples
         )
-        if measured is not None:
-            delays.append(measured)
+    delays = [d for d in (0.0 if band else None, hedge.after_s, measured) if d is not None]
     return min(delays) if delays else None
+
+
+def _may_hedge(run: TurnRun) -> bool:
+    """A fast turn that may escalate a failed draft to a frontier that can take it."""
+    if run.decision.tier != "fast" or not run.escalate:
+        return False
+    if not run.policy.escalation.on_gate_failure or not run.usable("frontier"):
+        return False
+    return run.task is None or run.task.may_hedge

@@ -16,18 +16,20 @@ raises ``GateFailed``, ``return`` returns its text without the calls (``finish_r
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from tiered_router.calls._choice import describe_choice, outside_choice
 from tiered_router.gate._schema import parse_strict_json
 from tiered_router.gate._verdict import CheckFailure, Verdict
-from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Turn
+from tiered_router.turn import Completion, CompletionChunk, ToolCall, ToolCallDelta, Turn
 
 __all__ = [
     "DROPPED_CALLS",
     "CallHold",
     "call_problems",
     "checked_verdict",
+    "unconfirmed",
     "whole_calls",
     "without_calls",
 ]
@@ -51,25 +53,31 @@ def call_problems(completion: Completion, turn: Turn) -> tuple[str, ...]:
     if choice == "none":
         return ("tool_calls: tool_choice is 'none' but the draft called a tool",)
     left_out = outside_choice(choice, (call.name for call in completion.tool_calls))
-    problems = []
-    for i, call in enumerate(completion.tool_calls):
-        if call.name not in offered:
-            known = ", ".join(sorted(offered)) or "none"
-            problems.append(f"tool_calls[{i}]: {call.name!r} is not an offered tool ({known})")
-            continue
-        if call.name in left_out:
-            problems.append(f"tool_calls[{i}]: {call.name!r} is outside {describe_choice(choice)}")
-            continue
-        if not call.arguments.strip():
-            continue
-        try:
-            args = parse_strict_json(call.arguments)
-        except ValueError as exc:
-            problems.append(f"tool_calls[{i}] ({call.name}): arguments are not JSON: {exc}")
-            continue
-        if not isinstance(args, dict):
-            problems.append(f"tool_calls[{i}] ({call.name}): arguments are not a JSON object")
-    return tuple(problems)
+    problems = (
+        _call_problem(i, call, offered, left_out, choice)
+        for i, call in enumerate(completion.tool_calls)
+    )
+    return tuple(p for p in problems if p is not None)
+
+
+def _call_problem(
+    i: int, call: ToolCall, offered: set[str], left_out: Collection[str], choice: object
+) -> str | None:
+    """Why tool call ``i`` may not reach the caller, or ``None``."""
+    if call.name not in offered:
+        known = ", ".join(sorted(offered)) or "none"
+        return f"tool_calls[{i}]: {call.name!r} is not an offered tool ({known})"
+    if call.name in left_out:
+        return f"tool_calls[{i}]: {call.name!r} is outside {describe_choice(choice)}"
+    if not call.arguments.strip():
+        return None
+    try:
+        args = parse_strict_json(call.arguments)
+    except ValueError as exc:
+        return f"tool_calls[{i}] ({call.name}): arguments are not JSON: {exc}"
+    if not isinstance(args, dict):
+        return f"tool_calls[{i}] ({call.name}): arguments are not a JSON object"
+    return None
 
 
 def checked_verdict(verdict: Verdict | None, problems: tuple[str, ...]) -> Verdict | None:
@@ -81,6 +89,20 @@ def checked_verdict(verdict: Verdict | None, problems: tuple[str, ...]) -> Verdi
         return Verdict(passed=False, failures=failures, checks=(_CHECK,))
     checks = verdict.checks if _CHECK in verdict.checks else (*verdict.checks, _CHECK)
     return Verdict(passed=False, failures=(*verdict.failures, *failures), checks=checks)
+
+
+def unconfirmed(verdict: Verdict | None, why: str) -> Verdict:
+    """``verdict`` failed on the check ``panel``: the panel did not confirm the draft.
+
+    A draft kept when the panel's drafts disagree (or its deferral model defers) is never
+    returned as verified: ``when_frontier_fails_gate: raise`` raises ``GateFailed``.
+    """
+    failure = CheckFailure(check="panel", reason=why)
+    if verdict is None:
+        return Verdict(passed=False, failures=(failure,), checks=("panel",))
+    return Verdict(
+        passed=False, failures=(*verdict.failures, failure), checks=(*verdict.checks, "panel")
+    )
 
 
 def without_calls(completion: Completion) -> Completion:

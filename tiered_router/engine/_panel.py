@@ -1,7 +1,7 @@
-"""A draft panel's plan and state: which drafts to send, and what their answers decide.
+"""A draft panel's state: what its drafts' answers decide, written into the turn.
 
-The panel is pure, like the machine it serves: :func:`plan_panel` says whether a turn gets
-a panel and what each draft is (backend, prompt variant); :class:`Panel` takes the drafts
+The panel is pure, like the machine it serves. Its plan (which drafts to send) is
+:mod:`tiered_router.engine._panel_plan`; :class:`Panel` takes the drafts
 as the driver reports them (:meth:`Panel.arrived`, :meth:`Panel.failed`), tallies their
 answer keys (:func:`tiered_router.panels.tally`) and says when the outcome is decided;
 :meth:`Panel.settle` writes every draft into the turn (each an ``Attempt`` with role
@@ -10,8 +10,9 @@ the next tier:
 
 - the drafts agree, on the answer and on its exact form (what the caller would receive:
   :func:`tiered_router.panels.exact_form`): the first of those drafts to arrive that passes
-  the gate and the offered-calls floor is the answer (the others are in the trace); none
-  passes -> ``gate_failed``;
+  the gate and the offered-calls floor is the answer (the others are in the trace), with
+  only the parts its majority gave too (text beside calls, before the answer, thinking,
+  reasoning: :func:`tiered_router.panels.majority_only`); none passes -> ``gate_failed``;
 - no draft has a checkable answer (prose): the panel says so and the gate decides alone;
 - they disagree, or agree only once normalised -> escalation with reason
   ``drafts_disagree``;
@@ -20,6 +21,10 @@ the next tier:
   over the turn and every draft (:func:`tiered_router.scoring.deferral.deferral_features`,
   each answered draft gated); a score above the kind's threshold escalates with reason
   ``deferred`` (the panel then waits for every draft: the signals count all ``k``).
+
+A draft kept when the panel did not confirm it (``drafts_disagree``, ``deferred``) fails the
+check ``panel`` (:func:`~tiered_router.engine._offered.unconfirmed`): it is never returned
+as verified, and ``when_frontier_fails_gate: raise`` raises ``GateFailed``.
 """
 
 from __future__ import annotations
@@ -27,13 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._hedge import Percentile, hedge_delay
-from tiered_router.engine._offered import DROPPED_CALLS, call_problems
+from tiered_router.engine._offered import DROPPED_CALLS, call_problems, unconfirmed
+from tiered_router.engine._panel_plan import DraftSpec, PanelPlan
 from tiered_router.exceptions import (
     BackendError,
     BackendResponseError,
     BackendUnavailable,
-    _describe,
 )
 from tiered_router.panels import (
     AnswerKey,
@@ -42,9 +46,9 @@ from tiered_router.panels import (
     answer_key,
     draft_text,
     exact_form,
-    panel_kinds,
+    majority_only,
+    needed_votes,
     tally,
-    turn_kind,
 )
 from tiered_router.pricing import cost_of
 
@@ -52,152 +56,10 @@ if TYPE_CHECKING:
     from tiered_router._types import Tier
     from tiered_router.engine._machine import TurnRun
     from tiered_router.gate import Verdict
-    from tiered_router.policy import Policy
-    from tiered_router.scoring.deferral import DeferralModel
+    from tiered_router.trace import TierFailure
     from tiered_router.turn import Completion, Turn
 
-__all__ = [
-    "DraftSpec",
-    "FlightPlan",
-    "Panel",
-    "PanelPlan",
-    "draft_turn",
-    "own_calls",
-    "panel_kinds",
-    "plan_flight",
-    "plan_panel",
-    "turn_kind",
-    "turn_panel",
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DraftSpec:
-    """One draft of a panel.
-
-    Attributes:
-        index: The draft's position (0-based).
-        backend: The backend drafting it.
-        variant: The instruction added to its system prompt (``""``: none).
-    """
-
-    index: int
-    backend: str
-    variant: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PanelPlan:
-    """The drafts of one turn's panel and how to count them."""
-
-    drafts: tuple[DraftSpec, ...]
-    min_agreement: float
-    early: bool
-    temperature: float | None
-    n: bool = False
-    """Sample every draft in one request with ``n = k`` (one backend, one prompt, a
-    dialect that takes ``n`` and does not decode greedily)."""
-    deferral: tuple[DeferralModel, float] | None = None
-    """The deferral model asked after the panel, and the threshold for this turn's kind."""
-
-    @property
-    def k(self) -> int:
-        """The panel's size."""
-        return len(self.drafts)
-
-
-def plan_panel(
-    policy: Policy,
-    turn: Turn,
-    *,
-    usable: Any,
-    multiple_choices: Any = None,
-    deferral: DeferralModel | None = None,
-) -> PanelPlan | None:
-    """The panel of a fast turn, or ``None`` for a single draft (pure).
-
-    Args:
-        policy: The policy (its ``drafts:``).
-        turn: The turn.
-        usable: ``usable(backend) -> bool``: whether a backend can take the turn at all.
-        multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
-            in one request (its dialect says so); ``None``: never ask for ``n``.
-        deferral: The loaded ``drafts.deferral`` model (the router reads it once).
-    """
-    drafts = policy.drafts
-    if drafts is None:
-        return None
-    kind = turn_kind(turn)
-    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
-        return None
-    k, min_agreement, backends = drafts.for_kind(kind)
-    if k < 2:
-        return None
-    names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
-    if not names:
-        return None
-    variants = drafts.variants or [""]
-    specs = tuple(
-        DraftSpec(index=i, backend=names[i % len(names)], variant=variants[i % len(variants)])
-        for i in range(k)
-    )
-    same_prompt = len(set(names)) == 1 and len({v for v in variants}) == 1
-    threshold = drafts.deferral_threshold(kind)
-    defer = None
-    # the model reads this panel's signals only if it was fitted on a panel of this size
-    if deferral is not None and threshold is not None and deferral.panel.get("k", k) == k:
-        defer = (deferral, threshold)
-    return PanelPlan(
-        drafts=specs,
-        min_agreement=min_agreement,
-        early=drafts.early and defer is None,
-        deferral=defer,
-        temperature=drafts.temperature,
-        n=drafts.n
-        and same_prompt
-        and multiple_choices is not None
-        and bool(multiple_choices(names[0])),
-    )
-
-
-def draft_turn(
-    turn: Turn, spec: DraftSpec, *, temperature: float | None, n: int | None = None
-) -> Turn:
-    """The turn draft ``spec`` sends: its variant in the system prompt, its temperature.
-
-    ``n``: the whole panel in one request (``n`` choices).
-    """
-    messages = _with_variant(list(turn.messages), spec.variant) if spec.variant else turn.messages
-    params = dict(turn.params)
-    if temperature is not None:
-        params["temperature"] = temperature
-    if n is not None:
-        params["n"] = n
-    if not spec.variant and temperature is None and n is None:
-        return turn
-    return replace(turn, messages=messages, params=params)
-
-
-def _with_variant(messages: list[Any], variant: str) -> list[Any]:
-    """``messages`` with ``variant`` added to the system prompt; the operator's text stays.
-
-    A string gets the variant after a blank line, a list of content parts gets it as one
-    more text part, an empty prompt becomes the variant; any other form is left as it is and
-    the variant follows it as a system message of its own.
-    """
-    if not messages or messages[0].get("role") != "system":
-        return [{"role": "system", "content": variant}, *messages]
-    first = dict(messages[0])
-    content = first.get("content")
-    if isinstance(content, str) and content:
-        first["content"] = f"{content}\n\n{variant}"
-    elif isinstance(content, list) and content:
-        first["content"] = [*content, {"type": "text", "text": variant}]
-    elif not content:
-        first["content"] = variant
-    else:
-        return [messages[0], {"role": "system", "content": variant}, *messages[1:]]
-    return [first, *messages[1:]]
+__all__ = ["Panel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,11 +147,13 @@ class Panel:
         """
         index_of = self._record_all(run, {}, cancelled)
         result = self.tally()
-        run.panel = {
-            **self._summary(result, index_of, bool(self.arrivals)),
-            "agreed": False,
-            "reason": reason,
-        }
+        run.panel_found(
+            {
+                **self._summary(result, index_of, bool(self.arrivals)),
+                "agreed": False,
+                "reason": reason,
+            }
+        )
 
     def _record_all(
         self,
@@ -316,55 +180,79 @@ class Panel:
         """
         result = self.tally()
         answered = [a for a in self.arrivals if a.completion is not None]
+        candidates, reason = self._candidates(answered, result)
         verdicts: dict[int, tuple[Completion, Verdict | None]] = {}
-        candidates: list[_Arrival] = []
-        if not answered:
-            reason = "backend_error"
-            if all(isinstance(a.error, BackendUnavailable) for a in self.arrivals):
-                reason = "circuit_open"
-        elif result.agreed:
-            members = set(result.members)
-            candidates = [a for a in answered if a.spec.index in members]
-            reason = "gate_failed"
-        elif not result.comparable:
-            candidates = answered  # prose: the panel cannot judge, the gate decides
-            reason = "gate_failed"
-        else:
-            reason = "drafts_disagree"
-        chosen: tuple[_Arrival, Completion, Verdict | None] | None = None
-        for arrival in candidates:
-            assert arrival.completion is not None
-            # the gate and the offered-calls floor, as for a single draft
-            completion, verdict = run.gated(arrival.completion)
-            verdicts[arrival.spec.index] = (completion, verdict)
-            if verdict is None or verdict.passed:
-                chosen = (arrival, completion, verdict)
-                break
-        deferred: dict[str, float] | None = None
-        if chosen is not None and self.plan.deferral is not None:
-            model, threshold = self.plan.deferral
-            score = model.score(self.turn, self.views(run, verdicts))
-            deferred = {"score": round(score, 4), "threshold": threshold}
-            if score > threshold:  # kept (below) until the frontier answers
-                candidates, chosen, reason = [chosen[0]], None, "deferred"
+        chosen = _choose(run, candidates, verdicts)
+        deferred = self._deferred(run, chosen, verdicts)  # (score, threshold), if asked
+        if chosen is not None and deferred is not None and deferred[0] > deferred[1]:
+            # kept (below) until the frontier answers
+            candidates, chosen, reason = [chosen], None, "deferred"
         index_of = self._record_all(run, verdicts, cancelled)
-        run.panel = self._summary(result, index_of, bool(answered))
+        summary = self._summary(result, index_of, bool(answered))
         if deferred is not None:
-            run.panel["deferral"] = deferred
+            summary["deferral"] = {"score": round(deferred[0], 4), "threshold": deferred[1]}
+        run.panel_found(summary)
         if chosen is not None:
-            run.served_by = (chosen[0].spec.backend, run.keep("fast", chosen[1], chosen[2]))
+            self._keep(run, chosen, verdicts[chosen.spec.index])
             return None
         nxt = run.move_on("fast", reason)
-        if run.returned is None and answered:
+        if run.kept is None and answered:
             # keep a draft (the majority's first) until a better one comes: nothing is lost,
             # and run.keep takes off calls the floor refuses
             first = candidates[0] if candidates else self._leader(answered, result)
-            kept = verdicts.get(first.spec.index)
-            if kept is None:
-                assert first.completion is not None
-                kept = run.gated(first.completion)
-            run.served_by = (first.spec.backend, run.keep("fast", kept[0], kept[1]))
+            # a draft the panel did not confirm is never kept as verified
+            self._keep(run, first, verdicts.get(first.spec.index), why=_doubt(reason, result))
         return nxt
+
+    def _keep(
+        self,
+        run: TurnRun,
+        arrival: _Arrival,
+        gated: tuple[Completion, Verdict | None] | None,
+        *,
+        why: str | None = None,
+    ) -> None:
+        if gated is None:
+            assert arrival.completion is not None
+            gated = run.gated(arrival.completion)
+        verdict = gated[1] if why is None else unconfirmed(gated[1], why)
+        run.keep("fast", gated[0], verdict, backend=arrival.spec.backend)
+
+    def _candidates(
+        self, answered: list[_Arrival], result: Tally
+    ) -> tuple[list[_Arrival], TierFailure]:
+        """The drafts the gate may pick from, in arrival order, and the reason if none passes."""
+        if not answered:
+            refused = all(isinstance(a.error, BackendUnavailable) for a in self.arrivals)
+            return [], "circuit_open" if refused else "backend_error"
+        if result.agreed:
+            members = set(result.members)
+            return self._majority_only([a for a in answered if a.spec.index in members]), (
+                "gate_failed"
+            )
+        if not result.comparable:
+            return answered, "gate_failed"  # prose: the panel cannot judge, the gate decides
+        return [], "drafts_disagree"
+
+    def _majority_only(self, members: list[_Arrival]) -> list[_Arrival]:
+        """The members with only the parts enough of them gave; those that lose none first."""
+        needed = needed_votes(self.plan.k, self.plan.min_agreement)
+        given = [a.completion for a in members if a.completion is not None]
+        said = majority_only(given, self.turn, needed=needed, k=self.plan.k)
+        pairs = sorted(zip(members, said, strict=True), key=lambda p: p[1] is not p[0].completion)
+        return [a if d is a.completion else replace(a, completion=d) for a, d in pairs]
+
+    def _deferred(
+        self,
+        run: TurnRun,
+        chosen: _Arrival | None,
+        verdicts: dict[int, tuple[Completion, Verdict | None]],
+    ) -> tuple[float, float] | None:
+        """The deferral model's score of an answer the panel would accept, and its threshold."""
+        if chosen is None or self.plan.deferral is None:
+            return None
+        model, threshold = self.plan.deferral
+        return model.score(self.turn, self.views(run, verdicts)), threshold
 
     def views(
         self, run: TurnRun, verdicts: dict[int, tuple[Completion, Verdict | None]]
@@ -400,15 +288,7 @@ class Panel:
     ) -> None:
         spec = arrival.spec
         if arrival.error is not None:
-            run.errors.append(arrival.error)
-            run.add_attempt(
-                "fast",
-                spec.backend,
-                arrival.model,
-                arrival.latency,
-                role="draft",
-                error=_describe(arrival.error),
-            )
+            run.draft_failed(spec.backend, arrival.model, arrival.error, arrival.latency)
             return
         completion = arrival.completion
         assert completion is not None
@@ -420,12 +300,12 @@ class Panel:
             conversions = completion.conversions
             if call_problems(completion, run.turn):  # as a single draft's attempt says
                 conversions = (*conversions, DROPPED_CALLS)
-        run.drafts[len(run.attempts)] = completion
         run.add_attempt(
             "fast",
             spec.backend,
             arrival.model,
             arrival.latency,
+            output=completion,
             role="draft",
             usage=completion.usage,
             cost=cost_of(completion.usage, config.price) if config is not None else 0.0,
@@ -449,48 +329,28 @@ class Panel:
         }
 
 
+def _doubt(reason: str, result: Tally) -> str | None:
+    """Why the panel did not confirm the draft it keeps (``None``: it did not judge it)."""
+    if reason == "deferred":
+        return "deferred by the deferral model"
+    return result.reason if reason == "drafts_disagree" else None
+
+
 def _key_dict(key: AnswerKey | None) -> dict[str, str] | None:
     if key is None:
         return None
     return {"kind": key.kind, "value": key.value, "detail": key.detail}
 
 
-FlightPlan = tuple["PanelPlan | None", "float | None"]
-"""A fast turn's panel (``None``: one draft) and hedge delay (``None``: no hedge)."""
-
-
-def turn_panel(run: TurnRun) -> PanelPlan | None:
-    """The panel ``run``'s fast side would send (``None``: one draft); pure."""
-    if run.policy.drafts is None or not run.escalate:  # a shadow run: one call, as documented
-        return None
-    return plan_panel(
-        run.policy,
-        run.turn,
-        usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
-        multiple_choices=getattr(run.ports, "multiple_choices", None),
-        deferral=getattr(run.ports, "deferral", None),
-    )
-
-
-def own_calls(plan: PanelPlan) -> dict[str, int]:
-    """The requests a panel sends each backend: one per draft, or one for all (``n``)."""
-    if plan.n:
-        return {plan.drafts[0].backend: 1}
-    counts: dict[str, int] = {}
-    for spec in plan.drafts:
-        counts[spec.backend] = counts.get(spec.backend, 0) + 1
-    return counts
-
-
-def plan_flight(run: TurnRun, *, percentile: Percentile) -> FlightPlan | None:
-    """The concurrent plan of a turn starting on the fast tier, ``None`` for the usual path."""
-    policy = run.policy
-    if (policy.drafts is None and policy.hedge is None) or run.first_tier() != "fast":
-        return None
-    if not run.escalate:  # a shadow run: one call, as documented
-        return None
-    panel = turn_panel(run)
-    hedge = hedge_delay(run, percentile=percentile)
-    if panel is None and hedge is None:
-        return None
-    return panel, hedge
+def _choose(
+    run: TurnRun,
+    candidates: list[_Arrival],
+    verdicts: dict[int, tuple[Completion, Verdict | None]],
+) -> _Arrival | None:
+    """The first candidate the gate and the offered-calls floor accept (each gated once)."""
+    for arrival in candidates:
+        assert arrival.completion is not None
+        verdicts[arrival.spec.index] = gated = run.gated(arrival.completion)
+        if gated[1] is None or gated[1].passed:
+            return arrival
+    return None

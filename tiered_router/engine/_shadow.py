@@ -50,9 +50,9 @@ def plan_shadow(run: TurnRun) -> TurnRun | None:
     ``turn_id``, rule ``shadow``, ``metadata.shadow: true``) is a label for that tier.
     """
     rate = run.policy.shadow.rate
-    if run.returned is None or not sampled(run.turn.id, rate):
+    if run.kept is None or not sampled(run.turn.id, rate):
         return None
-    other = OTHER_TIER[run.returned[0]]
+    other = OTHER_TIER[run.kept.tier]
     if other in run.tried or not run.usable(other):
         return None
     return shadow_run(
@@ -151,7 +151,11 @@ class ShadowRunner:
             self.launch(shadow)
 
     def launch(self, shadow: TurnRun, finish: Finisher | None = None) -> None:
-        """Sync twin of :meth:`alaunch` (a daemon thread)."""
+        """Sync twin of :meth:`alaunch`.
+
+        Differs from the async twin: the shadow run goes on a daemon thread, kept in the
+        running set until it ends; the async twin makes an asyncio task and tracks it.
+        """
         thread = threading.Thread(
             target=self._run, args=(shadow, finish), name="tiered-router-shadow", daemon=True
         )
@@ -160,6 +164,11 @@ class ShadowRunner:
         thread.start()
 
     def _run(self, shadow: TurnRun, finish: Finisher | None) -> None:
+        """Sync twin of :meth:`_arun`, on its own thread.
+
+        Differs from the async twin: the thread takes itself off the running set at its end
+        (a task is taken off by its done callback).
+        """
         try:
             self._drive(shadow)
             if finish is not None:
@@ -173,7 +182,11 @@ class ShadowRunner:
                 self._threads.discard(threading.current_thread())
 
     def drain(self, timeout_s: float | None = None) -> None:
-        """Wait for the shadow threads still running."""
+        """Wait for the shadow threads still running.
+
+        Differs from the async twin: it joins threads, each for at most ``timeout_s``; the
+        async twin gathers tasks until none is left.
+        """
         with self._lock:
             threads = list(self._threads)
         for thread in threads:

@@ -24,19 +24,30 @@ after it streams as usual.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from contextlib import aclosing, closing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from tiered_router._types import Tier
-from tiered_router.engine._dispatch import unexpected_error
+from tiered_router.engine._chunks import (
+    aclose_stream,
+    acollect,
+    aopen_stream,
+    as_chunks,
+    close_stream,
+    collect,
+    open_stream,
+    typed_error,
+)
 from tiered_router.engine._machine import LIFTED_TEXT_CALLS
 from tiered_router.engine._offered import DROPPED_CALLS, CallHold, call_problems, whole_calls
 from tiered_router.engine.resilience import breaker_outcome
 from tiered_router.exceptions import BackendError, BackendTimeout, StreamInterrupted
-from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, assemble
+from tiered_router.turn import Completion, CompletionChunk, assemble
 
 if TYPE_CHECKING:
-    from tiered_router.backends._base import Backend, CompletionRequest
+    from tiered_router.backends._base import Backend
     from tiered_router.engine._dispatch import Dispatcher
     from tiered_router.engine._drive import AfterTurn, Driver
     from tiered_router.engine._machine import RoutedResult, TurnRun
@@ -45,118 +56,17 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncRoutedStream", "RoutedStream"]
 
-
-def _typed(exc: Exception, backend: Backend) -> BackendError:
-    if isinstance(exc, BackendError):
-        return exc
-    typed = unexpected_error(exc, backend.name)
-    typed.__cause__ = exc
-    return typed
+_Rest = TypeVar("_Rest")
 
 
-def _has_content(chunk: CompletionChunk) -> bool:
-    return bool(chunk.text or chunk.tool_calls)
+@dataclass(frozen=True, slots=True)
+class _Opened(Generic[_Rest]):
+    """A stream opened on a tier: what was read up to its first content, and the rest."""
 
-
-def _as_chunks(completion: Completion) -> list[CompletionChunk]:
-    """Chunks for a backend that cannot stream: the whole completion at once."""
-    calls = tuple(
-        ToolCallDelta(index=i, id=c.id, name=c.name, arguments=c.arguments)
-        for i, c in enumerate(completion.tool_calls)
-    )
-    return [
-        CompletionChunk(
-            text=completion.text,
-            tool_calls=calls,
-            model=completion.model,
-            reasoning=completion.reasoning,
-        ),
-        CompletionChunk(
-            finish_reason=completion.finish_reason, usage=completion.usage, model=completion.model
-        ),
-    ]
-
-
-async def _acollect(
-    backend: Backend, request: CompletionRequest
-) -> tuple[Completion, list[CompletionChunk]]:
-    """One try: read a whole draft as chunks."""
-    astream = getattr(backend, "astream", None)
-    if astream is None:
-        completion = await backend.acomplete(request)
-        return completion, _as_chunks(completion)
-    chunks = [chunk async for chunk in astream(request)]
-    return assemble(chunks, backend=backend.name), chunks
-
-
-def _collect(
-    backend: Backend, request: CompletionRequest
-) -> tuple[Completion, list[CompletionChunk]]:
-    """Sync twin of :func:`_acollect`."""
-    stream = getattr(backend, "stream", None)
-    if stream is None:
-        completion = backend.complete(request)
-        return completion, _as_chunks(completion)
-    chunks = list(stream(request))
-    return assemble(chunks, backend=backend.name), chunks
-
-
-async def _aopen(
-    backend: Backend, request: CompletionRequest
-) -> tuple[list[CompletionChunk], AsyncIterator[CompletionChunk] | None]:
-    """One try: open a stream and read up to the first chunk with content.
-
-    Returns the chunks read and the rest of the stream (``None`` when it ended).
-    """
-    astream = getattr(backend, "astream", None)
-    if astream is None:
-        return _as_chunks(await backend.acomplete(request)), None
-    rest: AsyncIterator[CompletionChunk] = astream(request).__aiter__()
-    held: list[CompletionChunk] = []
-    try:
-        while True:
-            try:
-                chunk = await rest.__anext__()
-            except StopAsyncIteration:
-                return held, None
-            held.append(chunk)
-            if _has_content(chunk):
-                return held, rest
-    except BaseException:
-        await _aclose(rest)
-        raise
-
-
-def _open(
-    backend: Backend, request: CompletionRequest
-) -> tuple[list[CompletionChunk], Iterator[CompletionChunk] | None]:
-    """Sync twin of :func:`_aopen`."""
-    stream = getattr(backend, "stream", None)
-    if stream is None:
-        return _as_chunks(backend.complete(request)), None
-    rest: Iterator[CompletionChunk] = iter(stream(request))
-    held: list[CompletionChunk] = []
-    try:
-        for chunk in rest:
-            held.append(chunk)
-            if _has_content(chunk):
-                return held, rest
-    except BaseException:
-        _close(rest)
-        raise
-    return held, None
-
-
-async def _aclose(it: object) -> None:
-    aclose = getattr(it, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-def _close(it: object) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
+    backend: Backend
+    held: list[CompletionChunk]
+    rest: _Rest
+    started: float
 
 
 class _StreamState:
@@ -234,9 +144,9 @@ class _StreamState:
         self.tier = result.tier
         rebuilt = {LIFTED_TEXT_CALLS, DROPPED_CALLS} & set(result.completion.conversions)
         if rebuilt or not self._pending:
-            return _as_chunks(result.completion)
+            return as_chunks(result.completion)
         # the calls the run checked, whole: never the server's fragments as they came
-        return whole_calls(self._pending, result.completion) or _as_chunks(result.completion)
+        return whole_calls(self._pending, result.completion) or as_chunks(result.completion)
 
     def _broken(self, tier: Tier, backend: Backend, exc: BackendError, started: float) -> None:
         """A failure after chunks reached the caller: record it (the caller ends the turn)."""
@@ -283,7 +193,7 @@ class AsyncRoutedStream(_StreamState):
             return
         self._gen = self._generate()
         try:
-            self._head.append(await self._gen.__anext__())
+            self._head.append(await anext(self._gen))
         except StopAsyncIteration:
             pass
 
@@ -293,7 +203,7 @@ class AsyncRoutedStream(_StreamState):
         A turn that had not finished ends here; its trace says it was abandoned.
         """
         if self._gen is not None:
-            await _aclose(self._gen)
+            await aclose_stream(self._gen)
         if not self._run.done:
             await self._dispatch.aend(self._run, GeneratorExit())
 
@@ -316,68 +226,85 @@ class AsyncRoutedStream(_StreamState):
 
     async def _generate(self) -> AsyncIterator[CompletionChunk]:
         try:
-            run, dispatch = self._run, self._dispatch
+            run = self._run
             tier: Tier | None = run.first_tier()
             flight = self._driver.plan(run) if self._driver is not None else None
             if flight is not None and self._driver is not None:
                 # a panel or a hedge: the accepted draft streams once decided
                 tier = await self._driver.flight.arun(run, flight)
             while tier is not None:
-                serving = tier
-                if not self._live(serving):
-                    try:
-                        (completion, chunks), backend, started = await dispatch.acall(
-                            run, serving, _acollect
-                        )
-                    except BackendError as exc:
-                        tier = run.after_error(serving, exc)
-                        continue
-                    tier = self._drafted(serving, backend, completion, chunks, started)
+                if not self._live(tier):
+                    tier = await self._abuffered(tier)
                     continue
-                try:
-                    (held, rest), backend, started = await dispatch.acall(run, serving, _aopen)
-                except BackendError as exc:
-                    tier = run.after_error(serving, exc)
-                    continue
-                if rest is None:
-                    completion = assemble(held, backend=backend.name)
-                    tier = self._drafted(serving, backend, completion, held, started)
-                    continue
-                self.tier = serving
-                chunks = list(held)
-                hold = CallHold()  # tool calls wait for the whole draft
-                try:
-                    for chunk in held:
-                        for out in hold.feed(chunk):
-                            yield out
-                    async for chunk in rest:
-                        chunks.append(chunk)
-                        for out in hold.feed(chunk):
-                            yield out
-                        self._check_deadline(serving)
-                except Exception as raised:  # the upstream broke: a typed error, traced
-                    err = _typed(raised, backend)
-                    self._broken(serving, backend, err, started)
-                    await dispatch.breaker(backend.name).arecord(breaker_outcome(err))
-                    trace = await dispatch.aend(run, err)
-                    raise self._interrupted(serving, err, trace) from err
-                except BaseException as exc:  # the caller stopped reading, or was cancelled
-                    run.record_cut(
-                        serving, backend.name, backend.model, exc, self._latency(started)
-                    )
-                    raise
-                finally:
-                    await _aclose(rest)  # a caller that stops early closes the upstream stream
-                checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = self._done(await dispatch.afinish(run))
-                for out in hold.release(problems, checked):
-                    yield out
-                return
-            for chunk in self._settled(self._done(await dispatch.afinish(run))):
+                tier, opened = await self._aopened(tier)
+                if opened is not None and tier is not None:
+                    # closed here when the caller stops: the call cut short is traced
+                    async with aclosing(self._athrough(tier, opened)) as through:
+                        async for chunk in through:
+                            yield chunk
+                    return
+            for chunk in self._settled(self._done(await self._dispatch.afinish(run))):
                 yield chunk
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             await self._dispatch.aend(self._run, exc)
             raise
+
+    async def _abuffered(self, tier: Tier) -> Tier | None:
+        """Read ``tier``'s draft whole and gate it; return the next tier (``None``: done)."""
+        try:
+            (completion, chunks), backend, started = await self._dispatch.acall(
+                self._run, tier, acollect
+            )
+        except BackendError as exc:
+            return self._run.after_error(tier, exc)
+        return self._drafted(tier, backend, completion, chunks, started)
+
+    async def _aopened(self, tier: Tier) -> tuple[Tier | None, _Opened[Any] | None]:
+        """Open ``tier``'s stream: the tier and its open stream, or the next tier."""
+        try:
+            (held, rest), backend, started = await self._dispatch.acall(
+                self._run, tier, aopen_stream
+            )
+        except BackendError as exc:
+            return self._run.after_error(tier, exc), None
+        if rest is None:  # it ended before any content: a whole draft after all
+            completion = assemble(held, backend=backend.name)
+            return self._drafted(tier, backend, completion, held, started), None
+        return tier, _Opened(backend, held, rest, started)
+
+    async def _athrough(
+        self, serving: Tier, opened: _Opened[AsyncIterator[CompletionChunk]]
+    ) -> AsyncGenerator[CompletionChunk, None]:
+        """Stream ``opened`` straight through to the caller, then end the turn."""
+        run, dispatch = self._run, self._dispatch
+        backend, started, rest = opened.backend, opened.started, opened.rest
+        self.tier = serving
+        chunks = list(opened.held)
+        hold = CallHold()  # tool calls wait for the whole draft
+        try:
+            for chunk in opened.held:
+                for out in hold.feed(chunk):
+                    yield out
+            async for chunk in rest:
+                chunks.append(chunk)
+                for out in hold.feed(chunk):
+                    yield out
+                self._check_deadline(serving)
+        except Exception as raised:  # the upstream broke: a typed error, traced
+            err = typed_error(raised, backend)
+            self._broken(serving, backend, err, started)
+            await dispatch.breaker(backend.name).arecord(breaker_outcome(err))
+            trace = await dispatch.aend(run, err)
+            raise self._interrupted(serving, err, trace) from err
+        except BaseException as exc:  # the caller stopped reading, or was cancelled
+            run.record_cut(serving, backend.name, backend.model, exc, self._latency(started))
+            raise
+        finally:
+            await aclose_stream(rest)  # a caller that stops early closes the upstream stream
+        checked, problems = self._ended(serving, backend, chunks, started)
+        self._result = self._done(await dispatch.afinish(run))
+        for out in hold.release(problems, checked):
+            yield out
 
 
 class RoutedStream(_StreamState):
@@ -403,7 +330,7 @@ class RoutedStream(_StreamState):
     def close(self) -> None:
         """Stop the stream early and close the upstream connection under it."""
         if self._gen is not None:
-            _close(self._gen)
+            close_stream(self._gen)
         if not self._run.done:
             self._dispatch.end(self._run, GeneratorExit())
 
@@ -425,60 +352,71 @@ class RoutedStream(_StreamState):
 
     def _generate(self) -> Iterator[CompletionChunk]:
         try:
-            run, dispatch = self._run, self._dispatch
+            run = self._run
             tier: Tier | None = run.first_tier()
             flight = self._driver.plan(run) if self._driver is not None else None
             if flight is not None and self._driver is not None:
                 tier = self._driver.sync_flight.run(run, flight)
             while tier is not None:
-                serving = tier
-                if not self._live(serving):
-                    try:
-                        (completion, chunks), backend, started = dispatch.call(
-                            run, serving, _collect
-                        )
-                    except BackendError as exc:
-                        tier = run.after_error(serving, exc)
-                        continue
-                    tier = self._drafted(serving, backend, completion, chunks, started)
+                if not self._live(tier):
+                    tier = self._buffered(tier)
                     continue
-                try:
-                    (held, rest), backend, started = dispatch.call(run, serving, _open)
-                except BackendError as exc:
-                    tier = run.after_error(serving, exc)
-                    continue
-                if rest is None:
-                    completion = assemble(held, backend=backend.name)
-                    tier = self._drafted(serving, backend, completion, held, started)
-                    continue
-                self.tier = serving
-                chunks = list(held)
-                hold = CallHold()
-                try:
-                    for chunk in held:
-                        yield from hold.feed(chunk)
-                    for chunk in rest:
-                        chunks.append(chunk)
-                        yield from hold.feed(chunk)
-                        self._check_deadline(serving)
-                except Exception as raised:
-                    err = _typed(raised, backend)
-                    self._broken(serving, backend, err, started)
-                    dispatch.breaker(backend.name).record(breaker_outcome(err))
-                    trace = dispatch.end(run, err)
-                    raise self._interrupted(serving, err, trace) from err
-                except BaseException as exc:
-                    run.record_cut(
-                        serving, backend.name, backend.model, exc, self._latency(started)
-                    )
-                    raise
-                finally:
-                    _close(rest)  # a caller that stops early closes the upstream stream
-                checked, problems = self._ended(serving, backend, chunks, started)
-                self._result = self._done(dispatch.finish(run))
-                yield from hold.release(problems, checked)
-                return
-            yield from self._settled(self._done(dispatch.finish(run)))
+                tier, opened = self._opened(tier)
+                if opened is not None and tier is not None:
+                    with closing(self._through(tier, opened)) as through:
+                        yield from through
+                    return
+            yield from self._settled(self._done(self._dispatch.finish(run)))
         except BaseException as exc:  # whatever ends the turn, its trace is emitted once
             self._dispatch.end(self._run, exc)
             raise
+
+    def _buffered(self, tier: Tier) -> Tier | None:
+        """Sync twin of :meth:`AsyncRoutedStream._abuffered`."""
+        try:
+            (completion, chunks), backend, started = self._dispatch.call(self._run, tier, collect)
+        except BackendError as exc:
+            return self._run.after_error(tier, exc)
+        return self._drafted(tier, backend, completion, chunks, started)
+
+    def _opened(self, tier: Tier) -> tuple[Tier | None, _Opened[Any] | None]:
+        """Sync twin of :meth:`AsyncRoutedStream._aopened`."""
+        try:
+            (held, rest), backend, started = self._dispatch.call(self._run, tier, open_stream)
+        except BackendError as exc:
+            return self._run.after_error(tier, exc), None
+        if rest is None:
+            completion = assemble(held, backend=backend.name)
+            return self._drafted(tier, backend, completion, held, started), None
+        return tier, _Opened(backend, held, rest, started)
+
+    def _through(
+        self, serving: Tier, opened: _Opened[Iterator[CompletionChunk]]
+    ) -> Generator[CompletionChunk, None, None]:
+        """Sync twin of :meth:`AsyncRoutedStream._athrough`."""
+        run, dispatch = self._run, self._dispatch
+        backend, started, rest = opened.backend, opened.started, opened.rest
+        self.tier = serving
+        chunks = list(opened.held)
+        hold = CallHold()
+        try:
+            for chunk in opened.held:
+                yield from hold.feed(chunk)
+            for chunk in rest:
+                chunks.append(chunk)
+                yield from hold.feed(chunk)
+                self._check_deadline(serving)
+        except Exception as raised:
+            err = typed_error(raised, backend)
+            self._broken(serving, backend, err, started)
+            dispatch.breaker(backend.name).record(breaker_outcome(err))
+            trace = dispatch.end(run, err)
+            raise self._interrupted(serving, err, trace) from err
+        except BaseException as exc:
+            run.record_cut(serving, backend.name, backend.model, exc, self._latency(started))
+            raise
+        finally:
+            close_stream(rest)
+        checked, problems = self._ended(serving, backend, chunks, started)
+        self._result = self._done(dispatch.finish(run))
+        yield from hold.release(problems, checked)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tiered_router._types import Tier
-from tiered_router.evaluation.metrics import CurvePoint, pgr
+from tiered_router.evaluation.metrics import CurvePoint
 
 __all__ = [
     "CalibrationError",
@@ -284,10 +284,3 @@ def calibrate(
             f"${cheapest.cost / cheapest.n:.6g} per turn"
         )
     return max(ok, key=lambda p: (p.quality, -p.cost))
-
-
-def pgr_points(
-    points: Sequence[SweepPoint], q_weak: float, q_strong: float
-) -> list[tuple[float, float]]:
-    """Return ``(strong_share, PGR)`` for each point (for charts)."""
-    return [(p.strong_share, pgr(p.quality, q_weak, q_strong)) for p in points]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
-    from tiered_router.monitor._monitor import Monitor, Sampler
+    from tiered_router.monitor._monitor import Monitor, Sampler, random_sampler
     from tiered_router.monitor._quality import SHADOW_OUTCOMES, KindQuality
     from tiered_router.state import wilson_lower
 
@@ -39,6 +39,7 @@ __all__ = [
     "Monitor",
     "Sampler",
     "compare_answers",
+    "random_sampler",
     "turn_kind",
     "wilson_lower",
 ]
@@ -49,6 +50,7 @@ _HOMES = {
     "turn_kind": "_kinds",
     "Monitor": "_monitor",
     "Sampler": "_monitor",
+    "random_sampler": "_monitor",
     "SHADOW_OUTCOMES": "_quality",
     "KindQuality": "_quality",
 }

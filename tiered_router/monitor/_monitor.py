@@ -7,15 +7,23 @@ The router calls it at two points, and nowhere else:
   the frontier tier, or a stricter draft panel), except an ``explore`` share that goes fast
   as usual (rule ``monitor.explore``) and is always shadowed;
 - after a turn ended with an accepted fast answer, :meth:`Monitor.shadow` (sync path) or
-  :meth:`Monitor.ashadow` (async path): a ``shadow_rate`` share of them (a hash of the turn
-  id, or the injected sampler) is sent to the frontier tier in the background through the
-  engine's shadow runner (:mod:`tiered_router.engine._shadow`). The caller already has its
-  answer. When the frontier answers, the two answers are compared
+  :meth:`Monitor.ashadow` (async path): a ``shadow_rate`` share of them (drawn at random
+  per turn, or by the injected sampler) is sent to the frontier tier in the background
+  through the engine's shadow runner (:mod:`tiered_router.engine._shadow`). The caller
+  already has its answer. When the frontier answers, the two answers are compared
   (:func:`~tiered_router.monitor.compare_answers`), the comparison is recorded in the state
   store (one atomic operation, shared by every worker on a shared store), the shadow call's
   cost is charged to the turn's task, and its trace (rule ``monitor.shadow``,
   ``metadata.shadow`` and ``metadata.monitor``: kind, outcome, figures, any change of state)
   goes to the sinks.
+
+Which turns are shadowed (and which explore) is neither predictable nor steerable by a
+client: the default sampler draws from the operating system's random source on every turn,
+so a turn id a client chooses (the ``turn_id`` signal) says nothing about it, and probing
+ids teaches nothing; and a turn id already shadowed is never shadowed (nor counted) again
+while it is among the last ``max(1024, 4 * window)`` shadowed ids, so replaying one cannot
+fill the window. Tests and simulations inject a deterministic sampler
+(``Monitor(sample=...)`` or ``router.monitor.sample``).
 
 A state change (``ok`` -> ``enforcing`` and back) is logged once, by the process whose record
 made it, and is in that shadow call's trace. A state-store failure falls back to in-process
@@ -26,13 +34,15 @@ figures (:class:`~tiered_router.state.SafeStateStore`); a shadow call's failure 
 from __future__ import annotations
 
 import logging
+import random
 import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-from tiered_router.engine._shadow import sampled, shadow_run
+from tiered_router.engine._shadow import shadow_run
 from tiered_router.monitor._kinds import Comparison, compare_answers, turn_kind
 from tiered_router.monitor._quality import KindQuality, quality_of
 from tiered_router.policy._drafts import DraftsConfig
@@ -52,14 +62,30 @@ if TYPE_CHECKING:
     from tiered_router.policy._schema import Policy
     from tiered_router.turn import Completion
 
-__all__ = ["Monitor", "Sampler"]
+__all__ = ["Monitor", "Sampler", "random_sampler"]
 
 logger = logging.getLogger("tiered_router.monitor")
 
 Sampler = Callable[[str, float], bool]
 """``sample(key, rate) -> bool``: whether ``key`` falls in the share ``rate``. The default
-hashes the key (:func:`tiered_router.engine._shadow.sampled`), so the same turn id always
-gets the same answer; inject one for tests and simulations (STYLE rule 19)."""
+(:func:`random_sampler`) draws at random, ignoring the key, so a client cannot predict or
+steer it through the turn id it chooses; inject a deterministic one (such as
+:func:`tiered_router.engine._shadow.sampled`, a hash of the key) for tests and simulations
+(STYLE rule 19)."""
+
+
+def random_sampler(rng: random.Random | None = None) -> Sampler:
+    """A :data:`Sampler` that draws from ``rng`` (default: the OS's random source) per call.
+
+    The key is ignored: the draw depends on nothing a client sends.
+    """
+    source = rng or random.SystemRandom()
+
+    def sample(key: str, rate: float) -> bool:
+        return rate > 0 and source.random() < rate
+
+    return sample
+
 
 SHADOW_RULE = "monitor.shadow"
 EXPLORE_RULE = "monitor.explore"
@@ -103,7 +129,9 @@ class Monitor:
         self._store = store
         self._shadows = shadows
         self._clock = clock
-        self.sample: Sampler = sample or sampled
+        self.sample: Sampler = sample or random_sampler()
+        self._shadowed: OrderedDict[str, None] = OrderedDict()  # recent shadowed turn ids
+        self._remember = max(1024, 4 * config.window)
         self._view: dict[str, MonitorSnapshot] = {}
         self._read_at: float | None = None
         self._refreshing = False
@@ -209,14 +237,16 @@ class Monitor:
             return
         config = self.config
         if self.sample(f"monitor.explore|{run.turn.id}", config.explore):
-            run.decision = replace(
-                decision,
-                rule=EXPLORE_RULE,
-                reasons=(
-                    f"monitor: {kind} is enforcing; this turn explores (explore "
-                    f"{config.explore:g}): fast as usual, compared with the frontier",
-                    *decision.reasons,
-                ),
+            run.redecide(
+                replace(
+                    decision,
+                    rule=EXPLORE_RULE,
+                    reasons=(
+                        f"monitor: {kind} is enforcing; this turn explores (explore "
+                        f"{config.explore:g}): fast as usual, compared with the frontier",
+                        *decision.reasons,
+                    ),
+                )
             )
             return
         bound = wilson_lower(snap.matched, snap.compared, self.rules.z)
@@ -225,31 +255,35 @@ class Monitor:
             f"({snap.matched}/{snap.compared} matched)"
         )
         if config.tighten == "drafts" and self._strict is not None:
-            run.policy = self._strict
             strict = config.tighten_drafts
-            run.decision = replace(
-                decision,
-                rule=TIGHTEN_RULE,
-                reasons=(
-                    f"{why}: {strict.k} drafts, min_agreement {strict.min_agreement:g}",
-                    *decision.reasons,
+            run.redecide(
+                replace(
+                    decision,
+                    rule=TIGHTEN_RULE,
+                    reasons=(
+                        f"{why}: {strict.k} drafts, min_agreement {strict.min_agreement:g}",
+                        *decision.reasons,
+                    ),
                 ),
+                policy=self._strict,
             )
         elif run.usable("frontier"):
-            run.decision = replace(
-                decision,
-                tier="frontier",
-                backend=run.policy.backend_for("frontier"),
-                rule=TIGHTEN_RULE,
-                reasons=(f"{why}: frontier", *decision.reasons),
+            run.redecide(
+                replace(
+                    decision,
+                    tier="frontier",
+                    backend=run.policy.backend_for("frontier"),
+                    rule=TIGHTEN_RULE,
+                    reasons=(f"{why}: frontier", *decision.reasons),
+                )
             )
 
     # -- after the turn ---------------------------------------------------------------------
 
     def _plan(self, run: TurnRun) -> tuple[TurnRun, MonitorKind, Completion] | None:
         trace = run.trace()
-        returned = run.returned
-        if returned is None or trace.tier != "fast" or trace.escalated:
+        kept = run.kept
+        if kept is None or trace.tier != "fast" or trace.escalated:
             return None
         if trace.verdict is not None and not trace.verdict.passed:
             return None  # a fast draft kept because nothing else answered: not accepted
@@ -258,10 +292,19 @@ class Monitor:
         if kind not in config.kinds:
             return None
         explore = run.decision.rule == EXPLORE_RULE
-        if not explore and not self.sample(f"monitor.shadow|{run.turn.id}", config.shadow_rate):
+        turn_id = run.turn.id
+        if turn_id in self._shadowed:  # a replayed id is compared (and counted) once
+            return None
+        if not explore and not self.sample(f"monitor.shadow|{turn_id}", config.shadow_rate):
             return None
         if "frontier" in run.tried or not run.usable("frontier"):
             return None
+        with self._lock:
+            if turn_id in self._shadowed:
+                return None
+            self._shadowed[turn_id] = None
+            while len(self._shadowed) > self._remember:
+                self._shadowed.popitem(last=False)
         shadow = shadow_run(
             run,
             "frontier",
@@ -272,7 +315,7 @@ class Monitor:
             ),
             metadata={"shadow": True, "monitor": {"kind": kind, "explore": explore}},
         )
-        return shadow, kind, returned[1]
+        return shadow, kind, kept.completion
 
     def shadow(self, run: TurnRun, result: RoutedResult) -> RoutedResult:
         """After a turn (sync path): shadow it when sampled; return the result, marked."""
@@ -316,10 +359,10 @@ class Monitor:
         return replace(result, shadowed=True)
 
     def _outcome(self, shadow: TurnRun, kind: MonitorKind, fast: Completion) -> str:
-        returned = shadow.returned
-        if returned is None:
+        kept = shadow.kept
+        if kept is None:
             return "failed"
-        comparison: Comparison = compare_answers(fast, returned[1], shadow.turn)
+        comparison: Comparison = compare_answers(fast, kept.completion, shadow.turn)
         return comparison
 
     def _settle(
@@ -355,7 +398,7 @@ class Monitor:
                     snap.compared,
                     self.config.confidence,
                 )
-        shadow.turn = shadow.turn.with_updates(metadata={**shadow.turn.metadata, "monitor": info})
+        shadow.annotate({"monitor": info})
 
     # -- figures --------------------------------------------------------------------------
 

@@ -5,10 +5,13 @@ agree. This wing holds the pure part: the answer key of one draft (:func:`answer
 what "the same answer" means, see docs/panels.md) and the count of a panel's keys
 (:func:`tally`: agreement, majority, and when the outcome is decided so that the engine can
 cancel the drafts still running), the exact form of a draft (:func:`exact_form`: what the
-caller would receive), which the majority must share for the panel to return it, and what
-the drafts say beyond their majority (:func:`draft_signals`, the draft half of a deferral
-model's features). No I/O, no clock, no randomness; it imports only the root's values
-(``turn``, ``_limits``) and the calls wing's readers.
+caller would receive), which the majority must share for the panel to return it, the
+other parts of a draft (:func:`draft_parts`: text beside calls, before an answer, thinking,
+reasoning), which it returns only when its majority gave them too (:func:`unshared_parts`,
+:func:`without_parts`, :func:`majority_only`), and what the drafts say beyond their majority
+(:func:`draft_signals`, the draft half of a deferral model's features). No I/O, no clock,
+no randomness; it imports only the root's values (``turn``, ``_limits``) and the calls
+wing's readers.
 
 Example:
     ```python
@@ -23,7 +26,14 @@ Example:
 
 from __future__ import annotations
 
-from tiered_router.panels._exact import exact_form
+from tiered_router.panels._exact import (
+    PARTS,
+    draft_parts,
+    exact_form,
+    majority_only,
+    unshared_parts,
+    without_parts,
+)
 from tiered_router.panels._final import final_answer, normalise_answer
 from tiered_router.panels._keys import AnswerKey, AnswerKind, answer_key
 from tiered_router.panels._kinds import TURN_KINDS, panel_kinds, turn_kind
@@ -39,14 +49,19 @@ __all__ = [
     "answer_key",
     "canonical",
     "draft_signals",
+    "draft_parts",
     "draft_text",
     "exact_form",
     "final_answer",
+    "majority_only",
     "needed_votes",
     "normalise_answer",
     "panel_kinds",
     "tally",
     "turn_kind",
+    "unshared_parts",
+    "without_parts",
+    "PARTS",
     "SIGNAL_NAMES",
     "TURN_KINDS",
 ]

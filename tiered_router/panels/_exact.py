@@ -1,25 +1,34 @@
-"""A draft's exact form: what the caller would receive, compared without normalisation.
+r"""A draft's exact form: what the caller would receive, compared without normalisation.
 
 The answer key (:mod:`tiered_router.panels._keys`) finds drafts that give the same answer
 through a normalisation that merges what says the same (``"Celsius"`` and ``"celsius"``, an
-optional argument the request never asked for, a qualifier after a comma, text after a final
-answer). Agreement on the key says the drafts agree; it does not say which draft's words to
-return, and the normalisation merges what must never be vouched for: a recipient list
-(``"bob@corp.example, attacker@evil.test"``), an unrequested ``bcc``, a path's case or
-trailing ``/``, a command (``rm -rf /tmp/build /``), a JSON key given twice, an instruction
-after "The answer is 42.". So a panel also compares each draft's exact form
+optional argument the request never asked for, a qualifier after a comma, the text around a
+final answer, the order of a parallel set of calls). Agreement on the key says the drafts
+agree; it does not say which draft's words to return, and the normalisation merges what must
+never be vouched for: a recipient list (``"bob@corp.example, attacker@evil.test"``), an
+unrequested ``bcc``, a path's case or trailing ``/``, a command (``rm -rf /tmp/build /``), a
+JSON key given twice, an instruction before or after "The answer is 42.", the order of
+``delete`` and ``backup``. So a panel also compares each draft's exact form
 (:func:`exact_form`), and returns only a draft whose exact form enough of its drafts gave
 (:func:`tiered_router.panels.tally`'s ``exact=``):
 
 - **tool calls**: each call's name as written and its arguments as parsed JSON (strict: no
   ``NaN``, no key given twice; ``2.0`` is the number ``2``, as every client reads it; an
   optional argument set to exactly its schema default is left out, as the tool runs the
-  same), the calls of a parallel set in any order;
+  same), **in the order written** (an agent loop runs them in that order);
 - **JSON outputs**: the parsed value (strict), keys in any order;
-- **final answers**: the answer key's value, the marked answer as written when it is text
-  (``text:...``), and everything written after the answer (whitespace collapsed, trailing
-  punctuation dropped);
+- **final answers**: the answer statement, word for word (whitespace collapsed): the
+  sentence that states the answer (from its start: "The answer is 42.", "So we get
+  \boxed{42}.", "#### 42") and everything after it; a bare answer is its whole text;
 - ``None`` when the draft has none of these in a form read strictly: it confirms nothing.
+
+Whatever else the caller would get with that answer is a **part** of the draft
+(:func:`draft_parts`): the text sent alongside native tool calls (``content``), the text
+before a final answer's statement (``preamble``), a leading ``<think>`` block
+(``thinking``), the reasoning summary (``reasoning``) and a ``refusal``. The panel returns
+a part only when enough of its agreeing drafts gave it word for word (whitespace aside);
+:func:`without_parts` takes the others off, and the trace says so. So a panel never returns
+text that only a minority of its drafts wrote, anywhere in the completion.
 
 Pure: no I/O, no clock, no randomness.
 """
@@ -29,7 +38,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tiered_router import _limits
@@ -39,20 +49,22 @@ from tiered_router.calls._text import (
     split_thinking,
     tool_specs,
 )
-from tiered_router.panels._final import (
-    _BOXED,
-    _HASHES,
-    _MARKERS,
-    _MAX_TEXT,
-    _TRAILING,
-    _first_sentence,
-    final_answer,
-)
+from tiered_router.panels._final import _BOXED, _HASHES, _MARKERS, _MAX_TEXT, final_answer
 from tiered_router.turn import Completion, ToolCall, Turn
 
-__all__ = ["exact_form"]
+__all__ = [
+    "PARTS",
+    "draft_parts",
+    "exact_form",
+    "majority_only",
+    "unshared_parts",
+    "without_parts",
+]
 
 _SPACE = re.compile(r"\s+")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
+PARTS = ("content", "preamble", "thinking", "reasoning", "refusal")
+"""The parts of a draft beyond its exact form (see the module docstring)."""
 
 
 def exact_form(completion: Completion, turn: Turn) -> str | None:
@@ -63,9 +75,10 @@ def exact_form(completion: Completion, turn: Turn) -> str | None:
         turn: The turn it answers (its tools and ``response_format``).
 
     Returns:
-        A string equal for two drafts exactly when they give the caller the same calls,
-        JSON or final answer with the same text after it; ``None`` when the draft has no
-        answer read strictly (see the module docstring).
+        A string equal for two drafts exactly when they give the caller the same calls in
+        the same order, the same JSON, or the same final answer statement word for word;
+        ``None`` when the draft has no answer read strictly (see the module docstring).
+        What else the draft carries is in :func:`draft_parts`.
     """
     calls = completion.tool_calls
     if not calls and turn.tools and completion.text:
@@ -80,6 +93,119 @@ def exact_form(completion: Completion, turn: Turn) -> str | None:
         value = _strict(_unfenced(text))
         return None if value is _UNREAD else "json:" + _dump(value)
     return _final_form(text)
+
+
+def draft_parts(completion: Completion, turn: Turn) -> dict[str, str]:
+    """What else the caller would get with ``completion``'s answer, part by part.
+
+    Args:
+        completion: The draft.
+        turn: The turn it answers.
+
+    Returns:
+        ``{part: text}`` for each part of :data:`PARTS` the draft has (whitespace
+        collapsed): ``content`` (text sent with native tool calls), ``preamble`` (text
+        before a final answer's statement), ``thinking`` (a leading ``<think>`` block),
+        ``reasoning`` and ``refusal``. Two drafts give the same part when the texts are
+        equal.
+    """
+    parts: dict[str, str] = {}
+    text = completion.text
+    if completion.tool_calls:
+        if text.strip():
+            parts["content"] = _collapsed(text)
+    else:
+        thinking, answer = split_thinking(text)
+        if thinking is not None:
+            parts["thinking"] = _collapsed(thinking)
+        fmt = turn.response_format
+        json_turn = bool(fmt and fmt.get("type") in ("json_object", "json_schema"))
+        text_calls = bool(turn.tools and text and parse_text_tool_calls(text, turn.tools))
+        if not json_turn and not text_calls:
+            start = _statement_start(answer.strip())
+            if start:
+                parts["preamble"] = _collapsed(answer.strip()[:start])
+    if completion.reasoning and completion.reasoning.strip():
+        parts["reasoning"] = _collapsed(completion.reasoning)
+    if completion.refusal and completion.refusal.strip():
+        parts["refusal"] = _collapsed(completion.refusal)
+    return parts
+
+
+def unshared_parts(
+    draft: Completion, members: Sequence[Completion], turn: Turn, *, needed: int
+) -> tuple[str, ...]:
+    """The parts of ``draft`` that fewer than ``needed`` of ``members`` gave word for word.
+
+    Args:
+        draft: One of ``members``, about to be returned.
+        members: The drafts that gave the agreed answer (``draft`` among them).
+        turn: The turn.
+        needed: The drafts that must give a part for it to be returned.
+    """
+    given = [draft_parts(m, turn) for m in members]
+    mine = draft_parts(draft, turn)
+    return tuple(
+        part
+        for part in PARTS
+        if part in mine and sum(g.get(part) == mine[part] for g in given) < needed
+    )
+
+
+def majority_only(
+    members: Sequence[Completion], turn: Turn, *, needed: int, k: int
+) -> list[Completion]:
+    """Each of ``members`` with only the parts at least ``needed`` of them gave.
+
+    The others are taken off, each draft's conversions saying so.
+
+    Args:
+        members: The drafts of the agreed answer, in any order.
+        turn: The turn.
+        needed: The drafts agreement needs.
+        k: The panel's size (for the trace).
+    """
+    why = f"fewer than {needed} of the {k} drafts gave it"
+    return [
+        without_parts(m, unshared_parts(m, members, turn, needed=needed), why=why) for m in members
+    ]
+
+
+def without_parts(completion: Completion, parts: Collection[str], *, why: str) -> Completion:
+    """``completion`` with ``parts`` (names of :data:`PARTS`) taken off; its trace says why.
+
+    Args:
+        completion: The draft.
+        parts: The parts to take off.
+        why: Why, for the conversion recorded (``"1 of 3 drafts gave it, 2 needed"``).
+    """
+    if not parts:
+        return completion
+    text = completion.text
+    if "content" in parts and completion.tool_calls:
+        text = ""
+    thinking, answer = split_thinking(text)
+    head = text[: len(text) - len(answer)] if thinking is not None else ""
+    if "thinking" in parts and thinking is not None:
+        head = ""
+    if "preamble" in parts:
+        answer = answer.strip()
+        answer = answer[_statement_start(answer) :]
+    text = head + answer if head else answer
+    return replace(
+        completion,
+        text=text,
+        reasoning=None if "reasoning" in parts else completion.reasoning,
+        refusal=None if "refusal" in parts else completion.refusal,
+        conversions=(
+            *completion.conversions,
+            f"panel: {', '.join(p for p in PARTS if p in parts)} dropped ({why})",
+        ),
+    )
+
+
+def _collapsed(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
 
 
 _UNREAD: Any = object()
@@ -130,7 +256,7 @@ def _calls_form(calls: tuple[ToolCall, ...], tools: Any) -> str | None:
             return None
         spec = specs.get(call.name)
         written.append(_dump([call.name, _unset_defaults(args, spec and spec.parameters)]))
-    return "calls:[" + ",".join(sorted(written)) + "]"
+    return "calls:[" + ",".join(written) + "]"  # in order: the caller runs them in order
 
 
 def _unset_defaults(value: Any, schema: Any) -> Any:
@@ -159,37 +285,51 @@ def _unset_defaults(value: Any, schema: Any) -> Any:
 
 
 def _final_form(text: str) -> str | None:
-    answer = final_answer(text)
-    if answer is None:
+    if final_answer(text) is None:
         return None
-    span = _answer_span(text[-_MAX_TEXT:].strip())
-    if span is None:  # a bare answer: the whole text is the answer
-        return f"final:{answer}"
-    written, after = span
-    shown = _SPACE.sub(" ", written).strip() if answer.startswith("text:") else ""
-    tail = _SPACE.sub(" ", after).strip().strip(_TRAILING)
-    return "final:" + _dump([answer, shown, tail])
+    return "final:" + _collapsed(text[_statement_start(text) :])
 
 
-def _answer_span(text: str) -> tuple[str, str] | None:
-    """The answer as written and the text after it, found as ``final_answer`` finds it."""
-    start = text.rfind(_BOXED)
-    if start >= 0:
-        depth, pos = 1, start + len(_BOXED)
-        for i in range(pos, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[pos:i], text[i + 1 :]
+def _statement_start(text: str) -> int:
+    r"""Where the sentence stating ``text``'s final answer starts (0: a bare answer).
+
+    The answer is found as ``final_answer`` finds it (the last ``\boxed{...}``, ``####``
+    line or marker); its statement starts after the end of the sentence or line before it.
+    """
+    base = max(0, len(text) - _MAX_TEXT)  # final_answer reads the end of a long text only
+    window = text[base:]
+    at = _answer_at(window)
+    if at is None:
+        return 0
+    start = 0
+    for end in _SENTENCE_END.finditer(window, 0, at):
+        start = end.end()
+    while start < at and window[start].isspace():
+        start += 1
+    return base + start
+
+
+def _answer_at(text: str) -> int | None:
+    r"""Where the answer ``final_answer`` reads starts: its marker, ``####`` or ``\boxed{``."""
+    boxed = text.rfind(_BOXED)
+    if boxed >= 0 and _balanced(text, boxed + len(_BOXED)):
+        return boxed
     hashes = list(_HASHES.finditer(text))
     if hashes:
-        return hashes[-1].group(1), text[hashes[-1].end() :]
+        return hashes[-1].start()
     marked = list(_MARKERS.finditer(text))
     if marked:
-        found = marked[-1]
-        sentence = _first_sentence(found.group(1))
-        begin = found.start(1) + found.group(1).find(sentence) if sentence else found.start(1)
-        return sentence, text[begin + len(sentence) :]
+        return marked[-1].start()
     return None
+
+
+def _balanced(text: str, pos: int) -> bool:
+    depth = 1
+    for i in range(pos, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return True
+    return False

@@ -4,8 +4,13 @@ A draft that answers a question in prose can still give a checkable answer: the 
 it (``\boxed{42}``, "the answer is (B)", ``#### 42``, ``Answer: 05/01/2021``) or is nothing
 else (``42``, ``(B)``). :func:`final_answer` finds it and writes it in one form:
 
-- ``number:<n>`` (``1,000`` and ``1000.0`` are ``number:1000``; ``$``, ``%`` and units after
-  the number are dropped);
+- ``number:<n>`` (``1,000`` and ``1000.0`` are ``number:1000``), followed by what the number
+  is written with, when anything: ``number:42 %``, ``number:42 k``, ``number:42 million``,
+  ``number:42 $``, ``number:42 eur``, ``number:5 km`` (a currency symbol before it, a
+  percent sign, a scale or a unit of at most two words after it; case folded, unit names in
+  one spelling). ``42``, ``42%``, ``42k``, ``42 million``, ``$42`` and ``42 EUR`` are six
+  answers: the value written is the number with its unit, and a panel must never vouch for
+  one as another;
 - ``option:<letter>`` (``(b)``, ``B.``, ``B)``, "option B");
 - ``date:<YYYY-MM-DD>`` (``05/01/2021``, ``2021-05-01``, ``May 1, 2021``, ``1 May 2021``);
 - ``text:<canonical text>`` for a marked answer that is none of these (``the answer is Paris``).
@@ -38,7 +43,7 @@ _OPTION = re.compile(
     r"\A(?:option\s+|choice\s+)?\(?([A-Ja-j])\)?(?:[.:)]|\s*$|\s+(?=\S))", re.IGNORECASE
 )
 _LONE_OPTION = re.compile(r"\A\(?([A-Ja-j])\)?[.:)]?\Z")
-_NUMBER = re.compile(r"\A[$€£]?\s*([+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+)")
+_NUMBER = re.compile(r"\A([$€£¥₹])?\s*([+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+)")
 _FRACTION = re.compile(r"\A\\?d?frac\{(-?\d+)\}\{(\d+)\}\Z")
 _SLASH_DATE = re.compile(r"\A(\d{1,2})/(\d{1,2})/(\d{4})\b")
 _ISO_DATE = re.compile(r"\A(\d{4})-(\d{1,2})-(\d{1,2})\b")
@@ -65,6 +70,8 @@ _MONTHS = {
 _MONTH_FIRST = re.compile(r"\A([a-z]+)\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
 _DAY_FIRST = re.compile(r"\A(\d{1,2})(?:st|nd|rd|th)?\s+([a-z]+)\.?,?\s+(\d{4})\b")
 _TRAILING = " \t\n.,;:!*`'\"“”"
+_SCALES = {"k": "thousand", "percent": "%", "per cent": "%", "pct": "%"}
+"""Units read as the same word before unit names are (``k`` is a thousand, not kelvin)."""
 _UNREADABLE = "unreadable"
 """What :func:`_bare` returns for a number it cannot read within bounds (no answer)."""
 
@@ -117,9 +124,29 @@ def normalise_answer(answer: str) -> str | None:
         return f"option:{option.group(1).upper()}"
     number = _NUMBER.match(answer)
     if number is not None and _only_units_after(answer[number.end() :]):
-        value = _read_number(number.group(1))
-        return None if value is None else f"number:{canonical_number(value)}"
+        value = _read_number(number.group(2))
+        if value is None:
+            return None
+        return _number_key(value, number.group(1), answer[number.end() :])
     return f"text:{canonical_text(answer)}"
+
+
+def _number_key(value: float, symbol: str | None, after: str) -> str:
+    """``number:<n>``, with the currency symbol, percent, scale or unit it is written with.
+
+    The unit is part of the value written: ``42``, ``42%``, ``42k`` and ``42 EUR`` are four
+    answers (the comparison widens; a panel never vouches for one as another).
+    """
+    unit = [symbol] if symbol else []
+    rest = after.strip(_TRAILING)
+    if rest.startswith("%"):
+        unit.append("%")
+        rest = rest[1:]
+    words = " ".join(rest.strip(_TRAILING).split()).casefold()
+    if words:
+        unit.append(_SCALES.get(words) or canonical_text(words))
+    shown = " ".join(unit)
+    return f"number:{canonical_number(value)}" + (f" {shown}" if shown else "")
 
 
 def _bare(text: str) -> str | None:
@@ -137,9 +164,11 @@ def _bare(text: str) -> str | None:
             return _UNREADABLE
         return f"number:{canonical_number(top / bottom)}"
     number = _NUMBER.match(text)
-    if number is not None and not text[number.end() :].strip(" %"):
-        value = _read_number(number.group(1))
-        return _UNREADABLE if value is None else f"number:{canonical_number(value)}"
+    if number is not None and text[number.end() :].strip() in ("", "%"):
+        value = _read_number(number.group(2))
+        if value is None:
+            return _UNREADABLE
+        return _number_key(value, number.group(1), text[number.end() :])
     return None
 
 
@@ -150,7 +179,8 @@ def _read_number(written: str) -> float | None:
 
 def _only_units_after(rest: str) -> bool:
     """Whether what follows a number is at most a short unit (``42 apples``, ``5 km``)."""
-    words = rest.strip(_TRAILING + " %").split()
+    rest = rest.strip(_TRAILING)
+    words = (rest[1:] if rest.startswith("%") else rest).strip(_TRAILING).split()
     return len(words) <= 2 and all(w.isalpha() for w in words)
 
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tiered_router.router import Router
 from tiered_router.server._hops import with_hop
@@ -106,19 +104,28 @@ def _tune_gc() -> None:
     gc.set_threshold(SERVE_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-class _ProxyApp(Starlette):
-    """The proxy's Starlette app, with a short path for chat completions.
+class _Endpoint:
+    """A plain ASGI app as a Starlette route's endpoint (Starlette calls it as it is)."""
 
-    A ``POST`` to a chat-completions path goes straight to the handler, which answers every
-    outcome itself (errors included), without passing through Starlette's exception
-    middleware and router: on a proxied turn their layers cost about 8 % of the proxy's CPU.
-    Everything else, and every request once middleware has been added (``serve --otel``
-    adds one), takes Starlette's full path.
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+class _ProxyApp(Starlette):
+    """The proxy's Starlette app, with chat completions served as a plain ASGI app.
+
+    A ``POST`` to a chat-completions path goes straight to :meth:`Proxy.chat`, which reads
+    the ASGI scope and messages itself and answers every outcome (errors included): no
+    Starlette request, response, exception middleware or router on the hot path
+    (docs/proxy.md, "The server layer"). Everything else, and every request once middleware
+    has been added (``serve --otel`` adds one), takes Starlette's full path, where the chat
+    route is the same ASGI app.
     """
 
-    def __init__(
-        self, chat: Callable[[Request], Awaitable[Response]], metrics: Metrics, **kwargs: Any
-    ) -> None:
+    def __init__(self, chat: ASGIApp, metrics: Metrics, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._chat = chat
         self._metrics = metrics
@@ -130,9 +137,7 @@ class _ProxyApp(Starlette):
             and scope["path"] in _CHAT_PATHS
             and not self.user_middleware
         ):
-            scope["app"] = self
-            response = await self._chat(Request(scope, receive, send))
-            await response(scope, receive, send)
+            await self._chat(scope, receive, send)
             return
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
@@ -190,8 +195,8 @@ def build_app(
         proxy.chat,
         metrics,
         routes=[
-            Route(CHAT, proxy.chat, methods=["POST"]),
-            Route("/chat/completions", proxy.chat, methods=["POST"]),
+            Route(CHAT, _Endpoint(proxy.chat), methods=["POST"]),
+            Route("/chat/completions", _Endpoint(proxy.chat), methods=["POST"]),
             Route("/v1/models", proxy.models, methods=["GET"]),
             Route("/healthz", proxy.healthz, methods=["GET"]),
             Route("/readyz", proxy.readyz, methods=["GET"]),

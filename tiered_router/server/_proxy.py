@@ -1,66 +1,62 @@
-"""The proxy's request handlers: chat completions (JSON and SSE), models, health, metrics."""
+"""The proxy's request handlers: chat completions (JSON and SSE), models, health, metrics.
+
+A chat request goes through four steps, each its own method of :class:`Proxy`: admit (loop,
+key, client limits), read (body, checks, the turn), route (the router, cancelled if the
+client leaves) and render (OpenAI's JSON or Server-Sent Events). A step that refuses the
+request raises ``Refused`` with its answer.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-
-from tiered_router import _json, _limits
+from tiered_router import _json
 from tiered_router._types import Unset
 from tiered_router.exceptions import (
     AllTiersFailed,
     GateFailed,
-    InvalidRequest,
     TieredRouterError,
 )
 from tiered_router.openai._wire import (
     ChunkRenderer,
-    UnknownModel,
     completion_body,
     model_ids,
-    parse_request,
-    resolve_model,
     result_route,
     stream_route,
 )
 from tiered_router.router import Router
 from tiered_router.server._auth import KeyChecker
-from tiered_router.server._hops import HOP_HEADER, HopRefused, forward_chain, read_chain
+from tiered_router.server._exchange import ClientGone, Exchange, Reply, uncancel
+from tiered_router.server._hops import HOP_HEADER, HopRefused, read_chain
 from tiered_router.server._limits import ClientLimiter, client_id
 from tiered_router.server._metrics import CONTENT_TYPE, Metrics
+from tiered_router.server._read import Call, Refused, RequestReader
 from tiered_router.server._responses import (
     SHUTTING_DOWN,
-    EventStream,
     access_log,
     error,
     failure,
+    internal_error,
     limited,
     route_headers,
-    server_error,
     shutting_down,
 )
 from tiered_router.server._settings import ServerSettings
-from tiered_router.server._validate import (
-    BadRequest,
-    check_body,
-    check_header_value,
-    has_lone_surrogate,
-)
 from tiered_router.trace import Trace
 
 if TYPE_CHECKING:
-    from tiered_router._types import Tier
+    from starlette.requests import Request
+    from starlette.types import Receive, Scope, Send
+
     from tiered_router.engine._streaming import AsyncRoutedStream
-    from tiered_router.openai._wire import RequestOptions
     from tiered_router.policy._schema import Policy
+    from tiered_router.router import RoutedResult
     from tiered_router.turn import Turn
 
 __all__ = ["CHAT", "COUNTED", "Proxy"]
@@ -68,48 +64,33 @@ __all__ = ["CHAT", "COUNTED", "Proxy"]
 logger = logging.getLogger("tiered_router.server")
 
 
-# fields that configure a client, not a completion: never honoured, never sent upstream
-_FORBIDDEN = frozenset(
-    {
-        "api_key",
-        "api_base",
-        "base_url",
-        "api_version",
-        "organization",
-        "extra_headers",
-        "extra_query",
-        "extra_body",
-        "default_headers",
-        "custom_llm_provider",
-    }
-)
-_TRUE = frozenset({"true", "1", "yes"})
 CHAT = "/v1/chat/completions"
 COUNTED = "tiered_router.counted"
 """Scope key set once a handler has counted its own response in ``http_responses_total``."""
+_HOP = HOP_HEADER.encode("latin-1")
 
 
-class _TooLarge(Exception):
-    pass
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """A stream about to be sent: its headers and its events."""
+
+    headers: dict[str, str]
+    events: AsyncIterator[bytes]
+    status_code: int = 200
 
 
-if sys.version_info >= (3, 11):
+_GONE = Reply(b"", 499)
+"""Not sent: the client left first (nginx's 499, in the access line and /metrics)."""
 
-    def _within(seconds: float) -> contextlib.AbstractAsyncContextManager[Any]:
-        return asyncio.timeout(seconds)
-
-else:  # pragma: no cover - Python 3.10
-
-    @contextlib.asynccontextmanager
-    async def _within(seconds: float) -> AsyncIterator[None]:
-        import anyio
-
-        with anyio.fail_after(seconds):
-            yield
+_Outcome = tuple["Reply | _Stream", "Trace | None"]
 
 
 class Proxy:
-    """The request handlers, sharing the router, the settings and the metrics."""
+    """The request handlers, sharing the router, the settings and the metrics.
+
+    :meth:`chat` is a plain ASGI app (no framework on the hot path); the other handlers
+    are Starlette endpoints.
+    """
 
     def __init__(self, router: Router, settings: ServerSettings, metrics: Metrics) -> None:
         self.router = router
@@ -120,10 +101,11 @@ class Proxy:
         self.limiter = ClientLimiter(
             self.policy.server.limits, getattr(router.state, "store", router.state)
         )
+        self.reader = RequestReader(self.policy, settings)
         self.ready = False
 
-    def _denied(self, request: Request) -> Response | None:
-        if self.keys.allows(request.headers.get("authorization")):
+    def _denied(self, authorization: str | None) -> Reply | None:
+        if self.keys.allows(authorization):
             return None
         return error(
             401,
@@ -133,40 +115,46 @@ class Proxy:
             headers={"www-authenticate": "Bearer"},
         )
 
-    async def _body(self, request: Request) -> bytes:
-        limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _TooLarge
-        parts: list[bytes] = []
-        size = 0
-        async for part in request.stream():
-            size += len(part)
-            if size > limit:
-                raise _TooLarge
-            parts.append(part)
-        return b"".join(parts)
-
-    async def chat(self, request: Request) -> Response:
+    async def chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one chat completion request (an ASGI app): admit, read, route, render."""
         started = time.perf_counter()
-        self.metrics.in_flight.inc()
-        request.scope[COUNTED] = True  # the app does not count this response again
+        scope[COUNTED] = True  # the app does not count this response again
+        exchange = Exchange(scope, receive, send)
         try:
-            response = await self._chat(request, started)
+            answer, trace = await self._answer(exchange, started)
+            self.metrics.response(CHAT, answer.status_code)
+            if isinstance(answer, _Stream):  # a stream logs when it ends
+                await exchange.stream(answer.headers, answer.events)
+                return
+            exchange.disarm()
+            access_log(exchange.path, answer.status_code, started, trace)
+            if answer is not _GONE:
+                await answer(scope, receive, send)
+        finally:
+            exchange.close()
+
+    async def _answer(self, exchange: Exchange, started: float) -> _Outcome:
+        """The answer to a request, whatever happens on the way (counted in flight)."""
+        self.metrics.in_flight.inc()
+        try:
+            return await self._chat(exchange, started)
         except asyncio.CancelledError:
-            # uvicorn cancels what still runs when its graceful shutdown ends: the client
-            # gets OpenAI's shape and a status to retry on, not a bare 500
-            _uncancel()
-            response = shutting_down()
-        except Exception as exc:  # counted and answered here, so /metrics sees every 500
-            response = await server_error(request, exc)
+            # the client left (its upstream call is cancelled), or uvicorn's graceful
+            # shutdown ran out: then the client gets OpenAI's shape and a status to retry on
+            uncancel()
+            return (_GONE if exchange.gone else shutting_down()), None
+        except ClientGone:
+            return _GONE, None
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise  # the process is stopping: nothing to answer
+        except BaseException as exc:  # any other failure is a bug, answered here
+            # counted and answered in OpenAI's shape, so /metrics sees every 500; a
+            # BaseException that is not the process stopping (a test double's ScriptError, a
+            # library's own) would otherwise reach uvicorn, which writes a plain-text 500
+            # that no client library can read and /metrics never counts
+            return internal_error(exchange.path, exc), None
         finally:
             self.metrics.in_flight.dec()
-        self.metrics.response(CHAT, response.status_code)
-        if not isinstance(response, EventStream):  # a stream logs when it ends
-            trace = getattr(request.state, "trace", None)
-            access_log(request.scope["path"], response.status_code, started, trace)
-        return response
 
     def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
         """A client's ``timeout`` may shorten the policy's deadline, never lengthen it."""
@@ -175,112 +163,66 @@ class Proxy:
             return asked
         return limit if asked is None else min(asked, limit)
 
-    async def _chat(self, request: Request, started: float) -> Response:
-        try:  # a loop, or a chain too long or not a proxy's, ends here before any call
-            hops = read_chain(request.headers.getlist(HOP_HEADER), self.settings.hop_id)
-        except HopRefused as exc:
-            return error(exc.status, str(exc), param=HOP_HEADER, code=exc.code)
-        denied = self._denied(request)
+    async def _chat(self, exchange: Exchange, started: float) -> _Outcome:
+        try:
+            hops, client = await self._admit(exchange)
+            call = await self.reader.read(exchange, hops, client)
+        except Refused as refused:
+            return refused.reply, None
+        exchange.watch()  # from here on, a client that leaves cancels the turn
+        if call.options.stream:
+            return await self._stream(exchange, call, started), None
+        return await self._complete(exchange, call, started)
+
+    async def _admit(self, exchange: Exchange) -> tuple[list[str], str]:
+        """Refuse a looping request, a wrong key, a client over its limits; else who sent it."""
+        hops: list[str] = []
+        hop_headers = exchange.header_values(_HOP)  # empty, straight from a client
+        if hop_headers:
+            try:  # a loop, or a chain too long or not a proxy's, ends here before any call
+                hops = read_chain(hop_headers, self.settings.hop_id)
+            except HopRefused as exc:
+                raise Refused(
+                    error(exc.status, str(exc), param=HOP_HEADER, code=exc.code)
+                ) from None
+        authorization = exchange.header(b"authorization")
+        denied = self._denied(authorization)
         if denied is not None:
-            return denied
-        client = client_id(request.headers.get("authorization"))
+            raise Refused(denied)
+        client = client_id(authorization)
         if self.limiter.enabled:
             allowed, reason, retry_after = await self.limiter.admit(client)
             if not allowed:
-                return limited(reason, retry_after)
-        if not request.headers.get("content-type", "").lower().startswith("application/json"):
-            return error(415, "send the body as JSON with Content-Type: application/json")
-        try:
-            async with _within(self.settings.read_timeout_s):
-                raw = await self._body(request)
-        except _TooLarge:
-            limit = self.settings.max_body_bytes
-            return error(
-                413, f"request body is larger than {limit} bytes", code="request_too_large"
-            )
-        except TimeoutError:
-            seconds = self.settings.read_timeout_s
-            return error(
-                408, f"request body not received within {seconds:g} s", code="request_timeout"
-            )
-        try:
-            data = _limits.loads(raw)
-        except _limits.JSONTooDeep as exc:
-            return error(400, f"request body: {exc}", code="json_too_deep")
-        except ValueError as exc:
-            return error(400, f"request body is not valid JSON: {exc}", code="invalid_json")
-        if not isinstance(data, dict):
-            return error(400, "request body must be a JSON object", code="invalid_json")
-        if has_lone_surrogate(raw, data):
-            return error(
-                400,
-                "request body has a string with a lone UTF-16 surrogate (not valid Unicode)",
-                code="invalid_unicode",
-            )
-        try:
-            check_body(
-                data,
-                max_tools=self.settings.max_tools,
-                max_schema_bytes=self.settings.max_schema_bytes,
-            )
-        except BadRequest as exc:
-            return error(400, str(exc), param=exc.param, code=exc.code)
-        forbidden = sorted(_FORBIDDEN & data.keys())
-        if forbidden:
-            return error(
-                400,
-                f"{forbidden[0]!r} is not accepted: the proxy decides where requests go",
-                param=forbidden[0],
-                code="forbidden_field",
-            )
-        signals = data.pop("tiered_router", None) or {}
-        if not isinstance(signals, dict):
-            return error(400, "tiered_router: must be an object", param="tiered_router")
-        if request.headers.get("x-tiered-router-final", "").lower() in _TRUE:
-            signals = {**signals, "final": True}
-        try:
-            for name in ("turn_id", "task_id"):
-                if signals.get(name) is not None:
-                    check_header_value(f"tiered_router.{name}", signals[name])
-            turn, options = parse_request(data, signals=signals)
-            chain = forward_chain(hops, self.settings.hop_id)
-            if chain is not None:  # came through other proxies: name them all upstream
-                turn = turn.with_updates(
-                    params={**turn.params, "extra_headers": {HOP_HEADER: chain}}
-                )
-        except InvalidRequest as exc:
-            return error(400, str(exc), param=exc.param, code=exc.code)
-        except ValueError as exc:
-            return error(400, str(exc))
-        try:
-            tier = resolve_model(self.policy, options.model)
-        except UnknownModel as exc:
-            return error(404, str(exc), param="model", code="model_not_found")
-        if options.stream:
-            return await self._stream(
-                turn, options, tier, started, request.scope["path"], client=client
-            )
+                raise Refused(limited(reason, retry_after))
+        return hops, client
+
+    async def _complete(self, exchange: Exchange, call: Call, started: float) -> _Outcome:
+        """Route a JSON turn (cancelled if the client leaves) and render its completion."""
+        turn = call.turn
         try:
             async with self._task(turn):
                 result = await self.router.acomplete(
-                    turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+                    turn, tier=call.tier, deadline_s=self._deadline(call.options.deadline_s)
                 )
         except (AllTiersFailed, GateFailed) as exc:
-            request.state.trace = _trace_of(exc)
-            self._overhead(started, request.state.trace)
-            return failure(exc)
-        trace = request.state.trace = result.trace
-        self.limiter.spent(client, trace.cost)
+            trace = _trace_of(exc)
+            self._overhead(started, trace)
+            return failure(exc), trace
+        self.limiter.spent(call.client, result.trace.cost)
+        return self._render(result, started), result.trace
+
+    def _render(self, result: RoutedResult, started: float) -> Reply:
+        """OpenAI's chat completion for a routed turn, with the route in its headers."""
+        trace = result.trace
         route = result_route(result)
         body = completion_body(
             result.completion,
-            completion_id=f"chatcmpl-tr-{turn.id}",
+            completion_id=f"chatcmpl-tr-{trace.turn_id}",
             model=trace.backend or "",
             route=route,
         )
-        content = _json.dumps(body)
         headers = route_headers(route, self._overhead(started, trace))
-        return Response(content, headers=headers, media_type="application/json")
+        return Reply(_json.dumps(body), headers=headers)
 
     def _overhead(self, started: float, trace: Trace | None) -> float:
         """Observe and return the time this request spent outside its upstream calls."""
@@ -298,19 +240,12 @@ class Proxy:
             return contextlib.nullcontext()
         return self.router.task(str(task_id))
 
-    async def _stream(
-        self,
-        turn: Turn,
-        options: RequestOptions,
-        tier: Tier | None,
-        started: float,
-        path: str,
-        *,
-        client: str = "anonymous",
-    ) -> Response:
+    async def _stream(self, exchange: Exchange, call: Call, started: float) -> Reply | _Stream:
+        """Start a routed stream (cancelled if the client leaves) and render its events."""
+        turn = call.turn
         async with self._task(turn):
             stream = self.router.astream(
-                turn, tier=tier, deadline_s=self._deadline(options.deadline_s)
+                turn, tier=call.tier, deadline_s=self._deadline(call.options.deadline_s)
             )
         # a stream's overhead is the time before its first upstream call
         overhead = time.perf_counter() - started
@@ -322,28 +257,27 @@ class Proxy:
             raise
         except (AllTiersFailed, GateFailed) as exc:
             response = failure(exc)
-            access_log(path, response.status_code, started, _trace_of(exc))
+            access_log(exchange.path, response.status_code, started, _trace_of(exc))
             return response
         route = stream_route(stream, self.policy)
         renderer = ChunkRenderer(
             completion_id=f"chatcmpl-tr-{turn.id}",
             model=route["backend"] or "",
-            include_usage=options.include_usage,
+            include_usage=call.options.include_usage,
         )
         headers = route_headers(route, overhead)
         headers["cache-control"] = "no-cache"
         headers["x-accel-buffering"] = "no"
-        events = self._events(stream, renderer, turn, (path, started), client=client)
-        return EventStream(events, headers=headers)
+        events = self._events(stream, renderer, exchange, call, started)
+        return _Stream(headers, events)
 
     async def _events(
         self,
         stream: AsyncRoutedStream,
         renderer: ChunkRenderer,
-        turn: Turn,
-        request: tuple[str, float],
-        *,
-        client: str = "anonymous",
+        exchange: Exchange,
+        call: Call,
+        started: float,
     ) -> AsyncIterator[bytes]:
         self.metrics.in_flight.inc()
         chunks = stream.__aiter__()
@@ -353,58 +287,65 @@ class Proxy:
                 if objs:
                     yield b"".join(b"data: " + _json.dumps(o) + b"\n\n" for o in objs)
             route = result_route(stream.result)
-            self.limiter.spent(client, stream.result.trace.cost)
+            self.limiter.spent(call.client, stream.result.trace.cost)
             tail = [b"data: " + _json.dumps(o) + b"\n\n" for o in renderer.finish(route)]
             yield b"".join(tail) + b"data: [DONE]\n\n"
         except asyncio.CancelledError:
-            # shut down mid-stream: the headers are gone, so the end is an in-band error
-            _uncancel()
-            self.metrics.interrupted.inc()
-            logger.warning("stream of turn %s cut short: the proxy is shutting down", turn.id)
-            detail = {
-                "message": SHUTTING_DOWN,
-                "type": "server_error",
-                "param": None,
-                "code": "server_shutting_down",
-            }
-            yield b"data: " + _json.dumps({"error": detail}) + b"\n\n"
+            if exchange.gone:
+                raise  # the client left: the stream closes below, nothing more to say
+            yield self._cut_short(call.turn)
         except Exception as exc:
             # bytes already reached the client: end the stream with an in-band error, never
             # a silent cut
-            self.metrics.interrupted.inc()
-            if isinstance(exc, TieredRouterError):
-                logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
-                message, kind = str(exc).splitlines()[0], "upstream_error"
-            else:
-                logger.error("stream of turn %s failed", turn.id, exc_info=exc)
-                message, kind = "internal error in the proxy", "server_error"
-            detail = {"message": message, "type": kind, "param": None, "code": "stream_interrupted"}
-            yield b"data: " + _json.dumps({"error": detail}) + b"\n\n"
+            yield self._interrupted(call.turn, exc)
         finally:
             self.metrics.in_flight.dec()
             await _close_stream(stream, chunks)
-            access_log(request[0], 200, request[1], _stream_trace(stream), stream=True)
+            access_log(exchange.path, 200, started, _stream_trace(stream), stream=True)
 
-    async def models(self, request: Request) -> Response:
-        denied = self._denied(request)
+    def _cut_short(self, turn: Turn) -> bytes:
+        """The in-band error of a stream the server's shutdown cut (its headers are gone)."""
+        uncancel()
+        self.metrics.interrupted.inc()
+        logger.warning("stream of turn %s cut short: the proxy is shutting down", turn.id)
+        detail = {
+            "message": SHUTTING_DOWN,
+            "type": "server_error",
+            "param": None,
+            "code": "server_shutting_down",
+        }
+        return b"data: " + _json.dumps({"error": detail}) + b"\n\n"
+
+    def _interrupted(self, turn: Turn, exc: Exception) -> bytes:
+        """The in-band error of a stream that failed after its first byte."""
+        self.metrics.interrupted.inc()
+        if isinstance(exc, TieredRouterError):
+            logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
+            message, kind = str(exc).splitlines()[0], "upstream_error"
+        else:
+            logger.error("stream of turn %s failed", turn.id, exc_info=exc)
+            message, kind = "internal error in the proxy", "server_error"
+        detail = {"message": message, "type": kind, "param": None, "code": "stream_interrupted"}
+        return b"data: " + _json.dumps({"error": detail}) + b"\n\n"
+
+    async def models(self, request: Request) -> Reply:
+        denied = self._denied(request.headers.get("authorization"))
         if denied is not None:
             return denied
         data = [
             {"id": name, "object": "model", "created": 0, "owned_by": "tiered-router"}
             for name in model_ids(self.policy)
         ]
-        return Response(
-            _json.dumps({"object": "list", "data": data}), media_type="application/json"
-        )
+        return Reply(_json.dumps({"object": "list", "data": data}))
 
-    async def healthz(self, request: Request) -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
+    async def healthz(self, request: Request) -> Reply:
+        return Reply(b'{"status":"ok"}')
 
-    async def readyz(self, request: Request) -> Response:
+    async def readyz(self, request: Request) -> Reply:
         # ready between the end of startup and the start of shutdown; a load balancer
         # stops sending new requests when this turns 503
         if not self.ready:
-            return Response(b'{"status":"not ready"}', 503, media_type="application/json")
+            return Reply(b'{"status":"not ready"}', 503)
         body: dict[str, str] = {"status": "ready"}
         store = getattr(self.router.state, "store", None)
         ping = getattr(store, "ping", None)
@@ -413,17 +354,17 @@ class Proxy:
             # in-process state; the body says so for the operator
             up = await asyncio.to_thread(ping)
             body["state"] = "ok" if up else "unavailable: using in-process state"
-        return Response(_json.dumps(body), media_type="application/json")
+        return Reply(_json.dumps(body))
 
-    async def metrics_text(self, request: Request) -> Response:
-        denied = self._denied(request)
+    async def metrics_text(self, request: Request) -> Reply:
+        denied = self._denied(request.headers.get("authorization"))
         if denied is not None:
             return denied
         await self._read_breakers()
         monitor = self.router.monitor
         if monitor is not None and self.metrics.monitor is not None:
             self.metrics.monitor.show(await monitor.aquality())
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        return Reply(self.metrics.render().encode("utf-8"), media_type=CONTENT_TYPE)
 
     async def _read_breakers(self) -> None:
         """Put each routed backend's breaker state on the metrics (one read per scrape)."""
@@ -440,14 +381,6 @@ class Proxy:
 def _trace_of(exc: AllTiersFailed | GateFailed) -> Trace | None:
     """The failed turn's trace (the engine's errors carry a :class:`Trace`)."""
     return exc.trace if isinstance(exc.trace, Trace) else None
-
-
-def _uncancel() -> None:
-    """Take back the cancellation just handled, so later timeouts in this task still work."""
-    task = asyncio.current_task()
-    uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-    if uncancel is not None:
-        uncancel()
 
 
 def _stream_trace(stream: AsyncRoutedStream) -> Trace | None:

@@ -1,17 +1,12 @@
-"""The proxy's answers: OpenAI-shaped errors, the SSE response, route headers, access log."""
+"""The proxy's answers: OpenAI-shaped errors, route headers, the access log."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
 from tiered_router import _json
 from tiered_router.exceptions import (
@@ -21,16 +16,19 @@ from tiered_router.exceptions import (
     GateFailed,
     TieredRouterError,
 )
+from tiered_router.server._exchange import Reply
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from tiered_router.trace import Trace
 
 __all__ = [
     "SHUTTING_DOWN",
-    "EventStream",
     "access_log",
     "error",
     "failure",
+    "internal_error",
     "limited",
     "not_found",
     "route_headers",
@@ -49,62 +47,21 @@ def error(
     code: str | None = None,
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
-) -> Response:
+) -> Reply:
+    """An error in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
     body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    return Response(_json.dumps(body), status, headers=headers, media_type="application/json")
-
-
-class EventStream(Response):
-    """A Server-Sent Events response, leaner than Starlette's ``StreamingResponse``.
-
-    No task group per response: one small task watches for the client going away, and the
-    stream (with the upstream call under it) is closed at the next event once it has.
-    """
-
-    media_type = "text/event-stream"
-
-    def __init__(self, events: AsyncIterator[bytes], *, headers: Mapping[str, str]) -> None:
-        # no super().__init__(): without a body, init_headers sends no content-length
-        self.status_code = 200
-        self.background = None
-        self.init_headers(headers)
-        self._events = events
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        gone = False
-
-        async def watch() -> None:
-            nonlocal gone
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            gone = True
-
-        watcher = asyncio.ensure_future(watch())
-        events = self._events
-        try:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for event in events:
-                if gone:
-                    break
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            if not gone:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            watcher.cancel()
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()  # closes the routed stream and the upstream connection
+    return Reply(_json.dumps(body), status, headers=headers)
 
 
 SHUTTING_DOWN = "the proxy is shutting down: send the request again (to another replica)"
 
 
-def shutting_down() -> Response:
+def shutting_down() -> Reply:
     """The 503 of a request still running when the server's graceful shutdown ran out."""
     return error(503, SHUTTING_DOWN, error_type="server_error", code="server_shutting_down")
 
 
-def failure(exc: TieredRouterError) -> Response:
+def failure(exc: TieredRouterError) -> Reply:
     """Return the response for a turn that produced nothing usable."""
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, GateFailed):
@@ -183,7 +140,7 @@ def route_headers(route: Mapping[str, Any], overhead_s: float) -> dict[str, str]
     return headers
 
 
-def limited(reason: str, retry_after_s: float) -> Response:
+def limited(reason: str, retry_after_s: float) -> Reply:
     """The 429 of a client over its per-key limit."""
     headers = {"retry-after": str(max(1, math.ceil(retry_after_s)))}
     if reason == "spend":
@@ -203,13 +160,17 @@ def limited(reason: str, retry_after_s: float) -> Response:
     )
 
 
-async def server_error(request: Request, exc: Exception) -> Response:
-    # the traceback goes to the log; the client gets no internals
-    logger.error("unexpected error serving %s", request.url.path, exc_info=exc)
+def internal_error(path: str, exc: BaseException) -> Reply:
+    """The 500 of a bug: the traceback goes to the log, the client gets no internals."""
+    logger.error("unexpected error serving %s", path, exc_info=exc)
     return error(500, "internal error in the proxy", error_type="server_error")
 
 
-async def not_found(request: Request, exc: Exception) -> Response:
+async def server_error(request: Request, exc: Exception) -> Reply:
+    return internal_error(request.url.path, exc)
+
+
+async def not_found(request: Request, exc: Exception) -> Reply:
     status = getattr(exc, "status_code", 404)
     if status == 405:
         return error(405, f"method {request.method} not allowed on {request.url.path}")

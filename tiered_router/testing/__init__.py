@@ -27,7 +27,12 @@ these). Production code never imports it; the command line's ``demo`` does.
 
 from __future__ import annotations
 
-from tiered_router.testing._doubles import FunctionBackend, ScriptedBackend, ScriptItem
+from tiered_router.testing._doubles import (
+    FunctionBackend,
+    ScriptedBackend,
+    ScriptError,
+    ScriptItem,
+)
 from tiered_router.testing._reply import (
     AgentReply,
     BrokenMode,
@@ -46,6 +51,7 @@ __all__ = [
     "Reply",
     "ReplyFn",
     "ReplyLike",
+    "ScriptError",
     "ScriptItem",
     "ScriptedBackend",
     "ScriptedServer",

@@ -12,10 +12,21 @@ from tiered_router.backends._base import CompletionRequest
 from tiered_router.exceptions import BackendError, CapabilityError
 from tiered_router.turn import Completion, CompletionChunk, ToolCallDelta, Usage
 
-__all__ = ["FunctionBackend", "ScriptedBackend", "ScriptItem"]
+__all__ = ["FunctionBackend", "ScriptError", "ScriptItem", "ScriptedBackend"]
 
 ScriptItem = Completion | BackendError | Callable[[CompletionRequest], Completion] | str
 """One scripted answer: a completion, a text, an error to raise, or a function of the request."""
+
+
+class ScriptError(BaseException):
+    """A test double was used against its script: the test is wrong, not the backend.
+
+    A ``BaseException``, as pytest's own outcomes are: the router translates whatever
+    ``Exception`` a backend raises into a ``BackendError`` (and may escalate past it), and a
+    test's mistake must not be taken for a backend's. Raised when a :class:`ScriptedBackend`
+    runs out of script, and for an ``AssertionError`` raised by a :class:`FunctionBackend`'s
+    function (the original is its ``__cause__``).
+    """
 
 
 class ScriptedBackend:
@@ -32,7 +43,8 @@ class ScriptedBackend:
     Args:
         name: The backend's policy name.
         script: Answers in call order. A ``str`` is a plain text completion.
-        default: What to answer once the script is used up; ``None`` raises ``AssertionError``.
+        default: What to answer once the script is used up; ``None`` raises
+            :class:`ScriptError`.
         model: Model name reported in completions and traces.
         kind: ``diffusion`` or ``autoregressive``.
         supports_tools: ``False`` makes tool requests raise :class:`CapabilityError`.
@@ -82,7 +94,7 @@ class ScriptedBackend:
         elif self._default is not None:
             item = self._default
         else:
-            raise AssertionError(f"{self.name}: script exhausted after {len(self.requests)} calls")
+            raise ScriptError(f"{self.name}: script exhausted after {len(self.requests)} calls")
         if isinstance(item, BackendError):
             if item.backend == "?":
                 item.for_backend(self.name)
@@ -141,6 +153,13 @@ class FunctionBackend:
         self.calls = 0
         self._fn = fn
 
+    def _call(self, request: CompletionRequest) -> Any:
+        self.calls += 1
+        try:
+            return self._fn(request)
+        except AssertionError as exc:  # the test's own check failed: not a backend's error
+            raise ScriptError(f"{self.name}: {exc}") from exc
+
     def _wrap(self, value: Completion | str) -> Completion:
         if isinstance(value, str):
             return Completion(text=value, model=self.model, backend=self.name)
@@ -148,16 +167,17 @@ class FunctionBackend:
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         """Call the function (awaiting it when it is async)."""
-        self.calls += 1
-        value = self._fn(request)
+        value = self._call(request)
         if inspect.isawaitable(value):
-            value = await value
+            try:
+                value = await value
+            except AssertionError as exc:
+                raise ScriptError(f"{self.name}: {exc}") from exc
         return self._wrap(value)
 
     def complete(self, request: CompletionRequest) -> Completion:
         """Call the function; an async function is refused on the sync path."""
-        self.calls += 1
-        value = self._fn(request)
+        value = self._call(request)
         if inspect.isawaitable(value):
             close = getattr(value, "close", None)
             if close is not None:

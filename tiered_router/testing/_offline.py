@@ -22,7 +22,7 @@ def stand_in(policy: Policy | PolicySource, base_url: str) -> Policy:
     """Return ``policy`` with every OpenAI-compatible backend sent to ``base_url``.
 
     Each backend keeps its model, preset (named or inferred from its old URL, so prices and
-    provider quirks still apply), gate and rules; its key becomes a test key. Other backend
+    dialects still apply), gate and rules; its key becomes a test key. Other backend
     types (``replay``) are left alone. No environment variable needs to be set. The result
     can be written as YAML (:meth:`Policy.to_yaml`): the test key is written as
     ``${SCRIPTED_SERVER_KEY:-scripted-test-key}``, other keys stay ``${VAR}`` references.

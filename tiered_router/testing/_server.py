@@ -134,7 +134,7 @@ class ScriptedServer:
     def stand_in(self, policy: Policy | PolicySource) -> Policy:
         """Return ``policy`` with its OpenAI-compatible backends pointed at this server.
 
-        Models, presets (prices, quirks), rules and the gate are kept; keys become a test
+        Models, presets (prices, dialects), rules and the gate are kept; keys become a test
         key, so a policy that names ``${OPENAI_API_KEY}`` runs with no key set.
 
         Example:
