@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -136,7 +137,11 @@ def load_dfastllm() -> types.ModuleType:
     global _DFASTLLM
     if _DFASTLLM is None:
         path = package_dir("dfastllm") / "entrypoints" / "openai" / "protocol.py"
-        _DFASTLLM = _load("_dfastllm_protocol", path)
+        with warnings.catch_warnings():
+            # its VersionResponse.model_type warns under pydantic < 2.10 (the "model_"
+            # namespace was protected then): dfastllm's model, not ours, and not sent to users
+            warnings.filterwarnings("ignore", 'Field "model_type" in VersionResponse')
+            _DFASTLLM = _load("_dfastllm_protocol", path)
     return _DFASTLLM
 
 

@@ -345,6 +345,8 @@ def serve(
         "server_header": False,
         "proxy_headers": False,
         "http": guarded_protocol(settings.read_timeout_s),
+        # the proxy serves no WebSocket route: uvicorn need not import a WebSocket library
+        "ws": "none",
         "access_log": False,  # the proxy logs one richer line per chat request itself
     }
     _configure_logging(log_level)
