@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tiered_router.evaluation.calibration import load_policy_offline, write_threshold
-from tiered_router.exceptions import PolicyError
+from tiered_router.evaluation.calibration import dump_checked, write_threshold
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.verification import Choice
@@ -79,13 +77,4 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
             entry["deferral_threshold"] = round(defer, 6)
         entry.fa.set_flow_style()
         kinds[kc.kind] = entry
-    out = io.StringIO()
-    yaml.dump(data, out)
-    text = out.getvalue()
-    try:
-        load_policy_offline(text)
-    except PolicyError as exc:
-        p.write_text(before, encoding="utf-8")  # leave the file as it was
-        raise PolicyError(f"the edited policy would not load: {exc}", file=str(p)) from exc
-    p.write_text(text, encoding="utf-8")
-    return text
+    return dump_checked(yaml, data, p, before=before)

@@ -224,15 +224,27 @@ def write_panel(
         data["drafts"] = drafts
     drafts["k"] = k
     drafts["min_agreement"] = min_agreement
+    return dump_checked(yaml, data, p, before=before)
+
+
+def dump_checked(yaml: Any, data: Any, path: Path, *, before: str) -> str:
+    """Write ``data`` (ruamel's round-trip form) to ``path`` if it loads as a policy.
+
+    When it does not, ``path`` is given back its text ``before`` the edit and the
+    :class:`PolicyError` says why.
+
+    Returns:
+        The text written.
+    """
     out = io.StringIO()
     yaml.dump(data, out)
     text = out.getvalue()
     try:
         load_policy_offline(text)
     except PolicyError as exc:
-        p.write_text(before, encoding="utf-8")  # leave the file as it was
-        raise PolicyError(f"the edited policy would not load: {exc}", file=str(p)) from exc
-    p.write_text(text, encoding="utf-8")
+        path.write_text(before, encoding="utf-8")  # leave the file as it was
+        raise PolicyError(f"the edited policy would not load: {exc}", file=str(path)) from exc
+    path.write_text(text, encoding="utf-8")
     return text
 
 
