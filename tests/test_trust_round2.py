@@ -472,7 +472,7 @@ MONITORED = {
     "window": 20,
     "min_compared": 5,
     "enforce": True,
-    "explore": 0.0,
+    "explore": 1e-6,  # enforcing needs a share going fast (refused at 0); this one is ~never
     "kinds": ["final"],
     "refresh_s": 0,
 }
