@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -151,6 +151,20 @@ def fit_scorer_command(
         raise _fail(str(exc)) from exc
     if _current_saw(loaded, data if data is not None else dataset.name):
         report = replace(report, notes=(*report.notes, _SEEN))
+    if _saved_as_json(report, output, as_json=as_json):
+        return
+    _print_report(report, output)
+
+
+def _saved_as_json(report: Any, output: Path | None, *, as_json: bool) -> bool:
+    """Write ``report.model`` to ``output`` (if given); with ``--json``, print the report.
+
+    ``report`` is a scorer fit's or a deferral fit's report: both carry ``model`` (with
+    ``save``) and ``to_dict()``.
+
+    Returns:
+        Whether the report was printed as JSON (then nothing more is printed).
+    """
     if output is not None:
         try:
             report.model.save(output)
@@ -160,8 +174,7 @@ def fit_scorer_command(
         out = report.to_dict()
         out["output"] = None if output is None else str(output)
         typer.echo(json.dumps(out, indent=2))
-        return
-    _print_report(report, output)
+    return as_json
 
 
 def _replays_panel(policy: Policy, dataset: Dataset, fast_model: str | None) -> bool:
@@ -197,15 +210,7 @@ def _fit_deferral(
         report = fit_deferral_model(policy, dataset, folds=folds, seed=seed)
     except (DatasetError, TieredRouterError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    if output is not None:
-        try:
-            report.model.save(output)
-        except OSError as exc:
-            raise _fail(f"--output: cannot write {output}: {exc.strerror or exc}") from exc
-    if as_json:
-        out = report.to_dict()
-        out["output"] = None if output is None else str(output)
-        typer.echo(json.dumps(out, indent=2))
+    if _saved_as_json(report, output, as_json=as_json):
         return
     panel = report.panel
     typer.echo(
