@@ -686,7 +686,6 @@ async def test_async_context_manager() -> None:
     assert not srv.running
 
 
-
 def test_stop_leaves_no_connection_open() -> None:
     """Connections in every state at stop(): idle, mid-reply (a slow reply), and blocked on
     a client that stopped reading a large reply. None outlives the server: no
