@@ -23,7 +23,7 @@ from tiered_router import PolicyError, Router, Turn, load_policy
 from tiered_router.cli import build_app
 from tiered_router.evaluation import Dataset, EvalRow, Outcome, write_dataset
 from tiered_router.evaluation.calibration import Target
-from tiered_router.evaluation.deferral import panel_vectors
+from tiered_router.evaluation.deferral import fit_deferral_model, panel_vectors
 from tiered_router.evaluation.panel import panel_models, single_draft
 from tiered_router.evaluation.runner import Replay
 from tiered_router.evaluation.sweep import CalibrationError
@@ -266,3 +266,46 @@ def test_fit_scorer_writes_a_model_and_calibrate_picks_its_threshold(tmp_path: P
     threshold = written["drafts"]["kinds"]["answer"]["deferral_threshold"]
     assert threshold == pytest.approx(answer.verification.defer_above, abs=1e-6)
     assert load_policy(policy).drafts is not None
+
+
+def test_eval_replays_the_deferral_model_the_engine_asks(tmp_path: Path) -> None:
+    """`tiered-router eval` on a policy with drafts.deferral defers what the engine would."""
+    data = tmp_path / "hedges.jsonl"
+    write_dataset(hedged_dataset(), data)
+    model_path = tmp_path / "deferral.json"
+    fit_deferral_model(load_policy(POLICY), hedged_dataset()).model.save(model_path)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(POLICY)
+    deferring = tmp_path / "deferring.yaml"
+    deferring.write_text(POLICY + f"  deferral: {{path: '{model_path}', threshold: 0.5}}\n")
+
+    def metrics(policy: Path) -> dict[str, Any]:
+        run = CliRunner().invoke(build_app(), ["eval", str(policy), "--data", str(data), "--json"])
+        assert run.exit_code == 0, run.output
+        return json.loads(run.output)  # type: ignore[no-any-return]
+
+    alone, deferred = metrics(plain), metrics(deferring)
+    kind_kept = tmp_path / "kind.yaml"  # the kind's own threshold wins over the section's
+    kind_kept.write_text(
+        POLICY
+        + f"  deferral: {{path: '{model_path}', threshold: 0.5}}\n"
+        + "  kinds: {answer: {deferral_threshold: 1.0}}\n"
+    )
+    kept = metrics(kind_kept)
+    assert any(n.startswith("drafts.deferral replayed: 0 ") for n in kept["notes"]), kept["notes"]
+    # the offline scores of the same drafts: the rows the model sends on
+    policy = load_policy(deferring)
+    dataset = hedged_dataset()
+    replay = Replay.bind(single_draft(policy), dataset)
+    spec = panel_models(policy, dataset, replay.fast_model)
+    assert spec is not None
+    model = DeferralModel.load(model_path)
+    scores = {rid: model.score_vector(v) for rid, v in panel_vectors(replay, spec).items()}
+    sent_on = {rid for rid, s in scores.items() if s > 0.5}
+    assert sent_on == {f"r{i}" for i in range(0, 300, 5)}  # the hedged (wrong) rows
+    note = next(n for n in deferred["notes"] if n.startswith("drafts.deferral replayed"))
+    assert note.startswith(f"drafts.deferral replayed: {len(sent_on)} accepted panel answers")
+    assert not any(n.startswith("drafts.deferral") for n in alone["notes"])
+    # deferring the wrong rows restores the frontier's quality, at the frontier's price on them
+    assert deferred["summary"]["quality"] > alone["summary"]["quality"]
+    assert deferred["summary"]["cost"] > alone["summary"]["cost"]

@@ -684,3 +684,40 @@ async def test_async_context_manager() -> None:
             completion = await c.chat.completions.create(model="m", messages=MESSAGES)
     assert completion.choices[0].message.content == "async hi"
     assert not srv.running
+
+
+def test_stop_leaves_no_connection_open() -> None:
+    """Connections in every state at stop(): idle, mid-reply (a slow reply), and blocked on
+    a client that stopped reading a large reply. None outlives the server: no
+    ResourceWarning when the collector finds them (an error anywhere in the suite)."""
+    import gc
+    import warnings
+
+    clients: list[socket.socket] = []
+    server = ScriptedServer().start()
+    server.script([Reply.slow(30.0, then=Reply.text("late"))] * 4, model="slow")
+    server.script([Reply.text("x" * 24_000_000)] * 4, model="big")
+    try:
+        for model in ["idle"] * 4 + ["slow"] * 4 + ["big"] * 4:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", server.port))
+            clients.append(sock)
+            if model == "idle":
+                continue
+            payload = json.dumps({"model": model, "messages": []}).encode()
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
+            )
+        _wait_until(lambda: len(server.requests) == 8)
+        time.sleep(0.2)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            server.stop()
+            gc.collect()
+        assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+    finally:
+        server.stop()
+        for sock in clients:
+            sock.close()

@@ -588,3 +588,30 @@ def test_concurrent_panels_hold(server: ScriptedServer) -> None:
 
     results = asyncio.run(many())
     assert all(r.completion.text == CLEAN for r in results)
+
+
+def test_a_streamed_proxy_answer_says_in_its_last_chunk_that_it_was_shadowed(
+    server: ScriptedServer,
+) -> None:
+    """A stream's headers leave before the turn ends; its finish chunk carries the route."""
+    running, create_app = _proxy()
+    policy = make_policy(server, monitor=MONITORED)
+    server.default = lambda body: Reply.text(
+        "The answer is 42." if body.get("model") == "frontier-model" else "The answer is 41."
+    )
+    body = {"model": "auto", "stream": True, "messages": [{"role": "user", "content": ASK}]}
+    routes = []
+    with running(create_app(policy, env={})) as url, _http.build_client() as http:
+        for i in range(3):
+            body["tiered_router"] = {"turn_id": f"streamed-{i}"}
+            response = _post(http, url, body)
+            assert response.status_code == 200
+            assert "x-tiered-router-shadowed" not in response.headers
+            events = [
+                json.loads(line[len("data: ") :])
+                for line in response.text.splitlines()
+                if line.startswith("data: {")
+            ]
+            routes += [e["tiered_router"] for e in events if "tiered_router" in e]
+    assert [(r["tier"], r.get("shadowed")) for r in routes] == [("fast", True)] * 3
+    assert sum(r.body.get("model") == "frontier-model" for r in server.requests) == 3

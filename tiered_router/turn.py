@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from tiered_router import _limits, _messages
+from tiered_router import _limits
 from tiered_router._types import Message
 from tiered_router.exceptions import InvalidRequest
 
@@ -246,7 +246,7 @@ class Turn:
             specs = tuple(_tool_spec(t, i) for i, t in enumerate(_items("tools", tools)))
         fmt = _limits.response_format_of(response_format)
         _limits.check_turn_options(step=step, metadata=metadata, params=params, response_format=fmt)
-        _messages.check_params(params)
+        _limits.check_params(params)
         set_ = object.__setattr__
         set_(self, "messages", msgs)
         set_(self, "tools", specs or None)
@@ -392,7 +392,7 @@ def _normalise_message(message: Any, index: int) -> Message:
     role = message.get("role")
     if not isinstance(role, str):
         raise InvalidRequest(f"Turn.{where}.role: missing or not a string", param=f"{where}.role")
-    _messages.check_message(message, index)
+    _limits.check_message(message, index)
     return dict(message)
 
 

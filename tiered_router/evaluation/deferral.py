@@ -57,6 +57,7 @@ __all__ = [
     "deferral_candidates",
     "fit_deferral_model",
     "panel_vectors",
+    "replay_deferral",
 ]
 
 DEFERRED = "deferred"
@@ -151,6 +152,40 @@ def apply_deferral(
         headline = path if run.decided == "fast" else run.headline
         out.append(dataclasses.replace(run, fast=path, headline=headline))
     return out
+
+
+def replay_deferral(
+    policy: Policy,
+    replay: Replay,
+    runs: Sequence[RowRun],
+    spec: PanelSpec,
+    *,
+    model: DeferralModel,
+) -> tuple[list[RowRun], int]:
+    """A panel's runs with the policy's deferral model asked after it, as the engine asks it.
+
+    Each row the panel ``spec`` judges is scored on its drafts (:func:`panel_vectors`, the
+    policy's gate); an accepted answer scored above the threshold goes on to the frontier
+    (:func:`apply_deferral`). The threshold is the kind's own
+    (``drafts.kinds.<kind>.deferral_threshold``) for a kind's panel, else
+    ``drafts.deferral.threshold``. A model fitted on a panel of another size is not asked.
+
+    Returns:
+        The runs, and how many accepted panel answers were deferred.
+    """
+    drafts = policy.drafts
+    # as the engine: a model fitted on a panel of another size is not asked
+    if drafts is None or drafts.deferral is None or model.panel.get("k", spec.k) != spec.k:
+        return list(runs), 0
+    own = None if spec.kind is None else drafts.deferral_threshold(spec.kind)
+    threshold = drafts.deferral.threshold if own is None else own
+    scores = {rid: model.score_vector(v) for rid, v in panel_vectors(replay, spec).items()}
+    out = apply_deferral(runs, scores, threshold)
+    deferred = sum(
+        DEFERRED in after.fast.escalations and DEFERRED not in before.fast.escalations
+        for before, after in zip(runs, out, strict=True)
+    )
+    return out, deferred
 
 
 def deferral_candidates(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tiered_router.evaluation.baselines import Baseline, baselines
 from tiered_router.evaluation.dataset import Dataset, DatasetError
@@ -36,6 +36,9 @@ from tiered_router.evaluation.panel import (
 from tiered_router.evaluation.runner import PriceSource, Replay, run_rows
 from tiered_router.evaluation.sweep import PathOutcome, RowRun, SweepPoint, sweep
 from tiered_router.policy._schema import Policy
+
+if TYPE_CHECKING:
+    from tiered_router.scoring.deferral import DeferralModel
 
 __all__ = ["EvalResult", "Summary", "evaluate", "summarize"]
 
@@ -234,6 +237,15 @@ def summarize(runs: Sequence[RowRun], points: Sequence[SweepPoint], threshold: f
     )
 
 
+def _deferral_model(policy: Policy) -> DeferralModel | None:
+    """The policy's ``drafts.deferral`` model, loaded (``None`` without one)."""
+    if policy.drafts is None or policy.drafts.deferral is None:
+        return None
+    from tiered_router.scoring import load_deferral
+
+    return load_deferral(policy.drafts.deferral.path)
+
+
 def evaluate(
     policy: Policy,
     dataset: Dataset,
@@ -285,9 +297,16 @@ def evaluate(
             "(benchmarks/bench_verify.py prints them from ../shared/data)"
         )
         specs = [s for s in specs if s not in unreplayable]
+    deferral = _deferral_model(policy) if specs else None
+    deferred = 0
     for spec in specs:
         runs, one = apply_panel(replay, runs, spec)
         stats = one if stats is None else merge_stats(stats, one)
+        if deferral is not None:
+            from tiered_router.evaluation.deferral import replay_deferral
+
+            runs, n = replay_deferral(policy, replay, runs, spec, model=deferral)
+            deferred += n
     points = sweep(runs)
     summary = summarize(runs, points, policy.scoring.threshold)
     weak_costs = [r.fast_only_cost for r in runs]
@@ -320,6 +339,11 @@ def evaluate(
                 if stats.missing_drafts
                 else ""
             )
+        )
+    if deferral is not None:
+        notes.append(
+            f"drafts.deferral replayed: {deferred} accepted panel answers deferred to the "
+            "frontier (each one's drafts and frontier call counted)"
         )
     if policy.hedge is not None:
         notes.append(

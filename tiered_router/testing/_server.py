@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiered_router.testing import _http11 as http
 from tiered_router.testing._answers import drip, embeddings, send, send_events
+from tiered_router.testing._connections import Connections
 from tiered_router.testing._recorded import RecordedRequest
 from tiered_router.testing._render import (
     Rendered,
@@ -111,8 +112,7 @@ class ScriptedServer:
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections = Connections(self._serve)
 
     @property
     def port(self) -> int:
@@ -287,28 +287,17 @@ class ScriptedServer:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._on_connection, _HOST, self._requested_port)
+        server = await asyncio.start_server(self._connections.accept, _HOST, self._requested_port)
         self._port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
             await self._stopping.wait()
         finally:
             server.close()
-            for writer in list(self._writers):
-                writer.transport.abort()
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._connections.close_all()
             await server.wait_closed()
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        self._writers.add(writer)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
                 try:
@@ -327,14 +316,6 @@ class ScriptedServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away: nothing left to answer
-        except asyncio.CancelledError:
-            # only stop() cancels these tasks; ending normally keeps asyncio's stream
-            # callback from logging the cancellation as an error
-            pass
-        finally:
-            self._writers.discard(writer)
-            self._tasks.discard(task)
-            writer.close()  # flushes what was written (a dropped stream's chunks), then FIN
 
     async def _handle(self, request: http.Request, writer: asyncio.StreamWriter) -> bool:
         """Serve one request; return whether the connection may be reused."""

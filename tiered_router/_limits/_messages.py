@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tiered_router._limits import check_finite, kind
+from tiered_router._limits._data import kind
+from tiered_router._limits._request import check_finite
 from tiered_router.exceptions import InvalidRequest
 
 __all__ = ["ROLES", "check_message", "check_params", "check_tool_choice"]

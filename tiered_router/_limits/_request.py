@@ -1,131 +1,39 @@
-"""Limits and shape checks on what comes from outside (a caller's request, upstream answers).
+"""The shape checks of a caller's request options, run once when a turn is built.
 
-Python's JSON parser recurses: a document nested ~1,000 deep raises ``RecursionError`` (not a
-``ValueError``), and one nested a little less parses but breaks the next recursive walk over
-it (``json.dumps``, schema validation). :func:`loads` turns both into :class:`JSONTooDeep`, a
-``ValueError``, so every caller's "unreadable JSON" branch handles them.
-
-The depth check costs nothing on ordinary documents: a document with fewer brackets than the
-limit cannot be nested deeper than it, and only documents with more are walked.
-
-The same limits hold for a caller's own request, whichever face it came through (the proxy,
-the drop-in client, :class:`~tiered_router.Turn` in process): the turn is the one boundary
-where every caller field is checked, once, when it is built. :func:`check_schema` checks its
-schemas, :func:`check_turn_options` its ``step``, ``metadata``, ``n``, ``stop``,
-``extra_body`` and ``response_format`` (:mod:`tiered_router._messages` checks its messages
-and ``tool_choice``); :func:`check_finite` refuses ``NaN`` and ``Infinity`` anywhere in what
-would be sent upstream (JSON has no such numbers: a server would get ``null``). A request the
-router could not send is refused as :class:`~tiered_router.InvalidRequest` before any
-attempt, never retried as a backend failure and never counted by a breaker.
-
-What the router reads from model text is bounded the same way: :func:`read_int` and
-:func:`read_float` read a number only when it has at most :data:`MAX_NUMBER_DIGITS` digits and
-is finite, and :func:`bounded` says whether a value read from text is JSON data within the
-limits (finite numbers, integers of at most that many digits, nesting within
-:data:`MAX_JSON_DEPTH`). A value that is not is left unread, so the gate fails the draft.
+:func:`check_schema` checks a turn's schemas, :func:`check_turn_options` its ``step``,
+``metadata``, ``n``, ``stop``, ``extra_body`` and ``response_format``; :func:`check_finite`
+refuses ``NaN`` and ``Infinity`` anywhere in what would be sent upstream (JSON has no such
+numbers: a server would get ``null``). A request the router could not send is refused as
+:class:`~tiered_router.InvalidRequest` before any attempt, never retried as a backend failure
+and never counted by a breaker.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from tiered_router._limits._data import JSONTooDeep, check_depth, kind
 from tiered_router.exceptions import InvalidRequest
 
 __all__ = [
-    "MAX_JSON_DEPTH",
-    "MAX_NUMBER_DIGITS",
     "MAX_SCHEMA_BYTES",
     "MAX_STOP",
-    "JSONTooDeep",
-    "bounded",
-    "brackets",
-    "check_depth",
     "check_finite",
     "check_n",
     "check_object",
     "check_schema",
     "check_stop",
     "check_turn_options",
-    "kind",
-    "loads",
-    "read_float",
-    "read_int",
     "response_format_of",
 ]
 
-MAX_JSON_DEPTH = 128
-"""Deepest nesting of objects and arrays accepted (OpenAI's own limit on schemas is 5-10)."""
 MAX_SCHEMA_BYTES = 256 * 1024
 """Largest schema (``response_format``, a tool's ``parameters``) a turn may carry, serialised."""
 MAX_STOP = 16
 """Most ``stop`` sequences a turn may give (OpenAI takes 4; local servers more)."""
-MAX_NUMBER_DIGITS = 100
-"""Most digits of a number read from model text (2**256 has 78)."""
-
-
-class JSONTooDeep(ValueError):
-    """A JSON document nested deeper than the limit."""
-
-
-def brackets(data: str | bytes) -> int:
-    """How many ``{`` and ``[`` the text holds: no document nests deeper than that."""
-    if isinstance(data, bytes):
-        return data.count(b"{") + data.count(b"[")
-    return data.count("{") + data.count("[")
-
-
-def check_depth(value: Any, max_depth: int = MAX_JSON_DEPTH) -> None:
-    """Raise :class:`JSONTooDeep` when ``value`` nests dicts and lists deeper than ``max_depth``.
-
-    Iterative, so it cannot itself run out of stack.
-    """
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > max_depth:
-            raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels")
-        stack.extend((child, depth + 1) for child in children)
-
-
-def loads(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """Parse JSON, refusing documents nested deeper than ``max_depth``.
-
-    Raises:
-        JSONTooDeep: Nested too deep.
-        ValueError: Not JSON (``json.JSONDecodeError``, ``UnicodeDecodeError``).
-
-    """
-    from tiered_router import _json  # orjson loads with it: not on the gate's import path
-
-    try:
-        value = _json.loads(data)
-    except RecursionError as exc:
-        raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from exc
-    if brackets(data) > max_depth:
-        check_depth(value, max_depth)
-    return value
-
-
-def kind(value: Any) -> str:
-    """What a JSON value is, for error messages (``an object``, ``a number``...)."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if value is None:
-        return "null"
-    names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
-    return names.get(type(value), type(value).__name__)
 
 
 def check_object(value: Any, param: str) -> None:
@@ -271,69 +179,6 @@ def check_finite(value: Any, param: str) -> None:
             param=where,
             code="invalid_value",
         )
-
-
-_DIGITS = re.compile(r"[+-]?\d+")
-
-
-def read_int(text: str) -> int | None:
-    """``text`` (an optional sign and digits) as an integer, or ``None``.
-
-    ``None`` for anything else, and for more than :data:`MAX_NUMBER_DIGITS` digits: model
-    text is read within bounds (Python refuses over 4,300 digits with ``ValueError``).
-    """
-    text = text.strip()
-    if len(text) > MAX_NUMBER_DIGITS + 1 or not _DIGITS.fullmatch(text):
-        return None
-    return int(text)
-
-
-def read_float(text: str) -> float | None:
-    """``text`` as a finite number of at most :data:`MAX_NUMBER_DIGITS` digits, or ``None``.
-
-    ``None`` for what Python cannot read as a float, for ``nan``, ``inf`` and numbers
-    beyond the float range (``1e400``), and for longer text.
-    """
-    text = text.strip()
-    if len(text) > MAX_NUMBER_DIGITS + 8:  # digits, sign, point, exponent
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def bounded(value: Any) -> bool:
-    """Whether ``value`` (read from model text) is JSON data within the limits.
-
-    Finite numbers only, integers of at most :data:`MAX_NUMBER_DIGITS` digits, string keys,
-    nesting within :data:`MAX_JSON_DEPTH`; strings, booleans and ``None`` as they are.
-    """
-    limit = 10**MAX_NUMBER_DIGITS
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if item is None or isinstance(item, (str, bool)):
-            continue
-        if isinstance(item, int):
-            if not -limit < item < limit:
-                return False
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, (dict, list)):
-            if depth > MAX_JSON_DEPTH:
-                return False
-            if isinstance(item, dict):
-                if not all(isinstance(k, str) for k in item):
-                    return False
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
-        else:
-            return False
-    return True
 
 
 def check_n(value: Any, *, one: bool = False) -> None:
