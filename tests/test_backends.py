@@ -235,6 +235,19 @@ def test_params_merge_request_wins_and_unknown_fields_ride_in_the_body(mock: Any
     assert seen[0].extensions["timeout"]["read"] == 3.5
 
 
+def test_a_call_without_extra_headers_sends_the_backends_own_every_time(mock: Any) -> None:
+    # the headers of such a call are built once and reused: a call with its own
+    # extra_headers in between must not leak into the next one, nor change it
+    be, seen = mock(headers={"x-team": "agents"})
+    for params in ({}, {"extra_headers": {"X-Team": "ops", "x-call": "1"}}, {}):
+        be.complete(req(params=params))
+    first, own, last = (dict(r.headers) for r in seen)
+    assert first["x-team"] == last["x-team"] == "agents" and "x-call" not in last
+    assert own["x-team"] == "ops" and own["x-call"] == "1"
+    assert first == last and first["authorization"] == f"Bearer {KEY}"
+    assert first["accept"] == "application/json"
+
+
 def test_backend_timeout_applies_when_the_request_has_none(mock: Any) -> None:
     be, seen = mock(timeout_s=7.0)
     be.complete(req(timeout_s=None))

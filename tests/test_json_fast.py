@@ -20,14 +20,26 @@ from tiered_router import _json, _limits
         '"lone \\ud800 surrogate"',
         '{"dup": 1, "dup": 2}',
         '"caf\\u00e9 \\u2603"',
+        "[1234567890123456789, 123456789012345678]",  # 19 digits: the standard library's
+        '["digits \u00e9 12345678901234567890123", 98765432109876543210987654321]',
     ],
 )
-def test_loads_reads_what_the_standard_library_reads(text: str) -> None:
-    ours, std = _json.loads(text.encode()), json.loads(text)
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_loads_reads_what_the_standard_library_reads(text: str, as_bytes: bool) -> None:
+    ours, std = _json.loads(text.encode() if as_bytes else text), json.loads(text)
     if isinstance(std, dict) and any(isinstance(v, float) and math.isnan(v) for v in std.values()):
         assert math.isnan(ours["x"]) and ours["y"] == -math.inf
     else:
         assert ours == std
+        assert [type(v) for v in _leaves(ours)] == [type(v) for v in _leaves(std)]
+
+
+def _leaves(value: object) -> list[object]:
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
 
 
 def test_loads_fails_like_the_standard_library() -> None:

@@ -12,15 +12,17 @@ a big integer may be), so the result (value, or error and its message) is the sa
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 __all__ = ["dumps", "loads"]
 
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-"""Where orjson could read an integer beyond 64 bits as a float."""
+_LONG_DIGITS = b"0" * 19
+"""Where orjson could read an integer beyond 64 bits as a float: 19 digits in a row, looked
+for in the text with every digit made ``0`` and every other byte a space (a regular
+expression found the same runs eight times slower)."""
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 
 _std_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -33,7 +35,8 @@ def loads(data: str | bytes) -> Any:
         RecursionError: Nested deeper than the standard library can parse.
 
     """
-    if _LONG_DIGITS.search(data if isinstance(data, bytes) else data.encode("utf-8", "replace")):
+    raw = data if isinstance(data, bytes) else data.encode("utf-8", "replace")
+    if _LONG_DIGITS in raw.translate(_DIGITS_ONLY):
         return json.loads(data)
     try:
         return orjson.loads(data)

@@ -70,7 +70,7 @@ class RequestShaping:
         if extra:
             out["extra_body"] = extra
         out.update(frame)
-        if plan.conversions:
+        if plan.conversions and logger.isEnabledFor(logging.DEBUG):  # joined only when shown
             logger.debug("backend %s: %s", self.name, "; ".join(plan.conversions))
         return out, plan
 

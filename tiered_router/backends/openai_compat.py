@@ -153,6 +153,8 @@ class OpenAICompatBackend(RequestShaping):
         self._owns_async_http = async_http_client is None
         self._url = (base_url or _DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
         self._parsed_url: Any = None
+        # stream? -> (the key they carry, a call's headers when it adds none of its own)
+        self._fixed_headers: dict[bool, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self._async_pool: _wire.Sender | None = None
         self._loop: object = None
         self._closer: AsyncGenerator[None, None] | None = None
@@ -298,17 +300,13 @@ class OpenAICompatBackend(RequestShaping):
         timeout = kwargs.get("timeout")
         body, extra_headers = _wire.body_of(kwargs)
         key = self._api_key()
-        # a call's own extra_headers replace the backend's headers of the same name (as
-        # the openai SDK's extra_headers replace its default_headers)
-        own = {name.lower() for name in extra_headers}
-        headers = (
-            ("content-type", "application/json"),
-            ("accept", "text/event-stream" if stream else "application/json"),
-            ("user-agent", "tiered-router"),
-            ("authorization", f"Bearer {key}"),
-            *((k, v) for k, v in self._headers.items() if k.lower() not in own),
-            *extra_headers.items(),
-        )
+        fixed = self._fixed_headers.get(stream)
+        if extra_headers or fixed is None or fixed[0] != key:
+            headers = self._headers_for(key, stream=stream, extra_headers=extra_headers)
+            if not extra_headers:  # the same for every such call: built once
+                self._fixed_headers[stream] = (key, headers)
+        else:
+            headers = fixed[1]
         if self._parsed_url is None:
             from tiered_router import _http
 
@@ -321,6 +319,21 @@ class OpenAICompatBackend(RequestShaping):
             timeout_s=timeout,
             secret=None if key == "none" else key,
         ), plan
+
+    def _headers_for(
+        self, key: str, *, stream: bool, extra_headers: Mapping[str, str]
+    ) -> tuple[tuple[str, str], ...]:
+        # a call's own extra_headers replace the backend's headers of the same name (as
+        # the openai SDK's extra_headers replace its default_headers)
+        own = {name.lower() for name in extra_headers}
+        return (
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream" if stream else "application/json"),
+            ("user-agent", "tiered-router"),
+            ("authorization", f"Bearer {key}"),
+            *((k, v) for k, v in self._headers.items() if k.lower() not in own),
+            *extra_headers.items(),
+        )
 
     def _get_client(self) -> _http.Client:
         if self._http_client is None:

@@ -71,6 +71,8 @@ class RouterPorts:
         self._backends = backends
         self._sinks = sinks
         self._configs: dict[str, BackendConfig | None] = {}
+        # backend -> its dialect profile, resolved once: a turn asks up to three times
+        self._dialects: dict[str, object] = {}
 
     def score(self, turn: Turn) -> Score:
         """Score ``turn`` with the router's scorer (pure)."""
@@ -150,9 +152,13 @@ class RouterPorts:
         injected = self._backends.get(name)
         if injected is not None:
             return getattr(injected, "dialect", None)
+        if name in self._dialects:
+            return self._dialects[name]
         config = self.backend_config(name)
+        dialect: object = None
         if config is not None and config.type == "openai":
             from tiered_router.backends.presets import dialect_for
 
-            return dialect_for(config, backend=name)
-        return None
+            dialect = dialect_for(config, backend=name)  # a PolicyError is raised, not kept
+        self._dialects[name] = dialect
+        return dialect

@@ -135,15 +135,16 @@ def outcome(run: Concluded, trace: Trace) -> RoutedResult:
             errors=list(run.errors),
             trace=trace,
         )
-    logger.info(
-        "routed %s tier=%s score=%.2f rule=%s escalated=%s attempts=%d",
-        run.turn.id,
-        kept.tier,
-        run.decision.score,
-        run.decision.rule,
-        trace.escalated,
-        len(run.attempts),
-    )
+    if logger.isEnabledFor(logging.INFO):  # its arguments are not even read otherwise
+        logger.info(
+            "routed %s tier=%s score=%.2f rule=%s escalated=%s attempts=%d",
+            run.turn.id,
+            kept.tier,
+            run.decision.score,
+            run.decision.rule,
+            trace.escalated,
+            len(run.attempts),
+        )
     verdict = kept.verdict
     if (
         verdict is not None

@@ -199,7 +199,9 @@ class QualityGate:
             failures.append(CheckFailure(check="unreadable", reason=unreadable))
         for name, check in self._checks:
             try:
-                failures.extend(_failures(name, check(completion, turn)))
+                result = check(completion, turn)
+                if result is not None:  # a pass (nearly every check, nearly always) adds none
+                    failures.extend(_failures(name, result))
             except Exception as exc:  # a broken check fails the draft; it never stops the gate
                 logger.warning("gate check %s raised %s", name, type(exc).__name__, exc_info=True)
                 message = f"{exc}"[:200]

@@ -395,21 +395,31 @@ class TransferScorer:
     def _reasons(
         self, contributions: Mapping[str, float], chars: int, overlap: float
     ) -> tuple[str, ...]:
-        labels = {
-            "length": f"request {chars} characters",
-            "option_overlap": f"options alike (word overlap {overlap:.2f})",
-            "option_overlap_max": "two options nearly the same",
-        }
         ranked = sorted(
-            ((abs(c), f, c) for f, c in contributions.items() if f in labels),
+            ((abs(c), f, c) for f, c in contributions.items() if f in _REASON_FEATURES),
             reverse=True,
         )
+        # labels are written only for the contributions shown (most turns show one or none)
         return tuple(
-            f"{labels[f]} ({c:+.2f})" for size, f, c in ranked if size >= _MIN_REASON_SHARE
+            f"{_label(f, chars, overlap)} ({c:+.2f})"
+            for size, f, c in ranked
+            if size >= _MIN_REASON_SHARE
         )
 
     def __repr__(self) -> str:
         return f"TransferScorer(up_front={sorted(self._up_front)})"
+
+
+_REASON_FEATURES = frozenset(FEATURES)
+"""The contributions a reason is written for (not ``up_front``)."""
+
+
+def _label(feature: str, chars: int, overlap: float) -> str:
+    if feature == "length":
+        return f"request {chars} characters"
+    if feature == "option_overlap":
+        return f"options alike (word overlap {overlap:.2f})"
+    return "two options nearly the same"
 
 
 @lru_cache(maxsize=1)

@@ -72,6 +72,11 @@ class _Task:
     snapshot: TaskSnapshot = field(default_factory=TaskSnapshot)
 
 
+_CLOSED = Admission(allowed=True, state="closed")
+_OPEN = Admission(allowed=False, state="open")
+"""The two answers without a trial token: frozen values, shared rather than built per call."""
+
+
 class MemoryStateStore:
     """Breakers and task totals in this process (the default :class:`StateStore`).
 
@@ -100,9 +105,9 @@ class MemoryStateStore:
             b = self._breakers.setdefault(name, _Breaker())
             state = b.state(now, config)
             if state == "closed":
-                return Admission(allowed=True, state=state)
+                return _CLOSED
             if state == "open":
-                return Admission(allowed=False, state=state)
+                return _OPEN
             if b.trial is not None and now - b.trial_at < config.trial_lease_s:
                 return Admission(allowed=False, state=state)
             b.trial = f"{name}:{next(self._tokens)}"
