@@ -721,3 +721,44 @@ def test_stop_leaves_no_connection_open() -> None:
         server.stop()
         for sock in clients:
             sock.close()
+
+
+def test_stop_while_clients_keep_connecting_leaves_no_socket_open() -> None:
+    """32 clients connect in a loop while the server stops: a socket accepted at that moment
+    (not yet a connection) is closed too, so none is collected later as a ResourceWarning."""
+    import gc
+    import threading
+    import warnings
+
+    def hammer(port: int, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+            except OSError:
+                continue
+            try:
+                sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+                sock.recv(10)
+            except OSError:
+                pass
+            finally:
+                sock.close()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for _ in range(8):
+            server = ScriptedServer().start()
+            stop = threading.Event()
+            clients = [threading.Thread(target=hammer, args=(server.port, stop)) for _ in range(32)]
+            for thread in clients:
+                thread.start()
+            time.sleep(0.02)
+            try:
+                server.stop()
+            finally:
+                stop.set()
+                for thread in clients:
+                    thread.join()
+        gc.collect()
+    leaked = [str(w.message) for w in caught if w.category is ResourceWarning]
+    assert leaked == []

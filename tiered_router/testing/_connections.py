@@ -6,7 +6,9 @@ collected later, in some other test, as a ``ResourceWarning`` (an error under th
 accepted just before the listening socket closed (its task created but not yet started, so
 a cancel never runs its cleanup), one mid-reply (a slow or dropped reply), and one whose
 close is still flushing to a client that stopped reading. :meth:`Connections.close_all`
-cuts all three, and lets the loop run until each socket is closed.
+cuts all three, and lets the loop run until each socket is closed. (A socket accepted just
+before the stop but not yet a transport is a fourth: the server stops reading its listening
+socket first, and close_all gives those a few loop turns to become connections.)
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ class Connections:
     async def close_all(self) -> None:
         """Cancel every connection's task and abort every transport still open.
 
-        Call it after the listening socket is closed.
+        Call it once the listening socket accepts no more (its reader removed), and before
+        the server closes: a socket accepted but not yet made a transport needs the server
+        open to get one.
         """
-        await _turns(2)  # connections accepted just before the close get here first
+        await _turns(3)  # accepted sockets become transports, then reach accept()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

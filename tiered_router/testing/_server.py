@@ -293,8 +293,13 @@ class ScriptedServer:
         try:
             await self._stopping.wait()
         finally:
-            server.close()
+            # stop accepting before closing: a connection the socket accepted but asyncio has
+            # not yet made a transport would find the server closed and be left half-built,
+            # its socket never closed (3.11); close_all lets those reach accept first
+            for sock in server.sockets:
+                self._loop.remove_reader(sock.fileno())
             await self._connections.close_all()
+            server.close()
             await server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
