@@ -293,6 +293,14 @@ def test_eval_replays_the_deferral_model_the_engine_asks(tmp_path: Path) -> None
     )
     kept = metrics(kind_kept)
     assert any(n.startswith("drafts.deferral replayed: 0 ") for n in kept["notes"]), kept["notes"]
+    frontier_only = tmp_path / "frontier.yaml"  # no turn goes fast: no panel, none deferred
+    frontier_only.write_text(
+        (POLICY + f"  deferral: {{path: '{model_path}', threshold: 0.5}}\n").replace(
+            "threshold: 1.0}", "threshold: 0.0}"
+        )
+    )
+    front = metrics(frontier_only)
+    assert any(n.startswith("drafts.deferral replayed: 0 ") for n in front["notes"]), front
     # the offline scores of the same drafts: the rows the model sends on
     policy = load_policy(deferring)
     dataset = hedged_dataset()

@@ -171,7 +171,8 @@ def replay_deferral(
     ``drafts.deferral.threshold``. A model fitted on a panel of another size is not asked.
 
     Returns:
-        The runs, and how many accepted panel answers were deferred.
+        The runs, and how many accepted panel answers of turns the policy sends fast were
+        deferred.
     """
     drafts = policy.drafts
     # as the engine: a model fitted on a panel of another size is not asked
@@ -181,8 +182,12 @@ def replay_deferral(
     threshold = drafts.deferral.threshold if own is None else own
     scores = {rid: model.score_vector(v) for rid, v in panel_vectors(replay, spec).items()}
     out = apply_deferral(runs, scores, threshold)
+    # counted where the policy sends the turn fast (elsewhere no panel runs: the changed fast
+    # path only feeds the threshold sweep)
     deferred = sum(
-        DEFERRED in after.fast.escalations and DEFERRED not in before.fast.escalations
+        after.decided == "fast"
+        and DEFERRED in after.fast.escalations
+        and DEFERRED not in before.fast.escalations
         for before, after in zip(runs, out, strict=True)
     )
     return out, deferred
