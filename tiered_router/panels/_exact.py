@@ -49,7 +49,14 @@ from tiered_router.calls._text import (
     split_thinking,
     tool_specs,
 )
-from tiered_router.panels._final import _BOXED, _HASHES, _MARKERS, _MAX_TEXT, final_answer
+from tiered_router.panels._final import (
+    _BOXED,
+    _HASHES,
+    _MARKERS,
+    _MAX_TEXT,
+    _last_boxed,
+    final_answer,
+)
 from tiered_router.turn import Completion, ToolCall, Turn
 
 __all__ = [
@@ -311,9 +318,8 @@ def _statement_start(text: str) -> int:
 
 def _answer_at(text: str) -> int | None:
     r"""Where the answer ``final_answer`` reads starts: its marker, ``####`` or ``\boxed{``."""
-    boxed = text.rfind(_BOXED)
-    if boxed >= 0 and _balanced(text, boxed + len(_BOXED)):
-        return boxed
+    if _last_boxed(text) is not None:  # the last \boxed{...} is whole: final_answer reads it
+        return text.rfind(_BOXED)
     hashes = list(_HASHES.finditer(text))
     if hashes:
         return hashes[-1].start()
@@ -321,15 +327,3 @@ def _answer_at(text: str) -> int | None:
     if marked:
         return marked[-1].start()
     return None
-
-
-def _balanced(text: str, pos: int) -> bool:
-    depth = 1
-    for i in range(pos, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return True
-    return False
