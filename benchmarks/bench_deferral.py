@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_verify import BFCL_DRAFTERS, RB_DRAFTERS, panel_policy
+
 from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.calibration import Target
 from tiered_router.evaluation.deferral import fit_deferral_model, panel_vectors
@@ -37,53 +39,28 @@ from tiered_router.evaluation.sources import load_data
 from tiered_router.evaluation.sweep import CalibrationError, RowRun
 from tiered_router.evaluation.verification import choose_verification, holdout_split
 from tiered_router.gate import QualityGate
-from tiered_router.policy import load_policy
 from tiered_router.policy._schema import Policy
 from tiered_router.scoring.deferral import DEFERRAL_FEATURES
 
-_RB = {
-    "gpt35": "gpt-3.5-turbo-1106",
-    "mixtral": "mistralai/mixtral-8x7b-chat",
-    "instant": "claude-instant-v1",
-}
 _RB_CHEAP = {
     "yi": "zero-one-ai/Yi-34B-Chat",
     "mixtral": "mistralai/mixtral-8x7b-chat",
     "mistral7b": "mistralai/mistral-7b-chat",
 }
-_BFCL = {
-    "mini": "gpt-4o-mini-2024-07-18-FC",
-    "mini-text": "gpt-4o-mini-2024-07-18",
-    "gpt35": "gpt-3.5-turbo-0125-FC",
-}
-
 CASES = [
     # (name, data, drafters, strong, target retained, cost target)
     ("RouterBench ARC-C + Winogrande + MBPP: gpt-3.5 + mixtral + claude-instant -> gpt-4",
-     "routerbench", _RB, "gpt-4-1106-preview", 0.97, 0.50),
+     "routerbench", RB_DRAFTERS, "gpt-4-1106-preview", 0.97, 0.50),
     ("RouterBench, same rows: Yi-34B + mixtral + mistral-7b -> gpt-4",
      "routerbench", _RB_CHEAP, "gpt-4-1106-preview", 0.97, 0.50),
     ("BFCL tools: gpt-4o-mini (FC, text) + gpt-3.5 -> gpt-4o-2024-08-06",
-     "bfcl", _BFCL, "gpt-4o-2024-08-06-FC", 0.99, 0.35),
+     "bfcl", BFCL_DRAFTERS, "gpt-4o-2024-08-06-FC", 0.99, 0.35),
 ]  # fmt: skip
 
 
 def _policy(data: str, drafters: dict[str, str], strong: str, deferral: str | None) -> Policy:
-    names = list(drafters)
-    lines = [
-        f'  {n}: {{type: replay, model: "{m}", kind: diffusion, options: {{data: {data}}}}}'
-        for n, m in drafters.items()
-    ]
     extra = f", deferral: {{path: '{deferral}'}}" if deferral else ""
-    return load_policy(
-        "version: 1\nbackends:\n"
-        + "\n".join(lines)
-        + f'\n  big: {{type: replay, model: "{strong}", options: {{data: {data}}}}}\n'
-        + f"tiers: {{fast: {names[0]}, frontier: big}}\n"
-        + "scoring: {type: transfer, threshold: 1.0}\n"
-        + f"drafts: {{k: {len(names)}, backends: [{', '.join(names)}], min_agreement: 0.67, "
-        + f"when: [all]{extra}}}\n"
-    )
+    return panel_policy(data, drafters, strong, f"min_agreement: 0.67, when: [all]{extra}")
 
 
 def _at_cost(runs: list[RowRun], order: list[int], budget: float) -> float:

@@ -25,13 +25,14 @@ from tiered_router.evaluation.sources import load_data
 from tiered_router.evaluation.sweep import CalibrationError
 from tiered_router.evaluation.verification import choose_verification
 from tiered_router.policy import load_policy
+from tiered_router.policy._schema import Policy
 
-_BFCL = {
+BFCL_DRAFTERS = {
     "mini": "gpt-4o-mini-2024-07-18-FC",
     "mini-text": "gpt-4o-mini-2024-07-18",
     "gpt35": "gpt-3.5-turbo-0125-FC",
 }
-_RB = {
+RB_DRAFTERS = {
     "gpt35": "gpt-3.5-turbo-1106",
     "mixtral": "mistralai/mixtral-8x7b-chat",
     "instant": "claude-instant-v1",
@@ -39,20 +40,25 @@ _RB = {
 
 CASES = [
     # (name, data, drafters, strong, target retained, cost target, drafter class)
-    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4-turbo", "bfcl", _BFCL,
+    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4-turbo", "bfcl", BFCL_DRAFTERS,
      "gpt-4-turbo-2024-04-09-FC", 0.99, 0.35, "drafters <= 10 %"),
-    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4o-2024-08-06", "bfcl", _BFCL,
+    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4o-2024-08-06", "bfcl", BFCL_DRAFTERS,
      "gpt-4o-2024-08-06-FC", 0.99, 0.35, "drafters <= 10 % (gpt-3.5: ~17 %)"),
-    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4o-2024-05-13", "bfcl", _BFCL,
+    ("tools: gpt-4o-mini x2 + gpt-3.5 -> gpt-4o-2024-05-13", "bfcl", BFCL_DRAFTERS,
      "gpt-4o-2024-05-13-FC", 0.99, 0.35, "drafters <= 10 %"),
-    ("tools: gpt-3.5 alone -> gpt-4o-2024-08-06", "bfcl", {"gpt35": _BFCL["gpt35"]},
+    ("tools: gpt-3.5 alone -> gpt-4o-2024-08-06", "bfcl", {"gpt35": BFCL_DRAFTERS["gpt35"]},
      "gpt-4o-2024-08-06-FC", 0.99, 0.55, "drafter 10-35 %"),
     ("answers: gpt-3.5 + mixtral + claude-instant -> gpt-4 (ARC-C, Winogrande, MBPP)",
-     "routerbench", _RB, "gpt-4-1106-preview", 0.97, 0.50, "drafters <= 10 %"),
+     "routerbench", RB_DRAFTERS, "gpt-4-1106-preview", 0.97, 0.50, "drafters <= 10 %"),
 ]  # fmt: skip
 
 
-def _policy(data: str, drafters: dict[str, str], strong: str) -> object:
+def panel_policy(
+    data: str, drafters: dict[str, str], strong: str, drafts: str = "min_agreement: 1.0"
+) -> Policy:
+    """Replayed drafters (the first is the fast tier) and a strong model; every drafter in
+    ``drafts:``, with ``drafts`` added to that section (bench_deferral.py builds its own on it).
+    """
     names = list(drafters)
     lines = [
         f'  {n}: {{type: replay, model: "{m}", kind: diffusion, options: {{data: {data}}}}}'
@@ -64,7 +70,7 @@ def _policy(data: str, drafters: dict[str, str], strong: str) -> object:
         + f'\n  big: {{type: replay, model: "{strong}", options: {{data: {data}}}}}\n'
         + f"tiers: {{fast: {names[0]}, frontier: big}}\n"
         + "scoring: {type: transfer, threshold: 1.0}\n"
-        + f"drafts: {{k: {len(names)}, backends: [{', '.join(names)}], min_agreement: 1.0}}\n"
+        + f"drafts: {{k: {len(names)}, backends: [{', '.join(names)}], {drafts}}}\n"
     )
 
 
@@ -81,7 +87,7 @@ def main() -> None:
     for name, data, drafters, strong, retained, cost, klass in CASES:
         first = next(iter(drafters.values()))
         dataset = load_data(f"{data}:{first}->{strong}")
-        policy = _policy(data, drafters, strong)
+        policy = panel_policy(data, drafters, strong)
         try:
             c = choose_verification(policy, dataset, Target(quality_retained=retained), holdout=0.5)
         except CalibrationError as exc:
