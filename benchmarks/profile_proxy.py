@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--stacks", help="also keep the sampled stacks (collapsed) here")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        sys.exit("profile_proxy.py needs py-spy: pip install py-spy")
     up_port, port = free_port(), free_port()
     tmp = Path(tempfile.mkdtemp(prefix="profile-proxy-"))
     upstream = start_upstream(up_port)
