@@ -1,0 +1,590 @@
+"""The async transport for upstream calls: :class:`DirectTransport`, a lean HTTP/1.1 client.
+
+A backend's async calls go straight to its upstream over our own HTTP/1.1 client: an
+asyncio protocol per connection, the response read by
+:class:`~tiered_router._http._parser.ResponseParser`, one keep-alive pool per transport and
+event loop. It costs less CPU per call than aiohttp's client, which it replaced for direct
+calls (figures in docs/proxy.md, "The fourth pass"); a call to a URL that goes through a
+proxy from the environment is handed to
+:class:`~tiered_router._http._aiohttp.AiohttpTransport`, as is a URL with credentials in it.
+
+An answer is an :class:`Exchange`, read like an ``httpx2.Response`` (``status_code``,
+``headers``, ``aiter_bytes``, ``aclose``), and every failure is raised as the httpx2
+exception the aiohttp transport raises for it:
+
+- waiting for a free connection (``Limits.max_connections``) and connecting are bounded by
+  the call's timeouts (:func:`~tiered_router._http._settings.call_timeout`):
+  ``ConnectTimeout``; a refused connection or a failed TLS handshake: ``ConnectError``;
+- each read is bounded too (``ReadTimeout``); a lost connection is ``ReadError``, a
+  malformed or cut-short answer ``RemoteProtocolError``;
+- the body is handed over as it arrives (Server-Sent Events), framed by length, chunks or
+  the server closing; ``gzip`` and ``deflate`` are undone if a server compresses anyway;
+- a connection goes back to the pool only when its answer was read whole; a cancelled or
+  abandoned read closes it. A pooled connection idle past ``keepalive_expiry``, or that the
+  server closed, is never sent on; one whose write fails before any answer is replaced once.
+- TLS from ``httpx2.create_ssl_context`` (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import select
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import urlsplit
+
+from httpx2 import (
+    URL,
+    ConnectError,
+    ConnectTimeout,
+    Limits,
+    ReadError,
+    ReadTimeout,
+    create_ssl_context,
+)
+
+from tiered_router._http._aiohttp import _bypassed
+from tiered_router._http._parser import BodyDecoder, Headers, ResponseParser
+from tiered_router._http._settings import DEFAULT_LIMITS, call_timeout, env_proxies
+
+if TYPE_CHECKING:
+    import ssl
+
+    from tiered_router._http import _aiohttp
+
+__all__ = ["DirectTransport", "Exchange", "preload"]
+
+_HIGH = 1 << 20
+"""Body bytes waiting to be taken at which the connection stops reading (and resumes below
+a quarter of it): a slow reader does not buffer a large answer whole."""
+
+_STALE_AFTER_S = 1.0
+"""A pooled connection idle this long is checked for a close not yet seen before reuse
+(no server closes an idle connection sooner; the check costs a system call)."""
+
+_DEFAULTS = (("accept", "*/*"), ("accept-encoding", "identity"), ("user-agent", "tiered-router"))
+
+Origin = tuple[str, str, int]
+"""Where a connection goes: scheme, host, port."""
+
+
+def preload() -> None:
+    """Import what sending needs now (a server calls this at start-up).
+
+    aiohttp is imported only when a proxy is set in the environment, the one case that
+    needs it.
+    """
+    proxies = env_proxies()
+    if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
+        from tiered_router._http import _aiohttp
+
+        _aiohttp.preload()
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to an origin: feeds the parser, wakes the one reader waiting."""
+
+    __slots__ = (
+        "_paused",
+        "_waiter",
+        "closed",
+        "error",
+        "idle_since",
+        "origin",
+        "parser",
+        "pool",
+        "reused",
+        "transport",
+    )
+
+    def __init__(self, pool: _Pool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.parser = ResponseParser()
+        self.transport: asyncio.Transport | None = None
+        self.error: Exception | None = None
+        self.idle_since = -1.0  # < 0: in use
+        self.reused = False
+        self.closed = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # noqa: D102
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:  # noqa: D102
+        if self.idle_since >= 0:  # nobody asked: the connection cannot be trusted
+            self.close()
+            return
+        parser = self.parser
+        try:
+            parser.feed(data)
+        except Exception as exc:  # RemoteProtocolError: it says what was wrong
+            self.error = exc
+            self.close()
+        else:
+            if parser.pending > _HIGH and not self._paused:
+                self._paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: D102
+        if self.idle_since < 0 and self.error is None and not self.parser.complete:
+            if exc is None or not self.parser.started:
+                try:
+                    self.parser.feed_eof()
+                except Exception as error:  # RemoteProtocolError
+                    self.error = error
+            else:
+                self.error = ReadError(f"connection lost while reading: {type(exc).__name__}")
+        self.parser.reusable = False
+        self._forget()
+        self._wake()
+
+    def taken(self, size: int) -> None:
+        """Note that a reader took ``size`` body bytes (reading resumes when few are left)."""
+        self.parser.pending -= size
+        if self._paused and self.parser.pending < _HIGH // 4 and not self.closed:
+            self._paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait for bytes or the end of the connection, at most ``timeout`` seconds.
+
+        Raises:
+            httpx2.ReadTimeout: Nothing came in time.
+
+        """
+        loop = self.pool.loop
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def stale(self, now: float) -> bool:
+        """Whether this idle connection must not be sent on (expired, or closed by the server)."""
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():
+            return True
+        idle = now - self.idle_since
+        expiry = self.pool.expiry
+        if expiry is not None and idle > expiry:
+            return True
+        if idle < _STALE_AFTER_S:
+            return False
+        sock = transport.get_extra_info("socket")
+        try:  # readable while idle: the server closed it (or sent what nobody asked for)
+            return bool(sock is None or select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
+    def close(self) -> None:
+        """Close the connection (idempotent); its place in the pool is freed at once."""
+        if self.transport is not None:
+            self.transport.close()
+        self._forget()
+
+    def _forget(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pool.forget(self)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(ReadTimeout("timed out reading"))
+
+
+class _Pool:
+    """The connections of one transport on one event loop, by origin."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limits: Limits) -> None:
+        self.loop = loop
+        self.limit = limits.max_connections
+        self.expiry = limits.keepalive_expiry
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._open: set[_Connection] = set()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._ssl: ssl.SSLContext | None = None
+
+    async def acquire(
+        self, origin: Origin, pool_timeout: float | None, connect_timeout: float | None
+    ) -> _Connection:
+        """Return an idle connection to ``origin``, or a new one when there is room.
+
+        Raises:
+            httpx2.ConnectTimeout: No room in time, or connecting took too long.
+            httpx2.ConnectError: The connection was refused or TLS failed.
+
+        """
+        deadline = None
+        while True:
+            idle = self._idle.get(origin)
+            if idle:
+                now = self.loop.time()
+                while idle:
+                    conn = idle.pop()
+                    if conn.stale(now):
+                        conn.close()
+                        continue
+                    conn.idle_since = -1.0
+                    conn.reused = True
+                    return conn
+            if self.limit is None or len(self._open) < self.limit:
+                return await self._connect(origin, connect_timeout)
+            if self._evict():
+                continue
+            if deadline is None and pool_timeout is not None:
+                deadline = self.loop.time() + pool_timeout
+            await self._wait(deadline)
+
+    def _evict(self) -> bool:
+        """Close the longest-idle connection to any origin; whether there was one."""
+        oldest = min(
+            (conns[0] for conns in self._idle.values() if conns),
+            key=lambda conn: conn.idle_since,
+            default=None,
+        )
+        if oldest is None:
+            return False
+        oldest.close()
+        return True
+
+    async def _wait(self, deadline: float | None) -> None:
+        waiter = self.loop.create_future()
+        self._waiters.append(waiter)
+        timer = None
+        if deadline is not None:
+            timer = self.loop.call_at(deadline, _no_room, waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._wake_one()  # woken, then cancelled: pass the turn on
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not waiter.done():
+                self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _connect(self, origin: Origin, timeout: float | None) -> _Connection:
+        scheme, host, port = origin
+        context = None
+        if scheme == "https":
+            if self._ssl is None:
+                self._ssl = create_ssl_context()
+            context = self._ssl
+        place = f"{host}:{port}"
+        pending: list[_Connection] = []
+
+        def made() -> _Connection:
+            conn = _Connection(self, origin)
+            self._open.add(conn)
+            pending.append(conn)
+            return conn
+
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(
+                    made, host, port, ssl=context, server_hostname=host if context else None
+                ),
+                timeout,
+            )
+        except BaseException as exc:
+            for conn in pending:  # a protocol built for a connection that failed
+                conn.close()
+            if isinstance(exc, asyncio.TimeoutError):
+                raise ConnectTimeout(f"timed out connecting to {place}") from exc
+            if isinstance(exc, OSError):
+                raise ConnectError(f"cannot connect to {place}: {exc}") from exc
+            raise
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        """Put ``conn``, its answer read whole, back in the pool."""
+        conn.parser.reset()
+        now = conn.idle_since = self.loop.time()
+        idle = self._idle.setdefault(conn.origin, [])
+        idle.append(conn)
+        if self.expiry is not None and now - idle[0].idle_since > self.expiry:
+            idle[0].close()  # expired while the newer ones were in use
+        self._wake_one()
+
+    def forget(self, conn: _Connection) -> None:
+        """Drop ``conn``, closed, from the pool."""
+        self._open.discard(conn)
+        if conn.idle_since >= 0:
+            idle = self._idle.get(conn.origin)
+            if idle and conn in idle:
+                idle.remove(conn)
+        self._wake_one()
+
+    def close(self) -> None:
+        """Close every connection, idle or in use."""
+        for conn in list(self._open):
+            if not self.loop.is_closed():
+                conn.close()
+        self._open.clear()
+        self._idle.clear()
+
+
+def _no_room(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(ConnectTimeout("timed out connecting: no free connection"))
+
+
+class _Target(NamedTuple):
+    """Where one URL's calls go, worked out once."""
+
+    origin: Origin
+    start: str  # request line and Host header
+
+
+class Exchange:
+    """An answer from :meth:`DirectTransport.exchange`, read like an ``httpx2.Response``.
+
+    Attributes:
+        status_code: The HTTP status.
+        headers: The response headers (case-insensitive mapping).
+
+    """
+
+    __slots__ = ("_conn", "_read_timeout", "headers", "status_code")
+
+    def __init__(self, conn: _Connection, read_timeout: float | None) -> None:
+        self._conn: _Connection | None = conn
+        self._read_timeout = read_timeout
+        self.status_code: int = conn.parser.status_code
+        headers = conn.parser.headers
+        assert headers is not None
+        self.headers: Headers = headers
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """Yield the body as it arrives (decoded if the server compressed it)."""
+        return _Body(self)
+
+    async def aclose(self) -> None:
+        """Return the connection to the pool if the answer was read whole, else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        parser = conn.parser
+        if parser.complete and parser.reusable and conn.error is None and not conn.closed:
+            conn.pool.release(conn)
+        else:
+            conn.close()
+
+    def __del__(self) -> None:
+        conn = self._conn
+        if conn is not None and not conn.pool.loop.is_closed():  # abandoned unread
+            conn.close()
+
+
+class _Body:
+    """The body of an :class:`Exchange`, piece by piece."""
+
+    __slots__ = ("_decoder", "_exchange", "_finished")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self._decoder: BodyDecoder | None = None
+        coding = exchange.headers.get("content-encoding")
+        if coding and coding.strip(" \t").lower() != "identity":
+            self._decoder = BodyDecoder(coding)
+        self._finished = False
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        conn = self._exchange._conn
+        if conn is None:
+            raise ReadError("the answer was closed before its body was read")
+        parser = conn.parser
+        decoder = self._decoder
+        while True:
+            if decoder is not None and decoder.has_more:
+                piece = decoder.decode()
+                if piece:
+                    return piece
+            if parser.body:
+                piece = parser.body.popleft()
+                conn.taken(len(piece))
+                if decoder is not None:
+                    piece = decoder.decode(piece)
+                    if not piece:
+                        continue
+                return piece
+            if conn.error is not None:
+                raise conn.error
+            if parser.complete:
+                if decoder is not None and not self._finished:
+                    self._finished = True
+                    piece = decoder.finish()
+                    if piece:
+                        return piece
+                raise StopAsyncIteration
+            await conn.wait(self._exchange._read_timeout)
+
+
+class DirectTransport:
+    """Sends the package's async calls over a pool of our own HTTP/1.1 connections.
+
+    The pool belongs to the event loop that first sends on it, as any asyncio connection
+    does; a transport used from a new loop opens a new pool. Calls to a URL that a proxy in
+    the environment applies to (or with credentials in it) go over an
+    :class:`~tiered_router._http._aiohttp.AiohttpTransport` made on first need.
+
+    Args:
+        limits: Pool limits: ``max_connections`` (``None``: no limit) and
+            ``keepalive_expiry`` (``max_keepalive_connections`` is not used: every
+            connection is kept, as aiohttp's pool does).
+        proxies: Proxy settings by scheme (``http``, ``https``, ``all``, ``no``); by
+            default read from the environment now
+            (:func:`tiered_router._http.env_proxies`).
+
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        proxies: dict[str, str] | None = None,
+    ) -> None:
+        self._limits = limits
+        self._proxies = dict(env_proxies() if proxies is None else proxies)
+        self._targets: dict[str, _Target | None] = {}
+        self._last: tuple[object, _Target | None] = (None, None)
+        self._pool: _Pool | None = None
+        self._proxied: _aiohttp.AiohttpTransport | None = None
+
+    def _target(self, url: str | URL) -> _Target | None:
+        """Return where ``url``'s calls go, or ``None`` when aiohttp sends them."""
+        last, target = self._last
+        if url is last:  # a backend sends every call to one URL object
+            return target
+        key = str(url)
+        if key in self._targets:
+            target = self._targets[key]
+        else:
+            target = self._targets[key] = self._parse(key)
+        self._last = (url, target)
+        return target
+
+    def _parse(self, url: str) -> _Target | None:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme.lower(), parts.hostname
+        if scheme not in ("http", "https") or not host or "@" in parts.netloc:
+            return None  # aiohttp says what is wrong, or sends the credentials
+        port = parts.port or (443 if scheme == "https" else 80)
+        proxy = self._proxies.get(scheme) or self._proxies.get("all")
+        if proxy and not _bypassed(host, port, self._proxies.get("no", "")):
+            return None
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        return _Target((scheme, host, port), f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n")
+
+    def _pool_for_loop(self) -> _Pool:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "tiered_router's async HTTP calls run on asyncio; under another event loop "
+                "(trio), give the backend async_http_client=httpx2.AsyncClient()"
+            ) from None
+        pool = self._pool
+        if pool is None or pool.loop is not loop:
+            if pool is not None:
+                pool.close()
+            pool = self._pool = _Pool(loop, self._limits)
+        return pool
+
+    async def exchange(
+        self,
+        url: str | URL,
+        headers: Iterable[tuple[str, str]],
+        body: bytes,
+        timeout_s: float | None,
+    ) -> Exchange | _aiohttp.Exchange:
+        """POST ``body`` to ``url``; return the answer with its body still to be read.
+
+        Args:
+            url: Where to send it.
+            headers: Request headers (``Host`` and ``Content-Length`` are added).
+            body: The request body.
+            timeout_s: Bounds waiting for a pooled connection, connecting and each read.
+
+        Raises:
+            httpx2.TransportError: The subclass matching what failed.
+            ValueError: A header holds a line break.
+            RuntimeError: No asyncio event loop is running.
+
+        """
+        pool = self._pool_for_loop()
+        target = self._target(url)
+        if target is None:
+            return await self._via_aiohttp().exchange(url, headers, body, timeout_s)
+        headers = tuple(headers)
+        fields = "".join([f"{name}: {value}\r\n" for name, value in headers])
+        if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):
+            raise ValueError("a request header name or value holds a line break")
+        present = {name.lower() for name, _ in headers}
+        extra = "".join([f"{n}: {v}\r\n" for n, v in _DEFAULTS if n not in present])
+        data = (
+            f"{target.start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
+        )
+        timeouts = call_timeout(timeout_s)
+        read_timeout = timeouts["read"]
+        for attempt in (1, 2):
+            conn = await pool.acquire(target.origin, timeouts["pool"], timeouts["connect"])
+            transport = conn.transport
+            assert transport is not None
+            transport.write(data)
+            if conn.reused and transport.is_closing() and attempt == 1:
+                conn.close()  # the write failed: the server saw none of the request
+                continue
+            break
+        parser = conn.parser
+        try:
+            while parser.headers is None:
+                if conn.error is not None:
+                    raise conn.error
+                await conn.wait(read_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        return Exchange(conn, read_timeout)
+
+    def _via_aiohttp(self) -> _aiohttp.AiohttpTransport:
+        if self._proxied is None:
+            from tiered_router._http._aiohttp import AiohttpTransport
+
+            self._proxied = AiohttpTransport(limits=self._limits, proxies=self._proxies)
+        return self._proxied
+
+    async def aclose(self) -> None:
+        """Close the pool's connections (and aiohttp's, if a proxied call opened it)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+            await asyncio.sleep(0)  # let the transports finish closing on this loop
+        proxied, self._proxied = self._proxied, None
+        if proxied is not None:
+            await proxied.aclose()
