@@ -214,6 +214,7 @@ class _Pool:
         self.expiry = limits.keepalive_expiry
         self._idle: dict[Origin, list[_Connection]] = {}
         self._open: set[_Connection] = set()
+        self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._ssl: ssl.SSLContext | None = None
 
@@ -240,8 +241,13 @@ class _Pool:
                     conn.idle_since = -1.0
                     conn.reused = True
                     return conn
-            if self.limit is None or len(self._open) < self.limit:
-                return await self._connect(origin, connect_timeout)
+            if self.limit is None or len(self._open) + self._opening < self.limit:
+                self._opening += 1  # the place is taken now, not once connected
+                try:
+                    return await self._connect(origin, connect_timeout)
+                finally:
+                    self._opening -= 1
+                    self._wake_one()
             if self._evict():
                 continue
             if deadline is None and pool_timeout is not None:
@@ -547,9 +553,7 @@ class DirectTransport:
             raise ValueError("a request header name or value holds a line break")
         present = {name.lower() for name, _ in headers}
         extra = "".join([f"{n}: {v}\r\n" for n, v in _DEFAULTS if n not in present])
-        data = (
-            f"{target.start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
-        )
+        data = f"{target.start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
         timeouts = call_timeout(timeout_s)
         read_timeout = timeouts["read"]
         for attempt in (1, 2):

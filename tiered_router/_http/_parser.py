@@ -124,6 +124,8 @@ class ResponseParser:
             httpx2.RemoteProtocolError: The response is malformed.
 
         """
+        if not data:
+            return
         self.started = True
         buf = self._buf + data if self._buf else data
         self._buf = b""
@@ -207,8 +209,7 @@ class ResponseParser:
         """Read a head from ``buf``; return what follows it, or ``None`` to wait for more."""
         end = buf.find(b"\r\n\r\n")
         if end < 0:
-            line = buf.find(b"\r\n")
-            if line > MAX_LINE or (line < 0 and len(buf) > MAX_LINE):
+            if len(buf) > MAX_LINE and max(map(len, buf.split(b"\r\n"))) > MAX_LINE:
                 raise _error(f"status line or a header line longer than {MAX_LINE} bytes")
             if len(buf) > MAX_HEAD:
                 raise _error(f"head longer than {MAX_HEAD} bytes")
@@ -248,9 +249,7 @@ class ResponseParser:
         self.headers = Headers(fields)
         connection = fields.get("connection", "").lower()
         self.reusable = (
-            "keep-alive" in connection
-            if version == "HTTP/1.0"
-            else "close" not in connection
+            "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
         )
         self._state = self._framing(status, fields)
         return buf[end + 4 :]
@@ -330,7 +329,9 @@ class BodyDecoder:
                 return b""
             wbits = zlib.MAX_WBITS | 16
             if self._coding == "deflate":  # zlib-wrapped as RFC 9110 says, or raw as some send
-                wrapped = len(data) > 1 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                wrapped = (
+                    len(data) > 1 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+                )
                 wbits = zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS
             self._decoder = zlib.decompressobj(wbits)
         try:
