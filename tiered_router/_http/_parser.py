@@ -142,9 +142,10 @@ class ResponseParser:
                 if self._left == 0:
                     self._state = _DATA_END if state == _DATA else self._finish()
             elif state == _HEAD:
-                buf = self._head(buf)
-                if buf is None:
+                rest = self._head(buf)
+                if rest is None:
                     return
+                buf = rest
             elif state == _SIZE:
                 end = buf.find(b"\r\n")
                 if end < 0:
