@@ -21,6 +21,7 @@ from httpx2 import ConnectError, ConnectTimeout, Limits, ReadError, ReadTimeout,
 from tiered_router._http._parser import ResponseParser
 
 if TYPE_CHECKING:
+    import socket
     import ssl
 
 __all__ = ["Connection", "Origin", "Pool"]
@@ -35,6 +36,15 @@ _STALE_AFTER_S = 1.0
 
 Origin = tuple[str, str, int]
 """Where a connection goes: scheme, host, port."""
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether ``sock`` has bytes (or an end) waiting; ``poll`` has no limit on descriptors."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])  # pragma: no cover - Windows
 
 
 class Connection(asyncio.Protocol):
@@ -142,7 +152,7 @@ class Connection(asyncio.Protocol):
             return False
         sock = transport.get_extra_info("socket")
         try:  # readable while idle: the server closed it (or sent what nobody asked for)
-            return bool(sock is None or select.select([sock], [], [], 0)[0])
+            return sock is None or _readable(sock)
         except (OSError, ValueError):
             return True
 
