@@ -243,3 +243,15 @@ def test_panel_labels_need_a_panel(tmp_path: Path) -> None:
     )
     assert run.exit_code == 1
     assert "--panel-labels: needs a policy with a drafts: panel" in run.output
+
+
+def test_the_traffic_scope_does_not_warn_about_a_small_kind(tmp_path: Path) -> None:
+    # 150 prose rows: below 200 a kind's own bound is the exact one, and calibrate warns,
+    # unless one bound over all 750 rows is what the target is held to
+    data, policy = _write(tmp_path, mixed(n_tools=600, n_prose=150), POLICY)
+    base = ["calibrate", str(policy), "--data", str(data), "--target-quality-retained", "0.95"]
+    kind = CliRunner().invoke(build_app(), base)
+    traffic = CliRunner().invoke(build_app(), [*base, "--scope", "traffic"])
+    assert kind.exit_code == traffic.exit_code == 0, kind.output + traffic.output
+    assert "fewer than 200 calibration rows for prose" in kind.output
+    assert "fewer than 200 calibration rows" not in traffic.output

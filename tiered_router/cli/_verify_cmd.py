@@ -125,7 +125,7 @@ def _small(choice: Choice) -> list[str]:
             "traffic, or keep a smaller --holdout"
         )
     few = [f"{kc.kind} ({kc.figures.n})" for kc in choice.kinds if kc.figures.n < MIN_BOUND_ROWS]
-    if few:
+    if few and choice.scope == "kind":  # with --scope traffic one bound covers every row
         out.append(
             f"fewer than {MIN_BOUND_ROWS} calibration rows for {', '.join(few)}: their quality "
             "bound is the exact (Clopper-Pearson) one where it is lower than Fieller's, so "
