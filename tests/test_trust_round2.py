@@ -615,3 +615,42 @@ def test_a_streamed_proxy_answer_says_in_its_last_chunk_that_it_was_shadowed(
             routes += [e["tiered_router"] for e in events if "tiered_router" in e]
     assert [(r["tier"], r.get("shadowed")) for r in routes] == [("fast", True)] * 3
     assert sum(r.body.get("model") == "frontier-model" for r in server.requests) == 3
+
+
+@pytest.mark.parametrize("concurrency", [32, 64])
+def test_concurrent_streams_each_say_whether_they_were_shadowed(
+    server: ScriptedServer, concurrency: int
+) -> None:
+    """Streams at once, half of them shadowed: each finish chunk says its own turn's truth."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    running, create_app = _proxy()
+    monitor = {**MONITORED, "shadow_rate": 0.5, "enforce": False}
+    server.default = lambda body: Reply.text("The answer is 42.")
+
+    def one(url: str, i: int) -> dict[str, Any]:
+        body = {
+            "model": "auto",
+            "stream": True,
+            "messages": [{"role": "user", "content": ASK}],
+            "tiered_router": {"turn_id": f"concurrent-{i}"},
+        }
+        with _http.build_client() as http:
+            response = _post(http, url, body)
+        assert response.status_code == 200
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in response.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        (route,) = [e["tiered_router"] for e in events if "tiered_router" in e]
+        return dict(route)
+
+    with running(create_app(make_policy(server, monitor=monitor), env={})) as url:
+        with ThreadPoolExecutor(concurrency) as pool:
+            routes = list(pool.map(lambda i: one(url, i), range(concurrency)))
+    shadowed = sum(bool(r.get("shadowed")) for r in routes)
+    assert all(r["tier"] == "fast" for r in routes)
+    assert 0 < shadowed < concurrency  # about half: sampled by turn id
+    # every stream that says so had its shadow call, and no other did
+    assert sum(r.body.get("model") == "frontier-model" for r in server.requests) == shadowed
