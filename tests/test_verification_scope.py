@@ -224,6 +224,7 @@ def test_fit_scorer_with_panel_labels_learns_the_kind_of_request(tmp_path: Path)
     )
     assert run.exit_code == 0, run.output
     assert "panel of 2 (fast, other)" in run.output
+    assert "current (heuristic)" in run.output  # the policy's own scorer, on the same labels
     learned = f"scoring: {{type: learned, threshold: 0.5, options: {{path: '{out}'}}}}"
     scorer = build_scorer(load_policy(POLICY.replace(SCORING, learned)).scoring)
     scores = {r.id: scorer.score(r.turn).value for r in two_way().rows}

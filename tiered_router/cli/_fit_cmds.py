@@ -191,11 +191,17 @@ def _fit_for_panel(
     """``fit-scorer --panel-labels``: the scorer in front of the panel, on its outcomes."""
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.panel_scorer import fit_panel_scorer
+    from tiered_router.scoring import build_scorer
 
+    try:
+        current = build_scorer(policy.scoring)
+    except ValueError as exc:
+        raise _fail(f"policy scoring: {exc}") from exc
     try:
         report = fit_panel_scorer(
             policy,
             dataset,
+            compare={f"current ({policy.scoring.type})": current},
             fast_model=fast_model,
             frontier_model=frontier_model,
             folds=folds,

@@ -33,8 +33,11 @@ from tiered_router.evaluation._outcome import Outcome
 from tiered_router.evaluation.dataset import Dataset, DatasetError, EvalRow
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
     from tiered_router.policy import Policy
+    from tiered_router.scoring import Scorer
 
 __all__ = ["fit_panel_scorer", "panel_labelled"]
 
@@ -87,6 +90,7 @@ def fit_panel_scorer(
     *,
     fast_model: str | None = None,
     frontier_model: str | None = None,
+    compare: Mapping[str, Scorer] | None = None,
     folds: int = 5,
     seed: int = 0,
     bootstrap: int = 200,
@@ -94,7 +98,8 @@ def fit_panel_scorer(
     """Fit the learned scorer on whether the policy's panel answers each row right itself.
 
     The report is :func:`~tiered_router.evaluation.scorer_fit.fit_scorer`'s, on
-    :func:`panel_labelled` rows: its ``fast_model`` names the panel.
+    :func:`panel_labelled` rows: its ``fast_model`` names the panel; ``compare`` adds other
+    scorers (the policy's current one), scored as they are on the same labels.
 
     Raises:
         DatasetError: No panel to replay, or too few rows (as ``fit_scorer``).
@@ -103,4 +108,4 @@ def fit_panel_scorer(
     from tiered_router.evaluation.scorer_fit import fit_scorer
 
     labelled = panel_labelled(policy, dataset, fast_model=fast_model, frontier_model=frontier_model)
-    return fit_scorer(labelled, folds=folds, seed=seed, bootstrap=bootstrap)
+    return fit_scorer(labelled, compare=compare, folds=folds, seed=seed, bootstrap=bootstrap)
