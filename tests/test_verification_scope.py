@@ -186,10 +186,11 @@ def two_way(n: int = 400) -> Dataset:
     for i in range(n):
         if i % 2:
             prompt = f"Which is a planet? ({i})\nA) Mars\nB) Moon{i}\nC) Sun\nD) Comet"
-            drafts = ("A", "A", 1.0)
+            drafts = ("A", "A")
         else:
             prompt = f"Tom lent Bob a pen {i} because _ had none.\nA) Tom\nB) Bob"
-            drafts = ("B", "A", 1.0) if i % 4 == 0 else ("B", "B", 1.0)
+            # of these: a split on one in two, an agreed wrong answer on one in four
+            drafts = ("B", "A") if i % 4 == 0 else ("A", "A") if i % 8 == 6 else ("B", "B")
         fast_q = 1.0 if drafts[0] == ("A" if i % 2 else "B") else 0.0
         other_q = 1.0 if drafts[1] == ("A" if i % 2 else "B") else 0.0
         rows.append(
@@ -213,6 +214,19 @@ def test_panel_labels_mark_what_the_panel_cannot_answer_itself() -> None:
     assert q["q1"] == 1.0  # four options: agreed and right
     assert q["q0"] == 0.0  # a split: the panel escalated
     assert q["q2"] == 1.0  # agreed and right
+    assert q["q6"] == 0.0  # agreed on a wrong answer: not the panel's to answer either
+    # a row without the other drafter's outcome is left out, not labelled
+    rows = two_way().rows
+    gap = rows[0].__class__(
+        id="gap",
+        turn=rows[1].turn,
+        outcomes={k: v for k, v in rows[1].outcomes.items() if k != "other"},
+    )
+    short = panel_labelled(
+        load_policy(POLICY),
+        Dataset(name="gap", rows=(*rows, gap), fast_model="fast", frontier_model="big"),
+    )
+    assert "gap" not in {r.id for r in short.rows} and len(short.rows) == len(rows)
 
 
 def test_fit_scorer_with_panel_labels_learns_the_kind_of_request(tmp_path: Path) -> None:
@@ -243,7 +257,7 @@ def test_panel_labels_need_a_panel(tmp_path: Path) -> None:
         build_app(), ["fit-scorer", str(policy), "--data", str(data), "--panel-labels"]
     )
     assert run.exit_code == 1
-    assert "--panel-labels: needs a policy with a drafts: panel" in run.output
+    assert "--panel-labels: the policy has no drafts: section" in run.output
 
 
 def test_the_traffic_scope_does_not_warn_about_a_small_kind(tmp_path: Path) -> None:
@@ -256,3 +270,52 @@ def test_the_traffic_scope_does_not_warn_about_a_small_kind(tmp_path: Path) -> N
     assert kind.exit_code == traffic.exit_code == 0, kind.output + traffic.output
     assert "fewer than 200 calibration rows for prose" in kind.output
     assert "fewer than 200 calibration rows" not in traffic.output
+
+
+def test_fit_scorer_holdout_fits_on_the_rows_calibrate_calibrates_on(tmp_path: Path) -> None:
+    from tiered_router.evaluation.verification import holdout_split
+
+    data, policy = _write(tmp_path, two_way(), POLICY)
+    run = CliRunner().invoke(
+        build_app(),
+        ["fit-scorer", str(policy), "--data", str(data), "--panel-labels", "--holdout", "0.5",
+         "--json"],
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output
+    calibration, held = holdout_split(two_way(), 0.5)
+    assert json.loads(run.stdout)["rows"] == len(calibration) < len(calibration) + len(held)
+    bad = CliRunner().invoke(
+        build_app(), ["fit-scorer", str(policy), "--data", str(data), "--holdout", "1"]
+    )
+    assert bad.exit_code == 2 and "--holdout" in bad.output
+
+
+def test_on_one_kind_the_traffic_scope_chooses_as_the_kind_scope() -> None:
+    # 60 tool rows, every fast answer right: below 200 rows the bound is the exact one
+    # (Clopper-Pearson over the fast-answered rows), so all-fast cannot show 95 %
+    policy, target = load_policy(POLICY), Target(quality_retained=0.95)
+    few = mixed(n_tools=60, n_prose=0)
+    per_kind = choose_verification(policy, few, target)
+    traffic = choose_verification(policy, few, target, scope="traffic")
+    assert traffic.threshold == per_kind.threshold
+    assert traffic.calibration == per_kind.calibration
+    assert traffic.calibration.retained_low >= 0.95 and traffic.calibration.fast_share < 1.0
+
+
+def test_write_keeps_the_candidates_when_prose_gets_one_draft(tmp_path: Path) -> None:
+    """Prose chosen as one draft of the fast tier leaves ``drafts.when``; the section's
+    drafters (what a later calibrate chooses from) stay, so calibrating again replays as much.
+    """
+    data, policy = _write(tmp_path, mixed(), POLICY.replace("min_agreement: 1.0}", "when: [all]}"))
+    base = ["calibrate", str(policy), "--data", str(data), "--target-quality-retained", "0.97"]
+    first = CliRunner().invoke(build_app(), [*base, "--scope", "traffic", "--write", "--json"])
+    assert first.exit_code == 0, first.output
+    chosen = json.loads(first.stdout)
+    assert chosen["kinds"]["prose"]["k"] == 1 and chosen["kinds"]["prose"]["backends"] == ["fast"]
+    written = load_policy(policy)
+    assert written.drafts is not None
+    assert written.drafts.backends == ["fast", "other"] and written.drafts.k == 2
+    assert "all" not in written.drafts.when  # prose: one draft and the gate
+    again = CliRunner().invoke(build_app(), [*base, "--scope", "traffic", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["kinds"] == chosen["kinds"]

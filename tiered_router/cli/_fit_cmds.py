@@ -119,6 +119,14 @@ def fit_scorer_command(
         int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for the intervals.")
     ] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    holdout: Annotated[
+        float | None,
+        typer.Option(
+            "--holdout",
+            help="Fit on the rows 'calibrate --holdout SHARE' calibrates on (the same hash of "
+            "the row id), so that calibrate's held-out figures are on rows the fit never saw.",
+        ),
+    ] = None,
     panel_labels: Annotated[
         bool,
         typer.Option(
@@ -141,18 +149,25 @@ def fit_scorer_command(
 
     if output is not None and not output.parent.is_dir():
         raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
+    if holdout is not None and not 0 < holdout < 1:
+        raise _fail(f"--holdout: a share in (0, 1), got {holdout}", code=2)
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
-    replays = _replays_panel(loaded, dataset, fast_model)
-    if panel_labels:
-        if not replays:
-            raise _fail(
-                "--panel-labels: needs a policy with a drafts: panel and data that records "
-                "several drafts per turn"
+    if holdout is not None:
+        from tiered_router.evaluation.verification import holdout_split
+
+        calibration, _ = holdout_split(dataset, holdout)
+        dataset = replace(dataset, rows=tuple(r for r in dataset.rows if r.id in calibration))
+        if not as_json:
+            typer.echo(
+                f"fitting on {len(dataset.rows)} rows; the {holdout:.0%} that calibrate "
+                f"--holdout {holdout:g} keeps out are left out here too",
+                err=True,
             )
+    if panel_labels:
         _fit_for_panel(loaded, dataset, output, fast_model, frontier_model, folds, seed,
                        bootstrap=bootstrap, as_json=as_json)  # fmt: skip
         return
-    if replays:
+    if _replays_panel(loaded, dataset, fast_model):
         _fit_deferral(loaded, dataset, output, folds=folds, seed=seed, as_json=as_json)
         return
     try:

@@ -6,23 +6,29 @@ over all the calibration rows, so a kind where verification is expensive (code t
 never agree on) can keep its cheap path while another kind (multiple choice) buys the
 quality back: the guarantee is then for traffic with the calibration rows' mix of kinds.
 
-At one threshold, each kind's candidate verifications are points ``(cost, quality)``. The
-combinations worth checking are the ones a price on quality would pick: per kind the lower
-convex hull of its points (cheapest first, each next point the best quality gained per
-dollar), walked by all kinds together in the order of those marginal rates (the greedy walk
-of a separable knapsack). Each combination's totals (sums over the rows, so the paired
-bound is the same construction as for one kind) is checked against the target; the chooser
-ranks them as it ranks one kind's. Pure arithmetic over the prefix sums.
+At one threshold, each kind's candidate verifications are points ``(cost, quality)`` with
+their sums over the rows (so the bound of a combination is the same paired construction as
+for one kind). :func:`best_combination` checks every combination of the kinds' candidates
+when there are at most :data:`EXHAUSTIVE` of them (one kind: every candidate, as the
+per-kind scope does; several: each kind's candidates that no cheaper one matches in
+quality). Beyond that it walks the kinds' lower convex hulls of (cost, quality) together,
+in the order of quality gained per dollar (the greedy walk of a separable knapsack), which
+can miss a combination off the hulls. Each combination checked is held to the target; the
+chooser ranks them as it ranks one kind's. Pure arithmetic over the prefix sums.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from tiered_router.evaluation._bounds import _Sums
 
-__all__ = ["best_combination", "hull", "walk"]
+__all__ = ["EXHAUSTIVE", "best_combination", "frontier", "hull", "walk"]
+
+EXHAUSTIVE = 20_000
+"""Most combinations :func:`best_combination` checks one by one (beyond: the hull walk)."""
 
 V = TypeVar("V")
 Point = tuple[V, tuple[_Sums, _Sums, _Sums]]  # a verification and its (quality, cost, fast) sums
@@ -45,6 +51,15 @@ def hull(points: Sequence[Point[V]]) -> list[Point[V]]:
             frontier.pop()
         frontier.append(point)
     return frontier
+
+
+def frontier(points: Sequence[Point[V]]) -> list[Point[V]]:
+    """The points that no cheaper (or equally cheap) point matches in quality, cheapest first."""
+    kept: list[Point[V]] = []
+    for point in sorted(points, key=lambda p: (p[1][1].p, -p[1][0].p)):
+        if not kept or point[1][0].p > kept[-1][1][0].p:
+            kept.append(point)
+    return kept
 
 
 def _slope(a: Point[V], b: Point[V]) -> float:
@@ -92,7 +107,7 @@ def best_combination(
     rank: Callable[[F], tuple[float, float]],
     low: Callable[[F], float],
 ) -> tuple[tuple[tuple[float, float], Combination[V]] | None, float]:
-    """The best combination along :func:`walk` that ``meets`` the target.
+    """The best combination that ``meets`` the target (checked one by one, or along :func:`walk`).
 
     Args:
         per_kind: Each kind's candidates and their sums at one threshold.
@@ -117,5 +132,17 @@ def best_combination(
         if meets(total) and (best is None or rank(total) < best[0]):
             best = (rank(total), dict(combo))
 
-    walk(per_kind, accept)
+    if len(per_kind) == 1:
+        options = {kind: list(points) for kind, points in per_kind.items()}
+    else:
+        options = {kind: frontier(points) for kind, points in per_kind.items()}
+    count = 1
+    for points in options.values():
+        count *= len(points)
+    if count <= EXHAUSTIVE:
+        kinds = list(options)
+        for picked in itertools.product(*(options[k] for k in kinds)):
+            accept(dict(zip(kinds, picked, strict=True)))
+    else:
+        walk(per_kind, accept)
     return best, closest

@@ -49,18 +49,25 @@ def panel_labelled(
     fast_model: str | None = None,
     frontier_model: str | None = None,
 ) -> Dataset:
-    """The rows with the policy's panel as the fast side: quality where it answered itself.
+    """The rows with the policy's panels as the fast side: quality where they answered.
 
-    Each row gains the outcome ``panel`` (the name is :attr:`Dataset.fast_model` of the
-    result): the panel's answer's quality when its drafts agreed and passed (not escalated),
-    0 when it escalated; its cost is the drafts' cost. Rows whose drafts the data does not
-    record are left out.
+    Each row is replayed as the policy's ``drafts:`` section plays it (its own panel, each
+    ``drafts.kinds`` entry's, one draft and the gate for the kinds ``when`` leaves out) and
+    gains the outcome named by :attr:`Dataset.fast_model` of the result (``panel of k
+    (models)``): the answer's quality when the turn was answered on the fast path (the
+    drafts agreed and passed, or the one draft passed the gate), 0 when it escalated; its
+    cost is what that path cost. Rows that lack an outcome of a drafting model are left out.
 
     Raises:
-        DatasetError: The policy has no panel the data records several drafts of.
+        DatasetError: The policy has no ``drafts:`` section, or no panel the data records
+            several drafts of, or a drafting model has no outcomes in the data.
     """
-    from tiered_router.evaluation.deferral import _panel_spec
-    from tiered_router.evaluation.panel import apply_panel, single_draft
+    from tiered_router.evaluation.panel import (
+        apply_panel,
+        panel_specs,
+        recorded_drafts,
+        single_draft,
+    )
     from tiered_router.evaluation.runner import Replay, run_rows
     from tiered_router.gate import QualityGate
 
@@ -69,10 +76,32 @@ def panel_labelled(
     replay = Replay.bind(
         single_draft(policy), dataset, fast_model=fast_model, frontier_model=frontier_model
     )
-    spec = dataclasses.replace(_panel_spec(policy, dataset, replay), when=("all",))
-    runs = apply_panel(replay, run_rows(replay), spec, gate=QualityGate.from_config(policy.gate))[0]
-    name = f"panel of {spec.k} ({', '.join(spec.models)})"
-    by_id = {r.id: r for r in dataset.rows}
+    specs = [
+        spec
+        for spec in panel_specs(policy, dataset, replay.fast_model)
+        if len(set(spec.models)) > 1 or recorded_drafts(dataset, spec) >= 2
+    ]
+    if not specs:
+        raise DatasetError(
+            "--panel-labels: the policy's drafts: section asks for no panel the data can replay "
+            "(k >= 2 drafts of several models, or samples of one: the data records one draft "
+            "per turn of each drafting model here)"
+        )
+    models = sorted({m for spec in specs for m in spec.models})
+    kept = tuple(r for r in dataset.rows if all(m in r.outcomes for m in models))
+    if not kept:
+        raise DatasetError(f"--panel-labels: no row records a draft of each of {models}")
+    rows_in = dataclasses.replace(dataset, rows=kept)
+    replay = Replay.bind(
+        single_draft(policy), rows_in, fast_model=fast_model, frontier_model=frontier_model
+    )
+    gate = QualityGate.from_config(policy.gate)
+    runs = run_rows(replay)
+    for spec in specs:
+        runs = apply_panel(replay, runs, spec, gate=gate)[0]
+    first = max(specs, key=lambda spec: spec.k)
+    name = f"panel of {first.k} ({', '.join(first.models)})"
+    by_id = {r.id: r for r in kept}
     rows: list[EvalRow] = []
     for run in runs:
         row = by_id[run.row_id]

@@ -408,10 +408,12 @@ def choose_verification(
             if best is None or rank < best[0]:
                 best = (rank, t, chosen)
     if best is None:
+        where = "every kind of turn" if scope == "kind" else "all turns together"
+        of = "on one kind" if scope == "kind" else "over all turns"
         raise CalibrationError(
             f"no verification and threshold meet {target.describe()} for the "
-            f"{confidence:.0%} bound on every kind of turn; the best lower bound of the quality "
-            f"retained on one kind was {closest:.1%}"
+            f"{confidence:.0%} bound on {where}; the best lower bound of the quality "
+            f"retained {of} was {closest:.1%}"
         )
     _, threshold, chosen = best
     calibration = _total(table, chosen, threshold, z)
