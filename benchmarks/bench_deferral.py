@@ -14,6 +14,12 @@ half, beside, **at the same cost** on the same rows: the panel alone (the same d
 least agreed answers escalated first), prompt length, random (expected), and all-fast,
 all-frontier and the oracle (the cheapest of fast-or-frontier that is right).
 
+Each configuration runs twice: with the policy's prompt scorer as shipped and the bound per
+kind of turn (``calibrate``'s default), then with the scorer fitted on the panel's own
+outcomes on the calibration half (:func:`tiered_router.evaluation.panel_scorer.
+fit_panel_scorer`, ``fit-scorer --panel-labels``) and one bound over all turns
+(``calibrate --scope traffic``).
+
 Targets (issue 27): multiple choice and code (RouterBench ARC-Challenge, Winogrande, MBPP)
 >= 97 % of the strong model's accuracy at <= 50 % of its cost.
 
@@ -34,6 +40,7 @@ from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.calibration import Target
 from tiered_router.evaluation.deferral import fit_deferral_model, panel_vectors
 from tiered_router.evaluation.panel import apply_panel, panel_models, single_draft
+from tiered_router.evaluation.panel_scorer import fit_panel_scorer
 from tiered_router.evaluation.runner import Replay, run_rows
 from tiered_router.evaluation.sources import load_data
 from tiered_router.evaluation.sweep import CalibrationError, RowRun
@@ -58,9 +65,19 @@ CASES = [
 ]  # fmt: skip
 
 
-def _policy(data: str, drafters: dict[str, str], strong: str, deferral: str | None) -> Policy:
+def _policy(
+    data: str,
+    drafters: dict[str, str],
+    strong: str,
+    deferral: str | None,
+    scorer: str | None = None,
+) -> Policy:
     extra = f", deferral: {{path: '{deferral}'}}" if deferral else ""
-    return panel_policy(data, drafters, strong, f"min_agreement: 0.67, when: [all]{extra}")
+    drafts = f"min_agreement: 0.67, when: [all]{extra}"
+    if scorer is None:
+        return panel_policy(data, drafters, strong, drafts)
+    scoring = f"{{type: learned, threshold: 0.5, options: {{path: '{scorer}'}}}}"
+    return panel_policy(data, drafters, strong, drafts, scoring)
 
 
 def _at_cost(runs: list[RowRun], order: list[int], budget: float) -> float:
@@ -134,20 +151,48 @@ def _baselines(
     return out
 
 
-def main() -> None:
-    if find_data_dir() is None:
-        print("skipped: ../shared/data not found (set TIERED_ROUTER_DATA_DIR)")
-        return
-    for name, data, drafters, strong, retained, cost in CASES:
-        first = next(iter(drafters.values()))
-        dataset = load_data(f"{data}:{first}->{strong}")
-        calib, held = holdout_split(dataset, 0.5)
-        half = dataclasses.replace(dataset, rows=tuple(r for r in dataset.rows if r.id in calib))
-        print(f"## {name}")
-        print(f"{len(calib)} calibration rows, {len(held)} held-out rows")
-        report = fit_deferral_model(_policy(data, drafters, strong, None), half)
+def _case(
+    name: str,
+    data: str,
+    drafters: dict[str, str],
+    strong: str,
+    retained: float,
+    cost: float,
+    *,
+    panel_scorer: bool = False,
+) -> None:
+    """Fit on the calibration half, choose with calibrate's chooser, score the other half.
+
+    With ``panel_scorer``, the policy's scorer is first fitted on the panel's own outcomes
+    (``fit-scorer --panel-labels``), the deferral model fitted behind it, and the bound is
+    over all turns together (``calibrate --scope traffic``).
+    """
+    first = next(iter(drafters.values()))
+    dataset = load_data(f"{data}:{first}->{strong}")
+    calib, held = holdout_split(dataset, 0.5)
+    half = dataclasses.replace(dataset, rows=tuple(r for r in dataset.rows if r.id in calib))
+    how = (
+        "scorer fitted on the panel's outcomes (fit-scorer --panel-labels), deferral model, "
+        "calibrate --scope traffic"
+        if panel_scorer
+        else "prompt scorer as shipped (transfer), deferral model, calibrate --scope kind"
+    )
+    print(f"## {name}\n{how}")
+    print(f"{len(calib)} calibration rows, {len(held)} held-out rows")
+    with tempfile.TemporaryDirectory() as tmp:
+        scorer = None
+        if panel_scorer:
+            fitted = fit_panel_scorer(_policy(data, drafters, strong, None), half, bootstrap=0)
+            scorer = str(Path(tmp) / "scorer.json")
+            fitted.model.save(scorer)
+            print(
+                f"scorer fitted on the panel's outcomes (calibration half, 5-fold APGR): "
+                f"fitted {fitted.apgr['fitted']:.3f}, prompt length "
+                f"{fitted.apgr['prompt length']:.3f}, random 0.500"
+            )
+        report = fit_deferral_model(_policy(data, drafters, strong, None, scorer), half)
         print(
-            "fit (calibration half, 5-fold, quality retained at the same cost): "
+            "deferral fit (calibration half, 5-fold, quality retained at the same cost): "
             + ", ".join(
                 f"{c:.0%}: model {report.retained['deferral model'][i]:.1%} / panel "
                 f"{report.retained['panel alone'][i]:.1%} / length "
@@ -160,39 +205,48 @@ def main() -> None:
             f"the panel alone on the calibration half: {report.panel_only[0]:.1%} at "
             f"{report.panel_only[1]:.1%} of the cost (its drafts for every row)"
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "deferral.json"
-            report.model.save(path)
-            policy = _policy(data, drafters, strong, str(path))
-            target = Target(quality_retained=retained)
-            try:
-                choice = choose_verification(policy, dataset, target, holdout=0.5)
-            except CalibrationError as exc:
-                print(f"calibrate: none meets the target: {exc}\n")
-                continue
-            h = choice.holdout
-            assert h is not None
-            chosen = "; ".join(f"{k.kind}: {k.verification.describe()}" for k in choice.kinds)
-            print(f"chosen on the calibration half: {chosen}; threshold {choice.threshold:g}")
-            print(
-                f"calibration half: retained {choice.calibration.retained:.1%} (95 % lower "
-                f"bound {choice.calibration.retained_low:.1%}), cost "
-                f"{choice.calibration.cost_share:.1%}"
-            )
-            base = _baselines(policy, data, held, h.cost_share)
-        met = h.retained >= retained and h.cost_share <= cost
-        print("| held-out half | quality retained | cost share |")
-        print("| --- | --- | --- |")
-        used = any(k.verification.defer_above is not None for k in choice.kinds)
-        label = "calibrate's choice (" + ("with" if used else "without") + " the deferral model)"
-        print(f"| {label} | {h.retained:.1%} | {h.cost_share:.1%} |")
-        for label, (q, c) in base.items():
-            print(f"| {label} | {q:.1%} | {c:.1%} |")
+        path = Path(tmp) / "deferral.json"
+        report.model.save(path)
+        policy = _policy(data, drafters, strong, str(path), scorer)
+        target = Target(quality_retained=retained)
+        scope = "traffic" if panel_scorer else "kind"
+        try:
+            choice = choose_verification(policy, dataset, target, holdout=0.5, scope=scope)
+        except CalibrationError as exc:
+            print(f"calibrate: none meets the target: {exc}\n")
+            return
+        h = choice.holdout
+        assert h is not None
+        chosen = "; ".join(f"{k.kind}: {k.verification.describe()}" for k in choice.kinds)
+        print(f"chosen on the calibration half: {chosen}; threshold {choice.threshold:g}")
         print(
-            f"target >= {retained:.0%} at <= {cost:.0%}: {'met' if met else 'MISSED'} "
-            f"({h.retained:.1%} at {h.cost_share:.1%})\n"
+            f"calibration half: retained {choice.calibration.retained:.1%} (95 % lower "
+            f"bound {choice.calibration.retained_low:.1%}, {scope} scope), cost "
+            f"{choice.calibration.cost_share:.1%}"
         )
-        sys.stdout.flush()
+        base = _baselines(policy, data, held, h.cost_share)
+    met = h.retained >= retained and h.cost_share <= cost
+    print("| held-out half | quality retained | cost share |")
+    print("| --- | --- | --- |")
+    used = any(k.verification.defer_above is not None for k in choice.kinds)
+    label = "calibrate's choice (" + ("with" if used else "without") + " the deferral model)"
+    print(f"| {label} | {h.retained:.1%} | {h.cost_share:.1%} |")
+    for label, (q, c) in base.items():
+        print(f"| {label} | {q:.1%} | {c:.1%} |")
+    print(
+        f"target >= {retained:.0%} at <= {cost:.0%}: {'met' if met else 'MISSED'} "
+        f"({h.retained:.1%} at {h.cost_share:.1%})\n"
+    )
+    sys.stdout.flush()
+
+
+def main() -> None:
+    if find_data_dir() is None:
+        print("skipped: ../shared/data not found (set TIERED_ROUTER_DATA_DIR)")
+        return
+    for name, data, drafters, strong, retained, cost in CASES:
+        _case(name, data, drafters, strong, retained, cost)
+        _case(name, data, drafters, strong, retained, cost, panel_scorer=True)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,11 @@ CASES = [
 
 
 def panel_policy(
-    data: str, drafters: dict[str, str], strong: str, drafts: str = "min_agreement: 1.0"
+    data: str,
+    drafters: dict[str, str],
+    strong: str,
+    drafts: str = "min_agreement: 1.0",
+    scoring: str = "{type: transfer, threshold: 1.0}",
 ) -> Policy:
     """Replayed drafters (the first is the fast tier) and a strong model; every drafter in
     ``drafts:``, with ``drafts`` added to that section (bench_deferral.py builds its own on it).
@@ -69,7 +73,7 @@ def panel_policy(
         + "\n".join(lines)
         + f'\n  big: {{type: replay, model: "{strong}", options: {{data: {data}}}}}\n'
         + f"tiers: {{fast: {names[0]}, frontier: big}}\n"
-        + "scoring: {type: transfer, threshold: 1.0}\n"
+        + f"scoring: {scoring}\n"
         + f"drafts: {{k: {len(names)}, backends: [{', '.join(names)}], {drafts}}}\n"
     )
 

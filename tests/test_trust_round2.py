@@ -615,3 +615,49 @@ def test_a_streamed_proxy_answer_says_in_its_last_chunk_that_it_was_shadowed(
             routes += [e["tiered_router"] for e in events if "tiered_router" in e]
     assert [(r["tier"], r.get("shadowed")) for r in routes] == [("fast", True)] * 3
     assert sum(r.body.get("model") == "frontier-model" for r in server.requests) == 3
+
+
+@pytest.mark.parametrize("concurrency", [32, 64])
+def test_concurrent_streams_each_say_whether_they_were_shadowed(
+    server: ScriptedServer, concurrency: int
+) -> None:
+    """Streams at once, about half of them shadowed (``shadow_rate: 0.5``, drawn at random):
+    each finish chunk says its own turn's truth, matched to the shadow call by its prompt."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    running, create_app = _proxy()
+    monitor = {**MONITORED, "shadow_rate": 0.5, "enforce": False}
+    server.default = lambda body: Reply.text("The answer is 42.")
+
+    def one(url: str, i: int) -> tuple[str, dict[str, Any]]:
+        prompt = f"[{i}] {ASK}"
+        body = {
+            "model": "auto",
+            "stream": True,
+            "messages": [{"role": "user", "content": prompt}],
+            "tiered_router": {"turn_id": f"concurrent-{i}"},
+        }
+        with _http.build_client() as http:
+            response = _post(http, url, body)
+        assert response.status_code == 200
+        events = [
+            json.loads(line[len("data: ") :])
+            for line in response.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        (route,) = [e["tiered_router"] for e in events if "tiered_router" in e]
+        return prompt, dict(route)
+
+    with running(create_app(make_policy(server, monitor=monitor), env={})) as url:
+        with ThreadPoolExecutor(concurrency) as pool:
+            routes = list(pool.map(lambda i: one(url, i), range(concurrency)))
+    assert all(route["tier"] == "fast" for _, route in routes)
+    flagged = {prompt for prompt, route in routes if route.get("shadowed")}
+    shadow_prompts = [
+        r.body["messages"][-1]["content"]
+        for r in server.requests
+        if r.body.get("model") == "frontier-model"
+    ]
+    assert 0 < len(flagged) < concurrency
+    # each stream that says so had its one shadow call, and no other stream had one
+    assert sorted(shadow_prompts) == sorted(flagged)

@@ -20,7 +20,13 @@ from tiered_router.cli._eval_report import (
     print_calibration,
     print_table,
 )
-from tiered_router.cli._verify_cmd import ConfidenceOpt, HoldoutOpt
+from tiered_router.cli._verify_cmd import (
+    ConfidenceOpt,
+    HoldoutOpt,
+    ScopeOpt,
+    check_verify_options,
+    refuse_without_panel,
+)
 
 if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
@@ -343,6 +349,7 @@ def calibrate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     holdout: HoldoutOpt = None,
     confidence: ConfidenceOpt = 0.95,
+    scope: ScopeOpt = "kind",
 ) -> None:
     """Pick the threshold that meets a target on recorded outcomes (and write it back).
 
@@ -368,10 +375,7 @@ def calibrate_command(
             target = Target(fast_share=target_fast_share, quality_retained=target_quality_retained)
     except ValueError as exc:
         raise _fail(str(exc), code=2) from exc
-    if holdout is not None and not 0 < holdout < 1:
-        raise _fail(f"--holdout: a share in (0, 1), got {holdout}", code=2)
-    if not 0.5 <= confidence < 1:
-        raise _fail(f"--confidence: in [0.5, 1), got {confidence}", code=2)
+    check_verify_options(holdout=holdout, confidence=confidence, scope=scope)
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
     result = _run(
         loaded,
@@ -396,17 +400,13 @@ def calibrate_command(
             target,
             holdout=holdout,
             confidence=confidence,
+            scope=scope,
             write=write,
             force=force,
             as_json=as_json,
         )
         return
-    if holdout is not None:
-        raise _fail(
-            "--holdout: needs a policy with a drafts: section and data that replays it "
-            "(several drafts per turn)",
-            code=2,
-        )
+    refuse_without_panel(holdout=holdout, scope=scope)
     if write and mismatch and not force:
         raise _fail(
             "not writing the threshold: it was calibrated on another model pair than the "

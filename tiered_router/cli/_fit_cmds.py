@@ -119,11 +119,29 @@ def fit_scorer_command(
         int, typer.Option("--bootstrap", min=0, help="Bootstrap resamples for the intervals.")
     ] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    holdout: Annotated[
+        float | None,
+        typer.Option(
+            "--holdout",
+            help="Fit on the rows 'calibrate --holdout SHARE' calibrates on (the same hash of "
+            "the row id), so that calibrate's held-out figures are on rows the fit never saw.",
+        ),
+    ] = None,
+    panel_labels: Annotated[
+        bool,
+        typer.Option(
+            "--panel-labels",
+            help="On a policy with a drafts: panel: fit the policy's scorer (decided before "
+            "any draft) on whether the panel answers each turn right itself, instead of the "
+            "panel's deferral model.",
+        ),
+    ] = False,
 ) -> None:
     """Fit the learned scorer on recorded outcomes of both tiers; compare it before you switch.
 
     On a policy with a drafts: panel whose drafts the data records, fit the panel's deferral
-    model (prompt and draft signals) instead.
+    model (prompt and draft signals) instead; with --panel-labels, fit the scorer that
+    decides before any draft on the panel's own outcomes.
     """
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.scorer_fit import fit_scorer
@@ -131,7 +149,24 @@ def fit_scorer_command(
 
     if output is not None and not output.parent.is_dir():
         raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
+    if holdout is not None and not 0 < holdout < 1:
+        raise _fail(f"--holdout: a share in (0, 1), got {holdout}", code=2)
     loaded, dataset = _load(policy, data, fast_model, frontier_model)
+    if holdout is not None:
+        from tiered_router.evaluation.verification import holdout_split
+
+        calibration, _ = holdout_split(dataset, holdout)
+        dataset = replace(dataset, rows=tuple(r for r in dataset.rows if r.id in calibration))
+        if not as_json:
+            typer.echo(
+                f"fitting on {len(dataset.rows)} rows; the {holdout:.0%} that calibrate "
+                f"--holdout {holdout:g} keeps out are left out here too",
+                err=True,
+            )
+    if panel_labels:
+        _fit_for_panel(loaded, dataset, output, fast_model, frontier_model, folds, seed,
+                       bootstrap=bootstrap, as_json=as_json)  # fmt: skip
+        return
     if _replays_panel(loaded, dataset, fast_model):
         _fit_deferral(loaded, dataset, output, folds=folds, seed=seed, as_json=as_json)
         return
@@ -151,6 +186,45 @@ def fit_scorer_command(
         raise _fail(str(exc)) from exc
     if _current_saw(loaded, data if data is not None else dataset.name):
         report = replace(report, notes=(*report.notes, _SEEN))
+    if _saved_as_json(report, output, as_json=as_json):
+        return
+    _print_report(report, output)
+
+
+def _fit_for_panel(
+    policy: Policy,
+    dataset: Dataset,
+    output: Path | None,
+    fast_model: str | None,
+    frontier_model: str | None,
+    folds: int,
+    seed: int,
+    *,
+    bootstrap: int,
+    as_json: bool,
+) -> None:
+    """``fit-scorer --panel-labels``: the scorer in front of the panel, on its outcomes."""
+    from tiered_router.evaluation.dataset import DatasetError
+    from tiered_router.evaluation.panel_scorer import fit_panel_scorer
+    from tiered_router.scoring import build_scorer
+
+    try:
+        current = build_scorer(policy.scoring)
+    except ValueError as exc:
+        raise _fail(f"policy scoring: {exc}") from exc
+    try:
+        report = fit_panel_scorer(
+            policy,
+            dataset,
+            compare={f"current ({policy.scoring.type})": current},
+            fast_model=fast_model,
+            frontier_model=frontier_model,
+            folds=folds,
+            seed=seed,
+            bootstrap=bootstrap,
+        )
+    except (DatasetError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
     if _saved_as_json(report, output, as_json=as_json):
         return
     _print_report(report, output)

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from tiered_router.evaluation.verification import Choice, Figures
     from tiered_router.policy._schema import Policy
 
-__all__ = ["ConfidenceOpt", "HoldoutOpt", "calibrate_verification"]
+__all__ = [
+    "ConfidenceOpt",
+    "HoldoutOpt",
+    "ScopeOpt",
+    "calibrate_verification",
+    "check_verify_options",
+    "refuse_without_panel",
+]
 
 HoldoutOpt = Annotated[
     float | None,
@@ -37,10 +44,40 @@ ConfidenceOpt = Annotated[
     ),
 ]
 
+ScopeOpt = Annotated[
+    str,
+    typer.Option(
+        "--scope",
+        help="Where the target's bound must hold (drafts: section): 'kind' (every kind of "
+        "turn on its own) or 'traffic' (all turns together, kinds traded against each other).",
+    ),
+]
 
-def _fail(message: str) -> typer.Exit:
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
-    return typer.Exit(1)
+    return typer.Exit(code)
+
+
+def check_verify_options(*, holdout: float | None, confidence: float, scope: str) -> None:
+    """Refuse (exit 2) a ``--holdout``, ``--confidence`` or ``--scope`` out of its range."""
+    if holdout is not None and not 0 < holdout < 1:
+        raise _fail(f"--holdout: a share in (0, 1), got {holdout}", code=2)
+    if not 0.5 <= confidence < 1:
+        raise _fail(f"--confidence: in [0.5, 1), got {confidence}", code=2)
+    if scope not in ("kind", "traffic"):
+        raise _fail(f"--scope: 'kind' or 'traffic', got {scope!r}", code=2)
+
+
+def refuse_without_panel(*, holdout: float | None, scope: str) -> None:
+    """Refuse (exit 2) the options that only a replayed panel gives a meaning to."""
+    for given, name in ((scope != "kind", "--scope"), (holdout is not None, "--holdout")):
+        if given:
+            raise _fail(
+                f"{name}: needs a policy with a drafts: section and data that replays it "
+                "(several drafts per turn)",
+                code=2,
+            )
 
 
 def _line(name: str, fig: Figures) -> str:
@@ -54,8 +91,9 @@ def _line(name: str, fig: Figures) -> str:
 def _print(choice: Choice, target: Target, written: Path | None) -> None:
     typer.echo(
         f"target: {target.describe()}, for the one-sided {choice.confidence:.0%} lower bound "
-        "(Fieller's bound on the quality ratio, per kind of turn; at most the exact "
-        "Clopper-Pearson bound below 200 rows)"
+        "(Fieller's bound on the quality ratio, "
+        + ("per kind of turn" if choice.scope == "kind" else "over all turns together")
+        + "; at most the exact Clopper-Pearson bound below 200 rows)"
     )
     typer.echo(f"threshold: {choice.threshold:g}  ({choice.tried} verifications replayed)")
     for kc in choice.kinds:
@@ -87,7 +125,7 @@ def _small(choice: Choice) -> list[str]:
             "traffic, or keep a smaller --holdout"
         )
     few = [f"{kc.kind} ({kc.figures.n})" for kc in choice.kinds if kc.figures.n < MIN_BOUND_ROWS]
-    if few:
+    if few and choice.scope == "kind":  # with --scope traffic one bound covers every row
         out.append(
             f"fewer than {MIN_BOUND_ROWS} calibration rows for {', '.join(few)}: their quality "
             "bound is the exact (Clopper-Pearson) one where it is lower than Fieller's, so "
@@ -104,6 +142,7 @@ def calibrate_verification(
     *,
     holdout: float | None,
     confidence: float,
+    scope: str = "kind",
     write: bool,
     force: bool,
     as_json: bool,
@@ -118,7 +157,7 @@ def calibrate_verification(
 
     try:
         choice = choose_verification(
-            policy, dataset, target, confidence=confidence, holdout=holdout
+            policy, dataset, target, confidence=confidence, holdout=holdout, scope=scope
         )
     except (CalibrationError, DatasetError, TieredRouterError, ValueError) as exc:
         raise _fail(str(exc)) from exc

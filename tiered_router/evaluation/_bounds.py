@@ -17,13 +17,20 @@ the bound is 83 %, not 100 %; on one row, 2.5 %. Pure arithmetic.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
-__all__ = ["MIN_BOUND_ROWS", "cost_upper_bound", "exact_retained_lower", "retained_lower_bound"]
+__all__ = [
+    "MIN_BOUND_ROWS",
+    "Figures",
+    "cost_upper_bound",
+    "exact_retained_lower",
+    "retained_lower_bound",
+]
 
 MIN_BOUND_ROWS = 200
 """Rows from which the quality bound is Fieller's alone; below, it is also bounded exactly
@@ -238,3 +245,52 @@ def cost_upper_bound(
     for p, f in zip(policy_cost, frontier_cost, strict=True):
         s = s.add(p, f)
     return _fieller(s, _z(confidence), upper=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Figures:
+    """A policy's totals over some rows, with the bounds.
+
+    Attributes:
+        n: Rows.
+        quality: Mean quality.
+        quality_frontier: Mean quality when the frontier answers every row.
+        retained: ``quality / quality_frontier``.
+        retained_low: Its lower confidence bound.
+        cost: Total cost, US dollars.
+        cost_frontier: Total cost when the frontier answers every row.
+        cost_share: ``cost / cost_frontier``.
+        cost_share_high: Its upper confidence bound.
+        fast_share: Share of rows answered fast.
+    """
+
+    n: int
+    quality: float
+    quality_frontier: float
+    retained: float
+    retained_low: float
+    cost: float
+    cost_frontier: float
+    cost_share: float
+    cost_share_high: float
+    fast_share: float
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-ready."""
+        return dataclasses.asdict(self)
+
+
+def _figures(q: _Sums, c: _Sums, fast: _Sums, z: float) -> Figures:
+    n = q.n
+    return Figures(
+        n=n,
+        quality=q.p / n if n else 0.0,
+        quality_frontier=q.f / n if n else 0.0,
+        retained=q.p / q.f if q.f else 0.0,
+        retained_low=retained_low(q, z, fast=fast),
+        cost=c.p,
+        cost_frontier=c.f,
+        cost_share=c.p / c.f if c.f else 0.0,
+        cost_share_high=_fieller(c, z, upper=True),
+        fast_share=fast.n / n if n else 0.0,
+    )

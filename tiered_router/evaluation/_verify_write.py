@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 __all__ = ["write_verification"]
 
+_PANEL_KINDS = ("tools", "json", "answer")
+"""The kinds ``drafts.when`` can name besides ``all`` (prose is "all" only)."""
+
 
 def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
     """Write every key :func:`~.verification.choose_verification` chose, comments kept.
@@ -20,7 +23,9 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
     ``scoring.threshold``; per kind of turn present in the data, ``drafts.kinds.<kind>``
     (``k``, ``min_agreement``, ``backends``) for tools, JSON and final answers, and the
     ``drafts:`` section's own ``k``, ``min_agreement`` and ``backends`` for prose (with
-    ``all`` added to ``drafts.when`` when prose gets a panel); with ``drafts.deferral``, each
+    ``all`` added to ``drafts.when`` when prose gets a panel; when prose gets one draft of
+    the fast tier, ``all`` leaves ``drafts.when`` instead and the section's keys, the
+    candidates a later ``calibrate`` chooses from, stay as they are); with ``drafts.deferral``, each
     kind's deferral threshold (``drafts.kinds.<kind>.deferral_threshold``, prose:
     ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model).
     Written with ruamel.yaml
@@ -51,11 +56,19 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         seq.fa.set_flow_style()
         return seq
 
+    tiers = data.get("tiers")
+    fast = tiers.get("fast") if isinstance(tiers, dict) else None
     deferral = drafts.get("deferral")
     for kc in choice.kinds:
         v = kc.verification
         # with a deferral model, a kind chosen without it never defers (1.0)
         defer = (v.defer_above if v.defer_above is not None else 1.0) if deferral else None
+        if kc.kind == "prose" and v.k == 1 and list(v.backends) == [fast]:
+            # one draft of the fast tier: prose leaves ``when``; the section keeps its keys
+            # (the candidate drafters a later calibrate chooses from, and its deferral)
+            if "all" in (drafts.get("when") or ()):  # absent: the default leaves prose out
+                drafts["when"] = flow(list(_PANEL_KINDS))
+            continue
         if kc.kind == "prose":
             drafts["k"] = v.k
             drafts["min_agreement"] = v.min_agreement

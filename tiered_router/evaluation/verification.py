@@ -27,7 +27,10 @@ the smallest ``r`` for which the paired differences ``d_i = q_policy_i - r * q_f
 have ``mean(d) - z * sd(d) / sqrt(n) = 0`` (``z`` the normal quantile of the confidence),
 a root of a quadratic in ``r``. A cost target (``--max-cost``) is met when the one-sided
 *upper* bound of the cost (the same construction on costs) is within it. The bound is per
-kind: every kind meets the target (so the whole traffic does, whatever its mix).
+kind: every kind meets the target (so the whole traffic does, whatever its mix). With
+``scope="traffic"`` (``calibrate --scope traffic``) one bound over all the calibration rows
+meets it instead, the kinds traded against each other (:mod:`._traffic_scope`): cheaper, and
+a guarantee for traffic with the calibration rows' mix of kinds only.
 
 Among the verifications that meet a quality target, the cheapest (then the best); for a
 cost target, the best quality. Pure computation over recorded data: no model calls, no
@@ -44,14 +47,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tiered_router.evaluation._bounds import (
-    _fieller,
+    Figures,
+    _figures,
     _Sums,
     _z,
     cost_upper_bound,
-    retained_low,
     retained_lower_bound,
 )
 from tiered_router.evaluation._kind_sums import _Kind
+from tiered_router.evaluation._traffic_scope import best_combination
 from tiered_router.evaluation.baselines import shares_at_cost
 from tiered_router.evaluation.panel import (
     AGREEMENTS,
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Choice",
     "Figures",
+    "SCOPES",
     "KindChoice",
     "Verification",
     "choose_verification",
@@ -85,6 +90,8 @@ __all__ = [
 ]
 
 _MAX_K = 9
+SCOPES = ("kind", "traffic")
+"""Where the target's bound holds: on every turn kind, or over the whole traffic."""
 
 
 def holdout_split(dataset: Dataset, share: float) -> tuple[set[str], set[str]]:
@@ -129,39 +136,6 @@ class Verification:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Figures:
-    """A policy's totals over some rows, with the bounds.
-
-    Attributes:
-        n: Rows.
-        quality: Mean quality.
-        quality_frontier: Mean quality when the frontier answers every row.
-        retained: ``quality / quality_frontier``.
-        retained_low: Its lower confidence bound.
-        cost: Total cost, US dollars.
-        cost_frontier: Total cost when the frontier answers every row.
-        cost_share: ``cost / cost_frontier``.
-        cost_share_high: Its upper confidence bound.
-        fast_share: Share of rows answered fast.
-    """
-
-    n: int
-    quality: float
-    quality_frontier: float
-    retained: float
-    retained_low: float
-    cost: float
-    cost_frontier: float
-    cost_share: float
-    cost_share_high: float
-    fast_share: float
-
-    def to_dict(self) -> dict[str, float]:
-        """JSON-ready."""
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class KindChoice:
     """The verification chosen for one kind of turn, with its figures on the calibration rows."""
 
@@ -184,6 +158,7 @@ class Choice:
             cost)``, ``all-fast``, ``all-frontier``.
         confidence: Confidence of the bounds.
         tried: Verifications replayed (per kind, over every threshold).
+        scope: Where the bound holds: ``kind`` (each kind of turn) or ``traffic`` (all rows).
     """
 
     threshold: float
@@ -193,6 +168,7 @@ class Choice:
     baselines: Mapping[str, tuple[float, float]]
     confidence: float
     tried: int
+    scope: str = "kind"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready."""
@@ -200,6 +176,7 @@ class Choice:
             "threshold": self.threshold,
             "confidence": self.confidence,
             "bound": "one-sided Fieller bound of the quality ratio (normal approximation)",
+            "scope": self.scope,
             "kinds": {
                 c.kind: {
                     "backends": list(c.verification.backends),
@@ -307,22 +284,6 @@ def _default_drafts() -> DraftsConfig:
     return DraftsConfig()
 
 
-def _figures(q: _Sums, c: _Sums, fast: _Sums, z: float) -> Figures:
-    n = q.n
-    return Figures(
-        n=n,
-        quality=q.p / n if n else 0.0,
-        quality_frontier=q.f / n if n else 0.0,
-        retained=q.p / q.f if q.f else 0.0,
-        retained_low=retained_low(q, z, fast=fast),
-        cost=c.p,
-        cost_frontier=c.f,
-        cost_share=c.p / c.f if c.f else 0.0,
-        cost_share_high=_fieller(c, z, upper=True),
-        fast_share=fast.n / n if n else 0.0,
-    )
-
-
 def _meets(fig: Figures, target: Target) -> bool:
     if target.quality_retained is not None:
         return fig.retained_low >= target.quality_retained - 1e-12
@@ -358,6 +319,7 @@ def choose_verification(
     frontier_model: str | None = None,
     confidence: float = 0.95,
     holdout: float | None = None,
+    scope: str = "kind",
 ) -> Choice:
     """Choose threshold, drafters, ``k`` and ``min_agreement`` per kind (the module docs).
 
@@ -369,6 +331,8 @@ def choose_verification(
         frontier_model: Recorded model of the frontier tier.
         confidence: Confidence of the one-sided bounds.
         holdout: Share of rows kept out of the choice and reported apart.
+        scope: ``kind`` (every kind meets the target) or ``traffic`` (the bound over all
+            rows meets it; kinds traded against each other, :mod:`._traffic_scope`).
 
     Raises:
         CalibrationError: When no verification and threshold meet the target (the message
@@ -376,6 +340,8 @@ def choose_verification(
     """
     from tiered_router.evaluation.runner import Replay, run_rows
 
+    if scope not in SCOPES:
+        raise ValueError(f"scope: must be one of {', '.join(SCOPES)}, got {scope!r}")
     z = _z(confidence)
     replay = Replay.bind(
         single_draft(policy), dataset, fast_model=fast_model, frontier_model=frontier_model
@@ -410,6 +376,19 @@ def choose_verification(
     closest = 0.0
     for t in thresholds:
         chosen: dict[str, tuple[Verification, Figures]] = {}
+        if scope == "traffic":
+            found, low = best_combination(
+                {k: [(v, s.at(t)) for v, s in table[k]] for k in present},
+                lambda q, c, f: _figures(q, c, f, z),
+                lambda fig: _meets(fig, target),
+                lambda fig: _rank(fig, target),
+                lambda fig: fig.retained_low,
+            )
+            closest = max(closest, low)
+            if found is not None and (best is None or found[0] < best[0]):
+                combo = {k: (v, _figures(*sums, z)) for k, (v, sums) in found[1].items()}
+                best = (found[0], t, combo)
+            continue
         for kind in present:
             pick: tuple[tuple[float, float], Verification, Figures] | None = None
             for v, sums in table[kind]:
@@ -429,10 +408,12 @@ def choose_verification(
             if best is None or rank < best[0]:
                 best = (rank, t, chosen)
     if best is None:
+        where = "every kind of turn" if scope == "kind" else "all turns together"
+        of = "on one kind" if scope == "kind" else "over all turns"
         raise CalibrationError(
             f"no verification and threshold meet {target.describe()} for the "
-            f"{confidence:.0%} bound on every kind of turn; the best lower bound of the quality "
-            f"retained on one kind was {closest:.1%}"
+            f"{confidence:.0%} bound on {where}; the best lower bound of the quality "
+            f"retained {of} was {closest:.1%}"
         )
     _, threshold, chosen = best
     calibration = _total(table, chosen, threshold, z)
@@ -449,6 +430,7 @@ def choose_verification(
         baselines=base,
         confidence=confidence,
         tried=sum(len(v) for v in table.values()),
+        scope=scope,
     )
 
 
