@@ -71,7 +71,7 @@ class Peer:
     def _recv(self) -> bytes:
         try:
             return self.sock.recv(65536)
-        except ConnectionError:
+        except OSError:  # reset, or 5 s without a byte
             return b""
 
     def send(self, data: bytes) -> None:
@@ -520,3 +520,94 @@ async def test_bad_requests_and_closed_answers_are_refused(
         assert "sk-secret" not in repr(answer.headers)
     finally:
         await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_reset_mid_body_is_a_read_error(serve: Callable[[Handler], RawServer]) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{partial")
+            time.sleep(0.1)
+            peer.reset()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        with pytest.raises(_http.ReadError, match="connection lost while reading"):
+            await _call(transport, server.url)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_is_never_accepted_times_out_connecting() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    waiting = []
+    try:
+        for _ in range(4):  # fill the accept queue: further handshakes go unanswered
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            waiting.append(filler)
+        transport = DirectTransport()
+        try:
+            with pytest.raises(_http.ConnectTimeout, match="timed out connecting to 127.0.0.1"):
+                await transport.exchange(f"http://127.0.0.1:{port}/v1", HEADERS, BODY, 0.3)
+        finally:
+            await transport.aclose()
+    finally:
+        for filler in waiting:
+            filler.close()
+        listener.close()
+
+
+@pytest.mark.anyio
+async def test_tls_over_our_client(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, serve: Callable[[Handler], RawServer]
+) -> None:
+    import ssl
+
+    from test_http_transport import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(OK)
+            await writer.drain()
+        writer.close()
+
+    tls = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
+    url = f"https://127.0.0.1:{tls.sockets[0].getsockname()[1]}/v1/chat/completions"
+    plain = serve(lambda peer: peer.send(b"HTTP/1.1 400 Bad Request\r\n\r\n"))
+    try:
+        untrusting = DirectTransport()
+        try:
+            with pytest.raises(_http.ConnectError, match="cannot connect to 127.0.0.1"):
+                await _call(untrusting, url)  # before SSL_CERT_FILE names the server's CA
+            with pytest.raises(_http.ConnectError):  # TLS to a server that speaks plain HTTP
+                await _call(untrusting, plain.url.replace("http://", "https://"))
+        finally:
+            await untrusting.aclose()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        transport = DirectTransport()
+        try:
+            assert await _call(transport, url) == b"{ok}"
+            assert await _call(transport, url) == b"{ok}"  # kept alive over TLS
+            assert transport._pool is not None and len(transport._pool._open) == 1
+        finally:
+            await transport.aclose()
+    finally:
+        tls.close()
+        await tls.wait_closed()
