@@ -611,3 +611,106 @@ async def test_tls_over_our_client(
     finally:
         tls.close()
         await tls.wait_closed()
+
+
+@pytest.mark.anyio
+async def test_a_full_pool_closes_another_origins_idle_connection(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            peer.send(OK)
+        peer.server.left.append(True)  # the client closed the connection
+
+    first, second = serve(handler), serve(handler)
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    try:
+        assert await _call(transport, first.url) == b"{ok}"
+        assert await _call(transport, second.url) == b"{ok}"  # room made: first's idle one
+        first.close()
+        assert first.left == [True]
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_wait_for_room_leaves_the_pool_usable(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    release = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            release.wait(5)
+            peer.send(OK)
+
+    server = serve(handler)
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    try:
+        held = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        waiting = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        after = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        release.set()
+        assert await held == b"{ok}" and await after == b"{ok}"
+        assert server.connections == 1
+    finally:
+        release.set()
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_bytes_on_an_idle_connection_retire_it(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK + b"HTTP/1.1 408 Request Timeout\r\n\r\n")  # an answer nobody asked for
+            peer.request()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        assert await _call(transport, server.url) == b"{ok}"
+        assert server.connections == 2
+    finally:
+        await transport.aclose()
+
+
+def test_a_transport_used_from_two_event_loops(serve: Callable[[Handler], RawServer]) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport()
+
+    async def call() -> bytes:
+        return await _call(transport, server.url)
+
+    assert asyncio.run(call()) == b"{ok}"
+    assert asyncio.run(call()) == b"{ok}"  # a new pool on the new loop
+    asyncio.run(transport.aclose())
+
+
+def test_preload_imports_aiohttp_only_when_a_proxy_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tiered_router._http import _direct; _direct.preload(); "
+        "print('aiohttp' in sys.modules)"
+    )
+    env = {"PATH": "", "PYTHONPATH": "."}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    proxied = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "HTTPS_PROXY": "http://127.0.0.1:9"},
+        capture_output=True,
+        text=True,
+    )
+    assert (plain.stdout.strip(), proxied.stdout.strip()) == ("False", "True")

@@ -28,7 +28,7 @@ exception the aiohttp transport raises for it:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
@@ -58,6 +58,13 @@ def preload() -> None:
         from tiered_router._http import _aiohttp
 
         _aiohttp.preload()
+
+
+async def _closed_with_its_loop(pool: Pool) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        pool.close()
 
 
 class _Target(NamedTuple):
@@ -183,6 +190,7 @@ class DirectTransport:
         self._targets: dict[str, _Target | None] = {}
         self._last: tuple[object, _Target | None] = (None, None)
         self._pool: Pool | None = None
+        self._closer: AsyncGenerator[None, None] | None = None
         self._proxied: _aiohttp.AiohttpTransport | None = None
 
     def _target(self, url: str | URL) -> _Target | None:
@@ -210,7 +218,8 @@ class DirectTransport:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return _Target((scheme, host, port), f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n")
 
-    def _pool_for_loop(self) -> Pool:
+    async def _new_pool(self) -> Pool:
+        """Open a pool on the running loop, closed when the loop shuts down if not before."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -218,11 +227,11 @@ class DirectTransport:
                 "tiered_router's async HTTP calls run on asyncio; under another event loop "
                 "(trio), give the backend async_http_client=httpx2.AsyncClient()"
             ) from None
-        pool = self._pool
-        if pool is None or pool.loop is not loop:
-            if pool is not None:
-                pool.close()
-            pool = self._pool = Pool(loop, self._limits)
+        pool = self._pool = Pool(loop, self._limits)
+        # the loop closes live async generators when it shuts down (asyncio.run does): the
+        # pool's sockets are closed on their own loop, not leaked when a new loop takes over
+        self._closer = _closed_with_its_loop(pool)
+        await self._closer.asend(None)
         return pool
 
     async def exchange(
@@ -246,7 +255,13 @@ class DirectTransport:
             RuntimeError: No asyncio event loop is running.
 
         """
-        pool = self._pool_for_loop()
+        pool = self._pool
+        try:
+            same_loop = pool is not None and pool.loop is asyncio.get_running_loop()
+        except RuntimeError:
+            same_loop = False  # no loop running: _new_pool says what to do
+        if pool is None or not same_loop:
+            pool = await self._new_pool()
         target = self._target(url)
         if target is None:
             return await self._via_aiohttp().exchange(url, headers, body, timeout_s)
@@ -289,8 +304,11 @@ class DirectTransport:
     async def aclose(self) -> None:
         """Close the pool's connections (and aiohttp's, if a proxied call opened it)."""
         pool, self._pool = self._pool, None
+        closer, self._closer = self._closer, None
         if pool is not None:
             pool.close()
+            if closer is not None and pool.loop is asyncio.get_running_loop():
+                await closer.aclose()
             await asyncio.sleep(0)  # let the transports finish closing on this loop
         proxied, self._proxied = self._proxied, None
         if proxied is not None:
