@@ -1,8 +1,11 @@
-"""aiohttp's transport, the one under every backend's async calls: answers, failures, pools.
+"""The async transports: ours (direct calls) and aiohttp's (calls through a proxy).
 
-The fault matrix (tests/test_fault_matrix.py) runs every upstream fault through it; proxies
-are tested in tests/test_http_transport.py. These tests pin the transport itself, over real
-HTTP to the scripted server.
+Every backend's async calls go over :class:`DirectTransport`, which hands a call through a
+proxy from the environment to :class:`AiohttpTransport`; the tests of what a transport does
+run over both. The fault matrix (tests/test_fault_matrix.py) runs every upstream fault
+through the backends' transport; proxies are tested in tests/test_http_transport.py, our
+client's parser and pool in tests/test_direct_transport.py. These tests pin the transports
+themselves, over real HTTP to the scripted server.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import socket
 import pytest
 
 from tiered_router import _http
-from tiered_router._http import _aiohttp
+from tiered_router._http import _aiohttp, _direct
 from tiered_router._http._aiohttp import AiohttpTransport
+from tiered_router._http._direct import DirectTransport
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.exceptions import (
@@ -40,7 +44,15 @@ def _dead_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def _read(answer: _aiohttp.Exchange) -> bytes:
+Transport = type[AiohttpTransport] | type[DirectTransport]
+
+
+@pytest.fixture(params=[DirectTransport, AiohttpTransport], ids=["direct", "aiohttp"])
+def transport_class(request: pytest.FixtureRequest) -> Transport:
+    return request.param  # type: ignore[no-any-return]
+
+
+async def _read(answer: _aiohttp.Exchange | _direct.Exchange) -> bytes:
     try:
         return b"".join([part async for part in answer.aiter_bytes()])
     finally:
@@ -48,32 +60,42 @@ async def _read(answer: _aiohttp.Exchange) -> bytes:
 
 
 @pytest.mark.anyio
-async def test_every_backend_pool_is_aiohttps_proxy_or_not(
+async def test_every_backend_pool_is_ours_and_proxied_calls_go_over_aiohttp(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(name, raising=False)
-    assert isinstance(_http.build_async_transport(), AiohttpTransport)
+    direct = _http.build_async_transport()
+    assert isinstance(direct, DirectTransport)
+    assert direct._target("https://api.example.com/v1") is not None  # no proxy: ours
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    assert isinstance(_http.build_async_transport(), AiohttpTransport)  # one path, proxied
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    proxied = _http.build_async_transport()
+    assert isinstance(proxied, DirectTransport)
+    assert proxied._target("https://api.example.com/v1") is None  # through the proxy: aiohttp
+    assert proxied._target("http://api.example.com/v1") is not None  # HTTPS_PROXY only
+    assert proxied._target("https://m.internal.example/v1") is not None  # NO_PROXY
+    assert proxied._target("https://user:pw@api.example.com/v1") is None  # credentials
     backend = OpenAICompatBackend("b", model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
     try:
-        assert isinstance(await backend._get_async_client(), AiohttpTransport)
+        assert isinstance(await backend._get_async_client(), DirectTransport)
     finally:
         await backend.aclose()
 
 
-def test_sending_needs_an_asyncio_loop() -> None:
-    transport = AiohttpTransport()
+def test_sending_needs_an_asyncio_loop(transport_class: Transport) -> None:
+    transport = transport_class()
     sending = transport.exchange("http://127.0.0.1:9/v1", HEADERS, BODY, 1.0)
     with pytest.raises(RuntimeError, match=r"run on asyncio; .*async_http_client="):
         sending.send(None)  # as under trio: no asyncio loop is running
 
 
 @pytest.mark.anyio
-async def test_answer_is_read_like_an_httpx2_response(server: ScriptedServer) -> None:
+async def test_answer_is_read_like_an_httpx2_response(
+    server: ScriptedServer, transport_class: Transport
+) -> None:
     server.script([Reply.text("hello"), Reply.text("again")])
-    transport = AiohttpTransport()
+    transport = transport_class()
     try:
         answer = await transport.exchange(_url(server), HEADERS, BODY, 5.0)
         assert answer.status_code == 200
@@ -97,11 +119,11 @@ async def test_answer_is_read_like_an_httpx2_response(server: ScriptedServer) ->
 
 @pytest.mark.anyio
 async def test_stream_arrives_in_pieces_and_the_next_call_follows(
-    server: ScriptedServer,
+    server: ScriptedServer, transport_class: Transport
 ) -> None:
     server.script(Reply.text("one two three four").streamed(chunks=4, chunk_delay_s=0.02))
     server.script(Reply.text("again"))
-    transport = AiohttpTransport()
+    transport = transport_class()
     try:
         streaming = json.dumps({**json.loads(BODY), "stream": True}).encode()
         answer = await transport.exchange(_url(server), HEADERS, streaming, 5.0)
@@ -116,8 +138,8 @@ async def test_stream_arrives_in_pieces_and_the_next_call_follows(
 
 
 @pytest.mark.anyio
-async def test_failures_are_httpx2_exceptions() -> None:
-    transport = AiohttpTransport()
+async def test_failures_are_httpx2_exceptions(transport_class: Transport) -> None:
+    transport = transport_class()
     try:
         with pytest.raises(_http.ConnectError, match="cannot connect"):
             await transport.exchange(f"http://127.0.0.1:{_dead_port()}/v1", HEADERS, BODY, 2.0)
@@ -126,9 +148,11 @@ async def test_failures_are_httpx2_exceptions() -> None:
 
 
 @pytest.mark.anyio
-async def test_read_timeout_and_pool_wait_are_bounded(server: ScriptedServer) -> None:
+async def test_read_timeout_and_pool_wait_are_bounded(
+    server: ScriptedServer, transport_class: Transport
+) -> None:
     server.script([Reply.slow(2.0), Reply.slow(2.0)])
-    transport = AiohttpTransport(limits=_http.Limits(max_connections=1))
+    transport = transport_class(limits=_http.Limits(max_connections=1))
     try:
         with pytest.raises(_http.ReadTimeout):
             await transport.exchange(_url(server), HEADERS, BODY, 0.2)
@@ -145,7 +169,7 @@ async def test_read_timeout_and_pool_wait_are_bounded(server: ScriptedServer) ->
 
 
 @pytest.mark.anyio
-async def test_backend_errors_over_aiohttp(server: ScriptedServer) -> None:
+async def test_backend_errors_over_the_backends_transport(server: ScriptedServer) -> None:
     backend = OpenAICompatBackend("b", model="m", base_url=server.base_url, api_key="sk-abc")
     request = CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=5)
     try:
@@ -163,7 +187,7 @@ async def test_backend_errors_over_aiohttp(server: ScriptedServer) -> None:
             await backend.acomplete(
                 CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=0.2)
             )
-        assert isinstance(await backend._get_async_client(), AiohttpTransport)
+        assert isinstance(await backend._get_async_client(), DirectTransport)
     finally:
         await backend.aclose()
 

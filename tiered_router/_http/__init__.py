@@ -7,16 +7,16 @@ tests) gets its clients and types from here, so the dependency has one seam: htt
 needs it.
 
 Under that API, sync calls go over httpx2's client and async calls over one transport,
-:class:`~tiered_router._http._aiohttp.AiohttpTransport` (aiohttp's client with its C HTTP
-parser), proxies from the environment included; each backend has its own pool. Its
-failures are raised as httpx2's exceptions. A caller may hand a backend its own
+:class:`~tiered_router._http._direct.DirectTransport` (our own lean HTTP/1.1 client, which
+hands calls through a proxy from the environment to aiohttp's client); each backend has its
+own pool. Its failures are raised as httpx2's exceptions. A caller may hand a backend its own
 ``httpx2.AsyncClient`` instead (tests do, with :class:`MockTransport`).
 
 Example:
     ```python
     from tiered_router import _http
 
-    transport = _http.build_async_transport()  # aiohttp's, one pool
+    transport = _http.build_async_transport()  # our own HTTP/1.1 client, one pool
     client = _http.build_client()  # httpx2's, for sync calls
     ```
 
@@ -72,7 +72,7 @@ from tiered_router._http._settings import (
 )
 
 if TYPE_CHECKING:
-    from tiered_router._http._aiohttp import AiohttpTransport
+    from tiered_router._http._direct import DirectTransport
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
@@ -144,20 +144,21 @@ def build_client(
     )
 
 
-def build_async_transport(*, limits: Limits = DEFAULT_LIMITS) -> AiohttpTransport:
-    """Build the transport a backend's async calls go over: one aiohttp pool.
+def build_async_transport(*, limits: Limits = DEFAULT_LIMITS) -> DirectTransport:
+    """Build the transport a backend's async calls go over: our own HTTP/1.1 pool.
 
-    Proxies are read from the environment now (see :func:`env_proxies`). Sending on the
-    transport skips a client's per-request work (cookies, auth, redirects, merging
-    defaults); the caller builds complete requests.
+    Proxies are read from the environment now (see :func:`env_proxies`); calls that go
+    through one are handed to aiohttp's client. Sending on the transport skips a client's
+    per-request work (cookies, auth, redirects, merging defaults); the caller builds
+    complete requests.
 
     Args:
         limits: Connection-pool limits.
 
     """
-    from tiered_router._http._aiohttp import AiohttpTransport
+    from tiered_router._http._direct import DirectTransport
 
-    return AiohttpTransport(limits=limits)
+    return DirectTransport(limits=limits)
 
 
 def build_async_client(

@@ -1,10 +1,12 @@
-"""The one async transport for upstream calls: :class:`AiohttpTransport`.
+"""The async transport for calls through a proxy: :class:`AiohttpTransport`.
 
-Every async call a backend makes goes over aiohttp's client (its C HTTP parser), through a
-proxy from the environment when one applies. It was chosen by measurement against httpx2's
-own async transport, in the proxy benchmark (``benchmarks/bench_proxy.py``, CPU per proxied
-request and requests per second at concurrency 32) and per call (``benchmarks/bench_http.py``);
-see docs/proxy.md, "The upstream leg". Sync calls use httpx2's client.
+A backend's async calls go over :class:`~tiered_router._http._direct.DirectTransport`, our
+own HTTP/1.1 client, which hands a call to this transport (aiohttp's client, its C HTTP
+parser) when a proxy from the environment applies to its URL, or the URL carries
+credentials. aiohttp was chosen by measurement against httpx2's own async transport, and
+carried every async call until our client measured lighter (``benchmarks/bench_http.py``,
+``benchmarks/bench_server_layer.py``; docs/proxy.md, "The upstream leg" and "The fourth
+pass"). Sync calls use httpx2's client.
 
 The rest of the package does not see aiohttp: the one request path
 (:mod:`tiered_router.backends._wire`) reads an :class:`Exchange` as it reads an

@@ -1,7 +1,7 @@
 """The HTTP seam's settings: default timeouts and pool limits, per-call timeouts, proxies.
 
-Shared by the face (:mod:`tiered_router._http`) and the aiohttp transport, which imports
-this module and httpx2 only, never the face that builds it.
+Shared by the face (:mod:`tiered_router._http`) and the async transports (ours and
+aiohttp's), which import this module and httpx2 only, never the face that builds them.
 """
 
 from __future__ import annotations

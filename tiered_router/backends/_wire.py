@@ -43,10 +43,10 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from tiered_router import _http
-    from tiered_router._http._aiohttp import AiohttpTransport
+    from tiered_router._http._direct import DirectTransport
 
-    Sender = _http.AsyncClient | AiohttpTransport
-    """What async calls are sent on: the backend's own aiohttp pool, or a client it was given."""
+    Sender = _http.AsyncClient | DirectTransport
+    """What async calls are sent on: the backend's own pool, or a client it was given."""
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -271,7 +271,8 @@ async def _aread(response: _Answer, call: Call) -> bytes:
 class _Answer(Protocol):
     """What the async path reads of an answer.
 
-    The lean :class:`tiered_router._http._aiohttp.Exchange`, or an ``httpx2.Response`` from
+    The lean :class:`tiered_router._http._direct.Exchange` (or aiohttp's, for a call through a
+    proxy), or an ``httpx2.Response`` from
     a client the backend was given.
     """
 

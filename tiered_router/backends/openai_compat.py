@@ -2,8 +2,9 @@
 
 Mercury 2, OpenAI, vLLM, SGLang, Ollama and the small diffusion servers all speak
 ``POST /v1/chat/completions``; :class:`OpenAICompatBackend` sends them JSON over its own
-connection pools from :mod:`tiered_router._http` (aiohttp's for async calls, httpx2's for
-sync ones; one pool per backend), through
+connection pools from :mod:`tiered_router._http` (our own HTTP/1.1 client's for async
+calls, aiohttp's for those through a proxy, httpx2's for sync ones; one pool per backend),
+through
 :mod:`tiered_router.backends._wire`, the one request path: the whole exchange is bounded by
 the call's deadline, the answer's size and nesting are capped, and every HTTP or decoding
 failure is translated there, at the seam, to the most specific
@@ -347,8 +348,8 @@ class OpenAICompatBackend(RequestShaping):
     async def _get_async_client(self) -> _wire.Sender:
         """Return what async calls are sent on: the shared client, or this backend's own pool.
 
-        Its own pool is aiohttp's transport (:func:`tiered_router._http.build_async_transport`),
-        proxies from the environment included.
+        Its own pool is our HTTP/1.1 client's (:func:`tiered_router._http.build_async_transport`),
+        which hands calls through a proxy from the environment to aiohttp's.
         """
         if not self._owns_async_http:
             assert self._async_http_client is not None

@@ -178,9 +178,9 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        from tiered_router._http import _aiohttp
+        from tiered_router._http import _direct
 
-        _aiohttp.preload()  # the HTTP stack loads now, not on the first request
+        _direct.preload()  # the HTTP stack loads now, not on the first request
         if getattr(app.state, "tune_gc", False):
             _tune_gc()
         proxy.ready = True

@@ -1,0 +1,716 @@
+"""Our HTTP/1.1 client over real sockets: framing, pool, stale connections, cancellation.
+
+Each test starts :class:`RawServer`, a real server on 127.0.0.1 whose connections are
+answered, byte for byte, by a handler in a thread (so it can close, reset or stall a
+connection while the client's event loop is busy). The tests run under asyncio's own loop
+and under uvloop, the proxy's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import gzip
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tiered_router import _http
+from tiered_router._http._direct import DirectTransport, Exchange
+from tiered_router.backends._base import CompletionRequest
+from tiered_router.backends.openai_compat import OpenAICompatBackend
+from tiered_router.exceptions import BackendConnectionError
+
+HEADERS = (("authorization", "Bearer sk-secret"), ("content-type", "application/json"))
+BODY = b'{"model": "m"}'
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{ok}"
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return ("asyncio", {"loop_factory": uvloop.new_event_loop})
+    return "asyncio"
+
+
+class Peer:
+    """One accepted connection, as a handler sees it."""
+
+    def __init__(self, sock: socket.socket, server: RawServer) -> None:
+        self.sock = sock
+        self.server = server
+        self._buf = b""
+
+    def request(self) -> bytes | None:
+        """Read one request (head and content-length body); ``None`` when the client left."""
+        while b"\r\n\r\n" not in self._buf:
+            data = self._recv()
+            if not data:
+                return None
+            self._buf += data
+        head, _, rest = self._buf.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(rest) < length:
+            rest += self._recv()
+        self._buf = rest[length:]
+        request = head + b"\r\n\r\n" + rest[:length]
+        self.server.requests.append(request)
+        return request
+
+    def _recv(self) -> bytes:
+        try:
+            return self.sock.recv(65536)
+        except OSError:  # reset, or 5 s without a byte
+            return b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def client_left(self) -> bool:
+        """Wait (at most 5 s) for the client to close the connection."""
+        return self._recv() == b""
+
+    def reset(self) -> None:
+        """Close with a reset (RST), not a FIN."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
+
+
+Handler = Callable[[Peer], None]
+
+
+class RawServer:
+    """A real server on 127.0.0.1; each connection is handled by ``handler`` in a thread."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests: list[bytes] = []
+        self.connections = 0
+        self.left: list[bool] = []  # per connection, whether the client closed it
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1/chat/completions"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            thread = threading.Thread(target=self._serve, args=(sock,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        sock.settimeout(5)
+        with sock:
+            self.handler(Peer(sock, self))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._acceptor.join()
+        for thread in self._threads:
+            thread.join(10)
+        self.listener.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Handler], RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(handler: Handler) -> RawServer:
+        servers.append(RawServer(handler))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def answering(*answers: bytes) -> Handler:
+    """Answer each request on a connection with the next of ``answers`` (the last repeats)."""
+
+    def handler(peer: Peer) -> None:
+        n = 0
+        while peer.request() is not None:
+            peer.send(answers[min(n, len(answers) - 1)])
+            n += 1
+
+    return handler
+
+
+async def _read(answer: Any) -> bytes:
+    try:
+        return b"".join([part async for part in answer.aiter_bytes()])
+    finally:
+        await answer.aclose()
+
+
+async def _call(transport: DirectTransport, url: str, timeout_s: float = 5.0) -> bytes:
+    return await _read(await transport.exchange(url, HEADERS, BODY, timeout_s))
+
+
+@pytest.mark.anyio
+async def test_keep_alive_reuses_a_connection_until_it_expires(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport(limits=_http.Limits(keepalive_expiry=0.2))
+    try:
+        for _ in range(3):
+            assert await _call(transport, server.url) == b"{ok}"
+        assert server.connections == 1
+        sent = server.requests[0]
+        assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:")
+        assert b"content-length: 14\r\n" in sent and b"accept-encoding: identity\r\n" in sent
+        await asyncio.sleep(0.3)
+        assert await _call(transport, server.url) == b"{ok}"
+        assert server.connections == 2  # the idle one had expired
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_chunked_answer_with_extensions_streams_and_keeps_the_connection(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n")
+            time.sleep(0.05)
+            peer.send(b"6 ; ext\r\n world\r\n0\r\nx-trailer: yes\r\n\r\n")
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0)
+        pieces = [piece async for piece in answer.aiter_bytes()]
+        await answer.aclose()
+        assert pieces == [b"hello", b" world"]  # handed over as it came
+        assert await _call(transport, server.url) == b"hello world"
+        assert server.connections == 1
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_answers_that_spoil_the_connection_are_read_whole_and_not_reused(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        request = peer.request()
+        if request is not None and b"close" in request:
+            peer.send(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")  # no length: ends with a close
+        elif request is not None:
+            peer.send(b"HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\nold")
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        answer = await transport.exchange(server.url, HEADERS, b"close", 5.0)
+        assert await _read(answer) == b"until the end"
+        assert await _call(transport, server.url) == b"old"
+        assert await _call(transport, server.url) == b"old"
+        assert server.connections == 3
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_connection_closed_mid_body_is_an_error_and_a_backend_error(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{partial")
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        with pytest.raises(_http.RemoteProtocolError, match="middle of the body"):
+            await _call(transport, server.url)
+    finally:
+        await transport.aclose()
+    backend = OpenAICompatBackend("b", model="m", base_url=server.url[:-17], api_key="sk-secret")
+    request = CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=5)
+    try:
+        with pytest.raises(BackendConnectionError) as failed:
+            await backend.acomplete(request)
+        assert isinstance(failed.value.__cause__, _http.RemoteProtocolError)
+        assert "sk-secret" not in str(failed.value)
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"HTTP/1.1 OK\r\n\r\n", "invalid status line"),
+        (b"HTTP/1.1 200 OK\r\nx-big: " + b"v" * 70000 + b"\r\n\r\n", "longer than"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nab", "conflicting"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: two\r\n\r\nab", "invalid content-length"),
+    ],
+)
+async def test_malformed_answers_are_protocol_errors_and_close_the_connection(
+    serve: Callable[[Handler], RawServer], raw: bytes, message: str
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(raw)
+            peer.server.left.append(peer.client_left())
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        with pytest.raises(_http.RemoteProtocolError, match=message):
+            await _call(transport, server.url)
+    finally:
+        await transport.aclose()
+    server.close()
+    assert server.left == [True]
+
+
+@pytest.mark.anyio
+async def test_an_idle_connection_the_server_closed_is_not_sent_on(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK)  # then close: the connection was kept alive, the server ends it
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        await asyncio.sleep(0.1)  # the close arrives and is seen
+        assert await _call(transport, server.url) == b"{ok}"
+        assert (server.connections, len(server.requests)) == (2, 2)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_close_the_loop_has_not_seen_yet_is_found_before_sending(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    closed = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK)
+            peer.sock.shutdown(socket.SHUT_WR)
+            closed.set()
+            peer.client_left()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        assert closed.wait(5)
+        time.sleep(1.1)  # blocks the loop: the close is in the socket, not yet seen
+        assert await _call(transport, server.url) == b"{ok}"
+        assert (server.connections, len(server.requests)) == (2, 2)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_write_refused_by_a_reset_connection_is_sent_once_more(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    reset = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK)
+            if peer.server.connections == 1:
+                time.sleep(0.05)
+                peer.reset()
+                reset.set()
+            else:
+                peer.request()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        assert reset.wait(5)
+        time.sleep(0.2)  # blocks the loop: the reset is in the socket, not yet seen
+        assert await _call(transport, server.url) == b"{ok}"
+        assert (server.connections, len(server.requests)) == (2, 2)  # no request twice
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_request_the_server_may_have_read_is_never_sent_again(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK)
+        peer.request()  # read the second request, then close without answering
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        with pytest.raises(_http.RemoteProtocolError, match="without sending a response"):
+            await _call(transport, server.url)
+        assert (server.connections, len(server.requests)) == (1, 2)
+    finally:
+        await transport.aclose()
+
+
+def _stalling(peer: Peer) -> None:
+    if peer.request() is not None:
+        peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{partial")
+        peer.server.left.append(peer.client_left())
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_read_closes_the_connection(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(_stalling)
+    transport = DirectTransport()
+    try:
+        reading = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.2)
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+        pool = transport._pool
+        assert pool is not None and not pool._open
+    finally:
+        await transport.aclose()
+    server.close()
+    assert server.left == [True]  # the server saw the client close its socket
+
+
+@pytest.mark.anyio
+async def test_an_abandoned_answer_closes_the_connection(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(_stalling)
+    transport = DirectTransport()
+    try:
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0)
+        assert isinstance(answer, Exchange) and answer.status_code == 200
+        del answer
+        gc.collect()
+        await asyncio.sleep(0.05)
+        pool = transport._pool
+        assert pool is not None and not pool._open
+    finally:
+        await transport.aclose()
+    server.close()
+    assert server.left == [True]
+
+
+@pytest.mark.anyio
+async def test_each_read_is_bounded(serve: Callable[[Handler], RawServer]) -> None:
+    server = serve(_stalling)
+    transport = DirectTransport()
+    try:
+        with pytest.raises(_http.ReadTimeout):
+            await _call(transport, server.url, timeout_s=0.3)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("calls", [32, 64])
+async def test_concurrent_calls_share_one_bounded_pool(
+    serve: Callable[[Handler], RawServer], calls: int
+) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport(limits=_http.Limits(max_connections=16))
+    unbounded = DirectTransport(limits=_http.Limits(max_connections=None))
+    try:
+        for pool in (transport, unbounded):
+            answers = await asyncio.gather(*(_call(pool, server.url) for _ in range(calls)))
+            assert answers == [b"{ok}"] * calls
+        assert server.connections <= 16 + calls
+        assert transport._pool is not None and len(transport._pool._open) <= 16
+        answers = await asyncio.gather(*(_call(transport, server.url) for _ in range(calls)))
+        assert len(answers) == calls and len(server.requests) == 3 * calls
+    finally:
+        await transport.aclose()
+        await unbounded.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [("gzip", gzip.compress), ("deflate", zlib.compress)],
+)
+async def test_a_compressed_answer_is_decoded(
+    serve: Callable[[Handler], RawServer], coding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    data = b'{"answer": "' + b"x" * 5000 + b'"}'
+    packed = encode(data)
+    server = serve(
+        answering(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n%s"
+            % (coding.encode(), len(packed), packed)
+        )
+    )
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == data
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_large_answer_read_slowly_arrives_whole(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    data = bytes(range(256)) * (6 * 4096)  # 6 MiB: reading pauses and resumes
+    server = serve(
+        answering(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(data), data))
+    )
+    transport = DirectTransport()
+    try:
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0)
+        pieces = []
+        async for piece in answer.aiter_bytes():
+            pieces.append(piece)
+            await asyncio.sleep(0.001)
+        await answer.aclose()
+        assert b"".join(pieces) == data
+        assert await _call(transport, server.url) == data
+        assert server.connections == 1
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_bad_requests_and_closed_answers_are_refused(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport()
+    try:
+        with pytest.raises(ValueError, match="line break"):
+            await transport.exchange(server.url, (("x-a", "1\r\nx-b: 2"),), BODY, 5.0)
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0)
+        body = answer.aiter_bytes()
+        await answer.aclose()
+        with pytest.raises(_http.ReadError, match="closed"):
+            await body.__anext__()
+        assert "sk-secret" not in repr(answer.headers)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_reset_mid_body_is_a_read_error(serve: Callable[[Handler], RawServer]) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{partial")
+            time.sleep(0.1)
+            peer.reset()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        with pytest.raises(_http.ReadError, match="connection lost while reading"):
+            await _call(transport, server.url)
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_is_never_accepted_times_out_connecting() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    waiting = []
+    try:
+        for _ in range(4):  # fill the accept queue: further handshakes go unanswered
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            waiting.append(filler)
+        transport = DirectTransport()
+        try:
+            with pytest.raises(_http.ConnectTimeout, match="timed out connecting to 127.0.0.1"):
+                await transport.exchange(f"http://127.0.0.1:{port}/v1", HEADERS, BODY, 0.3)
+        finally:
+            await transport.aclose()
+    finally:
+        for filler in waiting:
+            filler.close()
+        listener.close()
+
+
+@pytest.mark.anyio
+async def test_tls_over_our_client(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, serve: Callable[[Handler], RawServer]
+) -> None:
+    import ssl
+
+    from test_http_transport import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            writer.write(OK)
+            await writer.drain()
+        writer.close()
+
+    tls = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context)
+    url = f"https://127.0.0.1:{tls.sockets[0].getsockname()[1]}/v1/chat/completions"
+    plain = serve(lambda peer: peer.send(b"HTTP/1.1 400 Bad Request\r\n\r\n"))
+    try:
+        untrusting = DirectTransport()
+        try:
+            with pytest.raises(_http.ConnectError, match="cannot connect to 127.0.0.1"):
+                await _call(untrusting, url)  # before SSL_CERT_FILE names the server's CA
+            with pytest.raises(_http.ConnectError):  # TLS to a server that speaks plain HTTP
+                await _call(untrusting, plain.url.replace("http://", "https://"))
+        finally:
+            await untrusting.aclose()
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        transport = DirectTransport()
+        try:
+            assert await _call(transport, url) == b"{ok}"
+            assert await _call(transport, url) == b"{ok}"  # kept alive over TLS
+            assert transport._pool is not None and len(transport._pool._open) == 1
+        finally:
+            await transport.aclose()
+    finally:
+        tls.close()
+        await tls.wait_closed()
+
+
+@pytest.mark.anyio
+async def test_a_full_pool_closes_another_origins_idle_connection(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            peer.send(OK)
+        peer.server.left.append(True)  # the client closed the connection
+
+    first, second = serve(handler), serve(handler)
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    try:
+        assert await _call(transport, first.url) == b"{ok}"
+        assert await _call(transport, second.url) == b"{ok}"  # room made: first's idle one
+        first.close()
+        assert first.left == [True]
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_wait_for_room_leaves_the_pool_usable(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    release = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            release.wait(5)
+            peer.send(OK)
+
+    server = serve(handler)
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    try:
+        held = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        waiting = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        after = asyncio.ensure_future(_call(transport, server.url))
+        await asyncio.sleep(0.1)
+        release.set()
+        assert await held == b"{ok}" and await after == b"{ok}"
+        assert server.connections == 1
+    finally:
+        release.set()
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_bytes_on_an_idle_connection_retire_it(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    def handler(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.send(OK + b"HTTP/1.1 408 Request Timeout\r\n\r\n")  # an answer nobody asked for
+            peer.request()
+
+    server = serve(handler)
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url) == b"{ok}"
+        assert await _call(transport, server.url) == b"{ok}"
+        assert server.connections == 2
+    finally:
+        await transport.aclose()
+
+
+def test_a_transport_used_from_two_event_loops(serve: Callable[[Handler], RawServer]) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport()
+
+    async def call() -> bytes:
+        return await _call(transport, server.url)
+
+    assert asyncio.run(call()) == b"{ok}"
+    assert asyncio.run(call()) == b"{ok}"  # a new pool on the new loop
+    asyncio.run(transport.aclose())
+
+
+def test_preload_imports_aiohttp_only_when_a_proxy_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tiered_router._http import _direct; _direct.preload(); "
+        "print('aiohttp' in sys.modules)"
+    )
+    env = {"PATH": "", "PYTHONPATH": "."}
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    proxied = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "HTTPS_PROXY": "http://127.0.0.1:9"},
+        capture_output=True,
+        text=True,
+    )
+    assert (plain.stdout.strip(), proxied.stdout.strip()) == ("False", "True")
