@@ -23,6 +23,7 @@ import pytest
 
 from tiered_router import _http
 from tiered_router._http._direct import DirectTransport, Exchange
+from tiered_router._http._pool import Pool
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.exceptions import BackendConnectionError
@@ -30,6 +31,11 @@ from tiered_router.exceptions import BackendConnectionError
 HEADERS = (("authorization", "Bearer sk-secret"), ("content-type", "application/json"))
 BODY = b'{"model": "m"}'
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 4\r\n\r\n{ok}"
+
+
+def _pool_of(transport: DirectTransport) -> Pool:
+    """The running loop's pool of ``transport``."""
+    return transport._pools[asyncio.get_running_loop()][0]
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
@@ -397,7 +403,7 @@ async def test_a_cancelled_read_closes_the_connection(
         reading.cancel()
         with pytest.raises(asyncio.CancelledError):
             await reading
-        pool = transport._pool
+        pool = _pool_of(transport)
         assert pool is not None and not pool._open
     finally:
         await transport.aclose()
@@ -417,7 +423,7 @@ async def test_an_abandoned_answer_closes_the_connection(
         del answer
         gc.collect()
         await asyncio.sleep(0.05)
-        pool = transport._pool
+        pool = _pool_of(transport)
         assert pool is not None and not pool._open
     finally:
         await transport.aclose()
@@ -449,7 +455,7 @@ async def test_concurrent_calls_share_one_bounded_pool(
             answers = await asyncio.gather(*(_call(pool, server.url) for _ in range(calls)))
             assert answers == [b"{ok}"] * calls
         assert server.connections <= 16 + calls
-        assert transport._pool is not None and len(transport._pool._open) <= 16
+        assert len(_pool_of(transport)._open) <= 16
         answers = await asyncio.gather(*(_call(transport, server.url) for _ in range(calls)))
         assert len(answers) == calls and len(server.requests) == 3 * calls
     finally:
@@ -605,7 +611,7 @@ async def test_tls_over_our_client(
         try:
             assert await _call(transport, url) == b"{ok}"
             assert await _call(transport, url) == b"{ok}"  # kept alive over TLS
-            assert transport._pool is not None and len(transport._pool._open) == 1
+            assert len(_pool_of(transport)._open) == 1
         finally:
             await transport.aclose()
     finally:
@@ -714,3 +720,103 @@ def test_preload_imports_aiohttp_only_when_a_proxy_is_set(
         text=True,
     )
     assert (plain.stdout.strip(), proxied.stdout.strip()) == ("False", "True")
+
+
+# -- found by the outside review of the client ----------------------------------------------
+
+BIG = b"x" * (1024 * 1024 + 1)  # only its last byte takes the untaken body over 1 MiB: paused
+BIG_OK = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(BIG), BIG)
+
+
+@pytest.mark.anyio
+async def test_a_connection_paused_on_a_large_answer_reads_again_when_pooled(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(answering(BIG_OK, OK))
+    transport = DirectTransport()
+    try:
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0)
+        conn = answer._conn
+        assert conn is not None
+        for _ in range(200):  # nothing taken: the whole answer arrives and reading pauses
+            if conn.parser.complete:
+                break
+            await asyncio.sleep(0.01)
+        assert conn.parser.complete and conn.parser.pending > 1024 * 1024
+        await answer.aclose()  # read whole from the socket: back to the pool
+        assert await _call(transport, server.url, timeout_s=2.0) == b"{ok}"
+        assert server.connections == 1  # the same connection, reading again
+    finally:
+        await transport.aclose()
+
+
+def test_one_transport_serves_two_threads_each_with_its_own_loop(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport()
+    results: list[Any] = []
+
+    async def calls() -> None:
+        try:
+            for _ in range(15):
+                results.append(await _call(transport, server.url))
+        finally:
+            await transport.aclose()
+
+    threads = [threading.Thread(target=asyncio.run, args=(calls(),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == [b"{ok}"] * 30
+
+
+@pytest.mark.anyio
+async def test_closing_the_transport_fails_a_call_waiting_for_room(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    release = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            release.wait(5)
+            peer.send(OK)
+
+    server = serve(handler)
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    first = asyncio.ensure_future(transport.exchange(server.url, HEADERS, BODY, 5.0))
+    await asyncio.sleep(0.1)
+    waiting = asyncio.ensure_future(transport.exchange(server.url, HEADERS, BODY, 5.0))
+    await asyncio.sleep(0.05)
+    await transport.aclose()
+    release.set()
+    with pytest.raises(_http.ConnectError, match="closed"):
+        await waiting
+    with pytest.raises(_http.TransportError):
+        await first  # its connection went with the pool
+    gc.collect()  # nothing left open (the suite turns a ResourceWarning into an error)
+
+
+@pytest.mark.anyio
+async def test_the_callers_host_replaces_ours_and_its_framing_headers_are_dropped(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(answering(OK))
+    transport = DirectTransport()
+    headers = (
+        ("Host", "api.example.test"),
+        ("Content-Length", "0"),
+        ("Transfer-Encoding", "chunked"),
+        ("content-type", "application/json"),
+    )
+    try:
+        assert await _read(await transport.exchange(server.url, headers, BODY, 5.0)) == b"{ok}"
+        sent = server.requests[0].lower()
+        assert sent.count(b"\r\nhost:") == 1 and b"\r\nhost: api.example.test\r\n" in sent
+        assert sent.count(b"content-length:") == 1 and b"content-length: 14\r\n" in sent
+        assert b"transfer-encoding" not in sent and sent.endswith(BODY.lower())
+        with pytest.raises(ValueError, match="control byte"):
+            await transport.exchange(server.url, (("x-a", "b\x00c"),), BODY, 5.0)
+    finally:
+        await transport.aclose()

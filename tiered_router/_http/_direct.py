@@ -21,13 +21,16 @@ exception the aiohttp transport raises for it:
   the server closing; ``gzip`` and ``deflate`` are undone if a server compresses anyway;
 - a connection goes back to the pool only when its answer was read whole; a cancelled or
   abandoned read closes it. A pooled connection idle past ``keepalive_expiry``, or that the
-  server closed, is never sent on; one whose write fails before any answer is replaced once.
+  server closed, is never sent on; one whose write fails at once, before any answer, is
+  replaced once (over plain TCP: a TLS transport reports the failure later, and the call
+  fails then, never sent twice).
 - TLS from ``httpx2.create_ssl_context`` (``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` honoured).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
@@ -45,6 +48,11 @@ if TYPE_CHECKING:
 __all__ = ["DirectTransport", "Exchange", "preload"]
 
 _DEFAULTS = (("accept", "*/*"), ("accept-encoding", "identity"), ("user-agent", "tiered-router"))
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
+"""Request headers this client sets from the body it sends (a caller's are dropped)."""
+_OURS = _FRAMING | {"host"}
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control bytes no header may hold (CR and LF are counted apart: one pair ends a line)."""
 
 
 def preload() -> None:
@@ -60,11 +68,19 @@ def preload() -> None:
         _aiohttp.preload()
 
 
-async def _closed_with_its_loop(pool: Pool) -> AsyncGenerator[None, None]:
+async def _closed_with_its_loop(
+    pool: Pool, pools: dict[asyncio.AbstractEventLoop, _Pooled]
+) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:
         pool.close()
+        if pools.get(pool.loop, (None,))[0] is pool:
+            del pools[pool.loop]
+
+
+_Pooled = tuple[Pool, AsyncGenerator[None, None]]
+"""A loop's pool, and the generator that closes it when the loop shuts down."""
 
 
 class _Target(NamedTuple):
@@ -189,8 +205,9 @@ class DirectTransport:
         self._proxies = dict(env_proxies() if proxies is None else proxies)
         self._targets: dict[str, _Target | None] = {}
         self._last: tuple[object, _Target | None] = (None, None)
-        self._pool: Pool | None = None
-        self._closer: AsyncGenerator[None, None] | None = None
+        # one pool per event loop: a router shared by threads, each with its own loop (a
+        # threaded app calling asyncio.run per request), keeps each thread's connections apart
+        self._pools: dict[asyncio.AbstractEventLoop, _Pooled] = {}
         self._proxied: _aiohttp.AiohttpTransport | None = None
 
     def _target(self, url: str | URL) -> _Target | None:
@@ -218,8 +235,8 @@ class DirectTransport:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return _Target((scheme, host, port), f"POST {path} HTTP/1.1\r\nhost: {parts.netloc}\r\n")
 
-    async def _new_pool(self) -> Pool:
-        """Open a pool on the running loop, closed when the loop shuts down if not before."""
+    async def _pool(self) -> Pool:
+        """The running loop's pool (opened on first use, closed when the loop shuts down)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -227,11 +244,17 @@ class DirectTransport:
                 "tiered_router's async HTTP calls run on asyncio; under another event loop "
                 "(trio), give the backend async_http_client=httpx2.AsyncClient()"
             ) from None
-        pool = self._pool = Pool(loop, self._limits)
+        pooled = self._pools.get(loop)
+        if pooled is not None and not pooled[0].closed:
+            return pooled[0]
+        for gone in [other for other in self._pools if other.is_closed()]:
+            del self._pools[gone]  # closed without shutting down its generators
+        pool = Pool(loop, self._limits)
         # the loop closes live async generators when it shuts down (asyncio.run does): the
-        # pool's sockets are closed on their own loop, not leaked when a new loop takes over
-        self._closer = _closed_with_its_loop(pool)
-        await self._closer.asend(None)
+        # pool's sockets are closed on their own loop, not leaked when the loop goes
+        closer = _closed_with_its_loop(pool, self._pools)
+        self._pools[loop] = (pool, closer)
+        await closer.asend(None)  # runs to its first yield without giving the loop a turn
         return pool
 
     async def exchange(
@@ -255,23 +278,26 @@ class DirectTransport:
             RuntimeError: No asyncio event loop is running.
 
         """
-        pool = self._pool
-        try:
-            same_loop = pool is not None and pool.loop is asyncio.get_running_loop()
-        except RuntimeError:
-            same_loop = False  # no loop running: _new_pool says what to do
-        if pool is None or not same_loop:
-            pool = await self._new_pool()
+        pool = await self._pool()
         target = self._target(url)
         if target is None:
             return await self._via_aiohttp().exchange(url, headers, body, timeout_s)
         headers = tuple(headers)
-        fields = "".join([f"{name}: {value}\r\n" for name, value in headers])
-        if fields.count("\n") != len(headers) or fields.count("\r") != len(headers):
-            raise ValueError("a request header name or value holds a line break")
         present = {name.lower() for name, _ in headers}
+        start = target.start
+        if not present.isdisjoint(_OURS):  # the caller's Host replaces ours; we frame the body
+            headers = tuple(h for h in headers if h[0].lower() not in _FRAMING)
+            if "host" in present:
+                start = target.start[: target.start.index("\r\n") + 2]
+        fields = "".join([f"{name}: {value}\r\n" for name, value in headers])
+        if (
+            fields.count("\n") != len(headers)
+            or fields.count("\r") != len(headers)
+            or _CONTROL.search(fields) is not None
+        ):
+            raise ValueError("a request header name or value holds a line break or control byte")
         extra = "".join([f"{n}: {v}\r\n" for n, v in _DEFAULTS if n not in present])
-        data = f"{target.start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
+        data = f"{start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
         timeouts = call_timeout(timeout_s)
         read_timeout = timeouts["read"]
         for attempt in (1, 2):
@@ -302,13 +328,20 @@ class DirectTransport:
         return self._proxied
 
     async def aclose(self) -> None:
-        """Close the pool's connections (and aiohttp's, if a proxied call opened it)."""
-        pool, self._pool = self._pool, None
-        closer, self._closer = self._closer, None
-        if pool is not None:
+        """Close the running loop's pool (and aiohttp's, if a proxied call opened it).
+
+        Another event loop's pool (a thread with its own loop sharing this transport) is
+        left to that thread: it closes when its loop shuts down, or when ``aclose`` is
+        awaited there.
+        """
+        running = asyncio.get_running_loop()
+        pooled = self._pools.pop(running, None)
+        for gone in [loop for loop in self._pools if loop.is_closed()]:
+            del self._pools[gone]  # closed without shutting down its generators
+        if pooled is not None:
+            pool, closer = pooled
             pool.close()
-            if closer is not None and pool.loop is asyncio.get_running_loop():
-                await closer.aclose()
+            await closer.aclose()
             await asyncio.sleep(0)  # let the transports finish closing on this loop
         proxied, self._proxied = self._proxied, None
         if proxied is not None:

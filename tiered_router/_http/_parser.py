@@ -31,6 +31,7 @@ MAX_HEADERS = 128
 """Most header fields in a response head."""
 
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_LINE = {"head": "status line or a header line", "trailers": "a trailer line"}
 _HEAD, _LENGTH, _SIZE, _DATA, _DATA_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(8)
 
 
@@ -89,7 +90,10 @@ class ResponseParser:
 
     __slots__ = (
         "_buf",
+        "_head_buf",
         "_left",
+        "_line",
+        "_lines",
         "_state",
         "body",
         "complete",
@@ -107,6 +111,9 @@ class ResponseParser:
     def reset(self) -> None:
         """Ready the parser for the next response on the connection."""
         self._buf = b""
+        self._head_buf = bytearray()
+        self._line = 0  # bytes of the head's current, unfinished line
+        self._lines = 0  # finished lines of the head
         self._state = _HEAD
         self._left = 0
         self.status_code = 0
@@ -157,7 +164,10 @@ class ResponseParser:
                     raise _error("invalid chunk size")
                 buf = buf[end + 2 :]
                 self._left = int(size, 16)
-                self._state = _DATA if self._left else _TRAILERS
+                if self._left:
+                    self._state = _DATA
+                else:
+                    self._state, self._lines = _TRAILERS, 1  # no status line before them
             elif state == _DATA_END:
                 if len(buf) < 2:
                     break
@@ -165,17 +175,12 @@ class ResponseParser:
                     raise _error("chunk data not followed by CRLF")
                 buf = buf[2:]
                 self._state = _SIZE
-            elif state == _TRAILERS:
-                if buf.startswith(b"\r\n"):
-                    buf = buf[2:]
-                    self._state = self._finish()
-                    continue
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buf) > MAX_HEAD:
-                        raise _error(f"trailers longer than {MAX_HEAD} bytes")
+            elif state == _TRAILERS:  # read as a head is (an empty first line ends them)
+                whole = self._gather(buf, "trailers")
+                if whole is None:
+                    buf = b""
                     break
-                buf = buf[end + 4 :]
+                buf = whole[1]
                 self._state = self._finish()
             elif state == _UNTIL_CLOSE:
                 self.body.append(buf)
@@ -206,19 +211,54 @@ class ResponseParser:
         self.complete = True
         return _DONE
 
+    def _gather(self, data: bytes, what: str = "head") -> tuple[bytes, bytes] | None:
+        """Add ``data`` to the head (or trailers) being read; once whole, ``(it, what follows)``.
+
+        Each byte is looked at once however the head is split over reads (a server that
+        sends it a byte at a time costs no more than one that sends it whole), and the
+        limits on a line, the head and the fields are checked as the bytes come.
+
+        Raises:
+            httpx2.RemoteProtocolError: A limit is passed, or a line ends in a bare LF.
+        """
+        head = self._head_buf
+        start = len(head)
+        head += data
+        if len(head) > MAX_HEAD + 4 and head.find(b"\r\n\r\n", max(0, start - 3)) < 0:
+            raise _error(f"{what} longer than {MAX_HEAD} bytes")
+        line, lines = self._line, self._lines
+        at = start
+        while True:
+            nl = head.find(b"\n", at)
+            if nl < 0:
+                line += len(head) - at
+                break
+            if nl == 0 or head[nl - 1] != 13:  # 13: CR
+                raise _error("a line of the head ends in a bare LF")
+            line += nl - at  # the CR is counted: lines are checked at MAX_LINE + 1
+            if line > MAX_LINE + 1:
+                raise _error(f"{_LINE[what]} longer than {MAX_LINE} bytes")
+            if line == 1 and lines:  # an empty line: the head ends here
+                self._head_buf, self._line, self._lines = bytearray(), 0, 0
+                if nl - 3 > MAX_HEAD:
+                    raise _error(f"{what} longer than {MAX_HEAD} bytes")
+                return bytes(head[: nl + 1]), bytes(head[nl + 1 :])
+            lines += 1
+            if lines > MAX_HEADERS + 1:
+                raise _error(f"more than {MAX_HEADERS} {what.rstrip('s')} fields")
+            line, at = 0, nl + 1
+        if line > MAX_LINE + 1:
+            raise _error(f"{_LINE[what]} longer than {MAX_LINE} bytes")
+        self._line, self._lines = line, lines
+        return None
+
     def _head(self, buf: bytes) -> bytes | None:
         """Read a head from ``buf``; return what follows it, or ``None`` to wait for more."""
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > MAX_LINE and max(map(len, buf.split(b"\r\n"))) > MAX_LINE:
-                raise _error(f"status line or a header line longer than {MAX_LINE} bytes")
-            if len(buf) > MAX_HEAD:
-                raise _error(f"head longer than {MAX_HEAD} bytes")
-            self._buf = buf
+        whole = self._gather(buf)
+        if whole is None:
             return None
-        if end > MAX_HEAD:
-            raise _error(f"head longer than {MAX_HEAD} bytes")
-        lines = buf[:end].decode("latin-1").split("\r\n")
+        head, after = whole
+        lines = head[:-4].decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
         code = rest[:3]
         if len(lines[0]) > MAX_LINE:
@@ -242,10 +282,12 @@ class ResponseParser:
             value = value.strip(" \t")
             fields[name] = f"{fields[name]}, {value}" if name in fields else value
         status = int(code)
+        if not 100 <= status <= 599:
+            raise _error("status code outside 100-599")
         if 100 <= status < 200:
             if status == 101:
                 raise _error("unexpected 101 Switching Protocols")
-            return buf[end + 4 :]  # an interim answer (100 Continue): the real one follows
+            return after  # an interim answer (100 Continue): the real one follows
         self.status_code = status
         self.headers = Headers(fields)
         connection = fields.get("connection", "").lower()
@@ -253,7 +295,7 @@ class ResponseParser:
             "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
         )
         self._state = self._framing(status, fields)
-        return buf[end + 4 :]
+        return after
 
     def _framing(self, status: int, fields: dict[str, str]) -> int:
         """Return the state that reads the body, as RFC 9112 section 6.3 frames it."""
@@ -299,18 +341,19 @@ class BodyDecoder:
 
     """
 
-    __slots__ = ("_coding", "_decoder", "_tail")
+    __slots__ = ("_coding", "_decoder", "_tail", "_wait")
 
     def __init__(self, coding: str) -> None:
         coding = coding.strip(" \t").lower()
         if coding not in ("gzip", "x-gzip", "deflate"):
-            raise RemoteProtocolError(
-                f"bad HTTP response: content-encoding {coding[:40]!r} is not supported "
+            raise RemoteProtocolError(  # the value is not quoted: a server may echo anything
+                "bad HTTP response: a content-encoding other than gzip, deflate or identity "
                 "(the request asked for identity)"
             )
         self._coding = coding
         self._decoder: zlib._Decompress | None = None
-        self._tail = b""
+        self._tail = b""  # input left over from the last call (``has_more``)
+        self._wait = b""  # input that needs more before it can be decoded
 
     @property
     def has_more(self) -> bool:
@@ -324,23 +367,33 @@ class BodyDecoder:
             httpx2.RemoteProtocolError: The data is not validly encoded.
 
         """
-        data = self._tail + data if self._tail else data
-        if self._decoder is None:
-            if not data:
+        if self._tail or self._wait:
+            data = self._wait + self._tail + data
+            self._tail = self._wait = b""
+        decoder = self._decoder
+        if decoder is None or decoder.eof:
+            if decoder is not None and (self._coding == "deflate" or data[:2] != b"\x1f\x8b"):
+                # after a gzip member only another may follow (RFC 1952); the rest is ignored
+                if data == b"\x1f":
+                    self._wait = data  # perhaps the start of the next member
                 return b""
-            wbits = zlib.MAX_WBITS | 16
-            if self._coding == "deflate":  # zlib-wrapped as RFC 9110 says, or raw as some send
-                wrapped = (
-                    len(data) > 1 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
-                )
-                wbits = zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS
-            self._decoder = zlib.decompressobj(wbits)
+            if not data or (decoder is None and self._coding == "deflate" and len(data) < 2):
+                self._wait = data  # the first two bytes say whether it is zlib-wrapped
+                return b""
+            decoder = self._decoder = zlib.decompressobj(self._wbits(data))
         try:
-            out = self._decoder.decompress(data, _CHUNK_OUT)
+            out = decoder.decompress(data, _CHUNK_OUT)
         except zlib.error as exc:
             raise RemoteProtocolError(f"bad HTTP response: invalid {self._coding} body") from exc
-        self._tail = self._decoder.unconsumed_tail
+        self._tail = decoder.unconsumed_tail or (decoder.unused_data if decoder.eof else b"")
         return out
+
+    def _wbits(self, data: bytes) -> int:
+        if self._coding != "deflate":
+            return zlib.MAX_WBITS | 16
+        # zlib-wrapped as RFC 9110 says, or raw as some servers send it
+        wrapped = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        return zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS
 
     def finish(self) -> bytes:
         """Return the last decoded bytes once the body has ended.
@@ -350,6 +403,10 @@ class BodyDecoder:
 
         """
         if self._decoder is None:
+            if self._wait:
+                raise RemoteProtocolError(
+                    f"bad HTTP response: the {self._coding} body is cut short"
+                )
             return b""
         out = self._decoder.flush()
         if not self._decoder.eof:

@@ -110,6 +110,14 @@ class Connection(asyncio.Protocol):
         self._forget()
         self._wake()
 
+    def rest(self) -> None:
+        """Ready the connection for the pool: its answer read, reading on again (if paused)."""
+        self.parser.reset()
+        if self._paused:
+            self._paused = False
+            if not self.closed:
+                self.transport.resume_reading()  # type: ignore[union-attr]
+
     def taken(self, size: int) -> None:
         """Note that a reader took ``size`` body bytes (reading resumes when few are left)."""
         self.parser.pending -= size
@@ -185,6 +193,7 @@ class Pool:
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._ssl: ssl.SSLContext | None = None
+        self.closed = False
 
     async def acquire(
         self, origin: Origin, pool_timeout: float | None, connect_timeout: float | None
@@ -198,6 +207,8 @@ class Pool:
         """
         deadline = None
         while True:
+            if self.closed:
+                raise ConnectError("the transport was closed")
             idle = self._idle.get(origin)
             if idle:
                 now = self.loop.time()
@@ -283,18 +294,24 @@ class Pool:
                 timeout,
             )
         except BaseException as exc:
-            for conn in pending:  # a protocol built for a connection that failed
-                conn.close()
+            for made_conn in pending:  # a protocol built for a connection that failed
+                made_conn.close()
             if isinstance(exc, asyncio.TimeoutError):
                 raise ConnectTimeout(f"timed out connecting to {place}") from exc
             if isinstance(exc, OSError):
                 raise ConnectError(f"cannot connect to {place}: {exc}") from exc
             raise
+        if self.closed:  # closed while connecting: the new connection goes too
+            conn.close()
+            raise ConnectError("the transport was closed")
         return conn
 
     def release(self, conn: Connection) -> None:
-        """Put ``conn``, its answer read whole, back in the pool."""
-        conn.parser.reset()
+        """Put ``conn``, its answer read whole, back in the pool (closed if the pool is)."""
+        if self.closed:
+            conn.close()
+            return
+        conn.rest()
         now = conn.idle_since = self.loop.time()
         idle = self._idle.setdefault(conn.origin, [])
         idle.append(conn)
@@ -312,12 +329,17 @@ class Pool:
         self._wake_one()
 
     def close(self) -> None:
-        """Close every connection, idle or in use."""
+        """Close every connection, idle or in use; calls waiting for a place fail."""
+        self.closed = True
         for conn in list(self._open):
             if not self.loop.is_closed():
                 conn.close()
         self._open.clear()
         self._idle.clear()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(ConnectError("the transport was closed"))
 
 
 def _no_room(waiter: asyncio.Future[None]) -> None:

@@ -161,9 +161,12 @@ def _status_fail(response: _Answer, data: bytes, call: Call) -> BackendError:
         request, cause = response.request, response
     else:  # the lean path built no httpx2 objects: build them for the error's cause
         request = call.request()
-        cause = _http.Response(
-            response.status_code, headers=list(response.headers.items()), request=request
-        )
+        # header values as bytes: a server may send any latin-1 (httpx2 encodes str as ASCII)
+        raw = [
+            (k.encode("latin-1"), v.encode("latin-1", "replace"))
+            for k, v in response.headers.items()
+        ]
+        cause = _http.Response(response.status_code, headers=raw, request=request)
     error.__cause__ = _http.HTTPStatusError(
         f"HTTP {response.status_code}", request=request, response=cause
     )
