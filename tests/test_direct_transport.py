@@ -820,3 +820,24 @@ async def test_the_callers_host_replaces_ours_and_its_framing_headers_are_droppe
             await transport.exchange(server.url, (("x-a", "b\x00c"),), BODY, 5.0)
     finally:
         await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_error_answer_with_non_ascii_headers_is_a_backend_error(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    from tiered_router.exceptions import BackendRateLimited
+
+    answer = (
+        b"HTTP/1.1 429 Too Many Requests\r\nx-note: caf\xc3\xa9 \xe9\r\n"
+        b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    )
+    server = serve(answering(answer))
+    backend = OpenAICompatBackend("b", model="m", base_url=server.url[:-17], api_key="sk-secret")
+    request = CompletionRequest(messages=[{"role": "user", "content": "hi"}], timeout_s=5)
+    try:
+        with pytest.raises(BackendRateLimited) as failed:  # not a UnicodeEncodeError
+            await backend.acomplete(request)
+        assert "sk-secret" not in str(failed.value)
+    finally:
+        await backend.aclose()
