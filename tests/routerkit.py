@@ -13,6 +13,19 @@ from tiered_router.testing import ScriptedServer
 SECRET = "sk-test-SECRET-0123456789"
 
 
+ADD: dict[str, Any] = {  # a tool schema the tests offer: add(a, b)
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
 def make_policy(
     upstream: ScriptedServer,
     /,

@@ -17,24 +17,13 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from routerkit import router_for  # noqa: E402
+from routerkit import ADD, router_for  # noqa: E402
 from test_server import make_policy, running  # noqa: E402
 
 from tiered_router import Turn  # noqa: E402
 from tiered_router.server import create_app  # noqa: E402
 from tiered_router.testing import Reply, ScriptedServer  # noqa: E402
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 DRAFTS = {
     "k": 2,
     "when": ["all"],

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from routerkit import ADD
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -21,18 +22,6 @@ from tiered_router.evaluation import (
 )
 from tiered_router.evaluation.calibration import Target, calibrate_panel
 from tiered_router.policy import load_policy
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def call(a: int, b: int, *, quality: float, cost: float = 0.001) -> Outcome:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from routerkit import ADD
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -18,18 +19,6 @@ from tiered_router.evaluation.verification import (
 )
 from tiered_router.policy import load_policy
 from tiered_router.turn import ToolCall
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def call(b: int, *, quality: float, cost: float) -> Outcome:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from routerkit import ADD
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -25,18 +26,6 @@ from tiered_router.evaluation.verification import choose_verification
 from tiered_router.policy import load_policy
 from tiered_router.scoring import build_scorer
 from tiered_router.turn import ToolCall
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def _point(name: str, cost: float, quality: float) -> tuple[str, tuple[_Sums, _Sums, _Sums]]:
