@@ -339,7 +339,7 @@ async def test_a_close_the_loop_has_not_seen_yet_is_found_before_sending(
 
 @pytest.mark.anyio
 async def test_a_write_refused_by_a_reset_connection_is_sent_once_more(
-    serve: Callable[[Handler], RawServer],
+    serve: Callable[[Handler], RawServer], anyio_backend: Any
 ) -> None:
     reset = threading.Event()
 
@@ -359,8 +359,15 @@ async def test_a_write_refused_by_a_reset_connection_is_sent_once_more(
         assert await _call(transport, server.url) == b"{ok}"
         assert reset.wait(5)
         time.sleep(0.2)  # blocks the loop: the reset is in the socket, not yet seen
-        assert await _call(transport, server.url) == b"{ok}"
-        assert (server.connections, len(server.requests)) == (2, 2)  # no request twice
+        try:
+            assert await _call(transport, server.url) == b"{ok}"
+            resent = True
+        except _http.RemoteProtocolError:
+            # older uvloop (0.19, our floor) reports a write to a reset socket only later, as
+            # TLS does: the call fails then, and is not sent twice
+            resent = False
+        assert resent or anyio_backend != "asyncio"
+        assert (server.connections, len(server.requests)) == (1 + resent, 1 + resent)
     finally:
         await transport.aclose()
 
