@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tiered_router.evaluation.dataset import Dataset
     from tiered_router.evaluation.scorer_fit import ScorerFitReport
     from tiered_router.policy._schema import Policy
+    from tiered_router.scoring import Scorer
 
 __all__ = ["register"]
 
@@ -145,7 +146,6 @@ def fit_scorer_command(
     """
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.scorer_fit import fit_scorer
-    from tiered_router.scoring import build_scorer
 
     if output is not None and not output.parent.is_dir():
         raise _fail(f"--output: cannot write {output}: no folder {output.parent}")
@@ -171,13 +171,9 @@ def fit_scorer_command(
         _fit_deferral(loaded, dataset, output, folds=folds, seed=seed, as_json=as_json)
         return
     try:
-        current = build_scorer(loaded.scoring)
-    except ValueError as exc:
-        raise _fail(f"policy scoring: {exc}") from exc
-    try:
         report = fit_scorer(
             dataset,
-            compare={f"current ({loaded.scoring.type})": current},
+            compare=_current(loaded),
             folds=folds,
             seed=seed,
             bootstrap=bootstrap,
@@ -189,6 +185,16 @@ def fit_scorer_command(
     if _saved_as_json(report, output, as_json=as_json):
         return
     _print_report(report, output)
+
+
+def _current(policy: Policy) -> dict[str, Scorer]:
+    """The policy's own scorer, to compare a fitted one with (``current (type)``)."""
+    from tiered_router.scoring import build_scorer
+
+    try:
+        return {f"current ({policy.scoring.type})": build_scorer(policy.scoring)}
+    except ValueError as exc:
+        raise _fail(f"policy scoring: {exc}") from exc
 
 
 def _fit_for_panel(
@@ -206,17 +212,12 @@ def _fit_for_panel(
     """``fit-scorer --panel-labels``: the scorer in front of the panel, on its outcomes."""
     from tiered_router.evaluation.dataset import DatasetError
     from tiered_router.evaluation.panel_scorer import fit_panel_scorer
-    from tiered_router.scoring import build_scorer
 
-    try:
-        current = build_scorer(policy.scoring)
-    except ValueError as exc:
-        raise _fail(f"policy scoring: {exc}") from exc
     try:
         report = fit_panel_scorer(
             policy,
             dataset,
-            compare={f"current ({policy.scoring.type})": current},
+            compare=_current(policy),
             fast_model=fast_model,
             frontier_model=frontier_model,
             folds=folds,

@@ -40,17 +40,12 @@ def hull(points: Sequence[Point[V]]) -> list[Point[V]]:
     A point another one beats on both cost and quality is dropped, and so is one that a mix
     of its two neighbours would beat (its marginal quality per dollar is below the next).
     """
-    ordered = sorted(points, key=lambda p: (p[1][1].p, -p[1][0].p))
-    frontier: list[Point[V]] = []
-    for point in ordered:
-        if frontier and point[1][0].p <= frontier[-1][1][0].p:
-            continue  # costs at least as much for no more quality
-        while len(frontier) >= 2 and _slope(frontier[-2], frontier[-1]) <= _slope(
-            frontier[-1], point
-        ):
-            frontier.pop()
-        frontier.append(point)
-    return frontier
+    kept: list[Point[V]] = []
+    for point in frontier(points):  # each costs more and gives more than the one before
+        while len(kept) >= 2 and _slope(kept[-2], kept[-1]) <= _slope(kept[-1], point):
+            kept.pop()
+        kept.append(point)
+    return kept
 
 
 def frontier(points: Sequence[Point[V]]) -> list[Point[V]]:
