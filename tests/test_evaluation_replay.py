@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from routerkit import ADD
 
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.evaluation import (
@@ -28,17 +29,7 @@ from tiered_router.policy import BackendConfig, LatencyModel, Policy, load_polic
 from tiered_router.router import Router
 from tiered_router.turn import ToolCall, Turn, Usage
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
+TOOL = ADD
 
 
 def _policy(**changes: Any) -> Policy:

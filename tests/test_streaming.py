@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 from conftest import RoutePath
-from routerkit import Slept, make_policy, tracked
+from routerkit import ADD, Slept, make_policy, tracked
 
 from tiered_router import MemorySink, Router, Turn
 from tiered_router.exceptions import AllTiersFailed, GateFailed, StreamInterrupted
@@ -101,19 +101,7 @@ def test_gate_failure_raises_before_any_chunk_when_policy_says_raise(
 
 
 def test_streamed_tool_calls_are_gated(server: ScriptedServer, path: RoutePath) -> None:
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "add",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                    "required": ["a", "b"],
-                },
-            },
-        }
-    ]
+    tools = [ADD]
     server.script([Reply.tool_calls([("add", {"a": "one"})])], model="fast-model")
     server.script([Reply.tool_calls([("add", {"a": 1, "b": 2})])], model="frontier-model")
     _chunks, stream = path.stream(router(server), turn(tools=tools))
