@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-from routerkit import make_policy
+from routerkit import doubles_policy, make_policy
 
 from tiered_router import AllTiersFailed, PolicyError, Router, Turn, load_policy
-from tiered_router.testing import Reply, ScriptedServer
+from tiered_router.backends import CompletionRequest
+from tiered_router.testing import FunctionBackend, Reply, ScriptedServer
 from tiered_router.trace import MemorySink, Trace
+from tiered_router.turn import Completion, ToolCall
 
 TOOLS = [
     {
@@ -35,6 +37,9 @@ TOOLS = [
         },
     }
 ]
+
+
+PARIS = '{"city": "Paris"}'
 
 
 def tool_turn(**kw: Any) -> Turn:
@@ -384,6 +389,56 @@ async def test_64_concurrent_turns_with_panels_and_hedges(server: ScriptedServer
     for trace in sink.traces:
         assert trace.tier is not None
         assert sum(1 for a in trace.attempts if a.role == "draft") == 3
+
+
+@pytest.mark.anyio
+async def test_a_hedge_that_wins_while_the_cut_drafts_unwind_still_traces_every_draft() -> None:
+    """The panel has decided and is cancelling its last draft when the hedge answers.
+
+    A backend's call can take time to unwind once cancelled (closing its connection). The
+    hedge's answer arrives in that window; the fast side is cancelled there, outside the
+    wait for the drafts, and before the fix the turn's trace lost all three drafts (the
+    64-turn test below failed on a loaded CI machine).
+    """
+    answered = 0
+    unwinding = asyncio.Event()
+
+    async def drafter(request: CompletionRequest) -> Completion:
+        nonlocal answered
+        answered += 1
+        if answered <= 2:  # two agreeing drafts decide the panel at once
+            return Completion(tool_calls=(ToolCall(id="c", name="get_weather", arguments=PARIS),))
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            unwinding.set()
+            await asyncio.sleep(0.3)  # its connection closes slowly
+            raise
+        raise AssertionError("the third draft is cut")
+
+    async def frontier(request: CompletionRequest) -> Completion:
+        await unwinding.wait()  # the hedge answers while the cut draft unwinds
+        return Completion(tool_calls=(ToolCall(id="f", name="get_weather", arguments=PARIS),))
+
+    sink = MemorySink()
+    policy = doubles_policy(
+        drafts={"k": 3, "min_agreement": 0.67, "n": False},
+        rules=[{"name": "all-fast", "when": {}, "tier": "fast"}],
+        hedge={"after_s": 0.0},
+    )
+    backends = {
+        "fast": FunctionBackend("fast", drafter, kind="diffusion"),
+        "frontier": FunctionBackend("frontier", frontier),
+    }
+    async with Router(policy, backends=backends, sinks=[sink]) as router:
+        result = await router.acomplete(tool_turn())
+    assert result.tier == "frontier"
+    (trace,) = sink.traces
+    drafts = drafts_of(trace)
+    assert len(drafts) == 3
+    assert [a.ok for a in drafts].count(True) == 2 and drafts[2].cancelled
+    assert trace.panel is not None and trace.panel["reason"].startswith("the hedged")
+    assert trace.cost == pytest.approx(sum(a.cost for a in trace.attempts))
 
 
 def test_sync_and_async_give_the_same_panel_trace(server: ScriptedServer) -> None:

@@ -169,6 +169,8 @@ class Flight:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in sorted(done, key=lambda t: tasks[t][0].index):
                     panel.take(tasks[task], *task.result())
+            # inside the guard: a hedge can win while the cut drafts unwind
+            await _acancel_all(pending)
         except BaseException:
             await _acancel_all(pending)
             pending = take_late(panel, tasks, pending)
@@ -180,7 +182,6 @@ class Flight:
             else:
                 panel.abandon(run, cut, reason="the turn was cut short")
             raise
-        await _acancel_all(pending)
         pending = take_late(panel, tasks, pending)
         return panel.settle(run, self._cut(tasks, pending, clock() - begun))
 
