@@ -11,7 +11,8 @@ names in ``drafts.deferral``, and ``calibrate``'s chooser
 panel, agreement and deferral threshold per kind so that the one-sided 95 % lower bound of
 the quality retained meets the target. The chosen policy is then scored on the held-out
 half, beside, **at the same cost** on the same rows: the panel alone (the same drafts,
-least agreed answers escalated first), prompt length, random (expected), and all-fast,
+least agreed answers escalated first; at its own cost where its drafts for every row cost
+more than the choice), prompt length, random (expected), and all-fast,
 all-frontier and the oracle (the cheapest of fast-or-frontier that is right).
 
 Each configuration runs twice: with the policy's prompt scorer as shipped and the bound per
@@ -121,8 +122,13 @@ def _baselines(
             hashlib.sha256(panel[i].row_id.encode()).hexdigest(),
         ),
     )
+    # its drafts for every row may cost more than the budget: then it is shown at its own cost
+    panel_cost = max(budget, sum(r.fast.cost for r in panel))
     out = {
-        "panel alone (same cost)": (_at_cost(panel, agreed_order, budget) / qf, cost_share),
+        "panel alone (same cost, or its own if higher)": (
+            _at_cost(panel, agreed_order, budget) / qf,
+            panel_cost / cf,
+        ),
         "prompt length (same cost)": (
             _at_cost(
                 single,

@@ -240,6 +240,36 @@ async def test_drift_enforces_then_recovery_relaxes(
     assert all(t.tier == "frontier" and t.metadata["shadow"] is True for t in shadows)
 
 
+@pytest.mark.anyio
+async def test_tighten_drafts_overrides_the_kinds_own_panel_and_its_one_draft_zone(
+    server: ScriptedServer,
+) -> None:
+    """``tighten: drafts`` gives an enforcing kind the stricter panel, even where the policy's
+    ``drafts.kinds`` entry (what calibrate wrote) gives that kind one draft, or a zone where
+    it gets one; before, the entry won and the tightening did nothing."""
+    sink = MemorySink()
+    policy = make_policy(
+        server,
+        retries=(0, 0),
+        monitor={**MONITOR, "tighten": "drafts", "tighten_drafts": {"k": 3, "min_agreement": 1.0}},
+        drafts={"k": 1, "n": False, "panel_above": 1.0, "kinds": {"tools": {"k": 1}}},
+    )
+    router = tracked(Router(policy, sinks=[sink]))
+    assert router.monitor is not None
+    router.monitor.sample = lambda key, rate: key.startswith("monitor.shadow")
+    answer_by_turn(server, {"w0"})
+    for turn_id in [*(f"r{i}" for i in range(15)), "w0"]:
+        result = await router.acomplete(weather_turn(turn_id))
+        assert result.tier == "fast" and sink.traces[-1].panel is None  # one draft
+        await router.adrain_shadows()
+    assert router.quality()["tools"].state == "enforcing"
+    tightened = await router.acomplete(weather_turn("w-next"))
+    assert tightened.decision.rule == "monitor" and tightened.tier == "fast"
+    trace = next(t for t in reversed(sink.traces) if t.turn_id == "w-next")
+    assert trace.panel is not None and trace.panel["k"] == 3
+    assert sum(a.role == "draft" for a in trace.attempts) == 3
+
+
 def test_measure_only_never_changes_a_decision_sync(server: ScriptedServer) -> None:
     router = monitored(server, enforce=False)
     answer_by_turn(server, {f"w{i}" for i in range(20)})

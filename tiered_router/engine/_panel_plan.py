@@ -1,7 +1,8 @@
 """A draft panel's plan: whether a turn gets a panel, and what each draft is (pure).
 
 :func:`plan_panel` reads the policy's ``drafts:`` (per turn kind: ``k``, ``min_agreement``,
-backends, variants, the deferral model) and the backends' capabilities, and says which
+backends, variants, the deferral model, ``panel_above``: the score at or below which a turn
+gets one draft) and the backends' capabilities, and says which
 drafts to send (:class:`DraftSpec`: backend, prompt variant) and how to count them
 (:class:`PanelPlan`); :func:`draft_turn` is the turn one draft sends. The plan is read
 before any call: by the flights (:mod:`tiered_router.engine._flight_plan`), by the capacity
@@ -78,6 +79,7 @@ def plan_panel(
     usable: Callable[[str], bool],
     multiple_choices: Callable[[str], bool] | None = None,
     deferral: DeferralModel | None = None,
+    score: float | None = None,
 ) -> PanelPlan | None:
     """The panel of a fast turn, or ``None`` for a single draft (pure).
 
@@ -88,6 +90,8 @@ def plan_panel(
         multiple_choices: ``(backend) -> bool``: whether its server samples ``n`` choices
             in one request (its dialect says so); ``None``: never ask for ``n``.
         deferral: The loaded ``drafts.deferral`` model (the router reads it once).
+        score: The turn's routing score: at or below the kind's ``panel_above`` the turn
+            gets one draft (``None``: the panel applies whatever the score).
     """
     drafts = policy.drafts
     if drafts is None:
@@ -98,6 +102,9 @@ def plan_panel(
     k, min_agreement, backends = drafts.for_kind(kind)
     if k < 2:
         return None
+    above = drafts.panel_above_for(kind)
+    if above is not None and score is not None and score <= above:
+        return None  # the scorer is sure enough of this turn: one draft and the gate
     names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
     if not names:
         return None
@@ -191,6 +198,7 @@ def turn_panel(run: TurnRun) -> PanelPlan | None:
         usable=lambda name: run.ports.capability_gap(name, run.turn) is None,
         multiple_choices=run.ports.multiple_choices,
         deferral=run.ports.deferral,
+        score=run.decision.score,
     )
 
 

@@ -27,7 +27,9 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
     the fast tier, ``all`` leaves ``drafts.when`` instead and the section's keys, the
     candidates a later ``calibrate`` chooses from, stay as they are); with ``drafts.deferral``, each
     kind's deferral threshold (``drafts.kinds.<kind>.deferral_threshold``, prose:
-    ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model).
+    ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model); each
+    kind's one-draft zone (``drafts.kinds.<kind>.panel_above``, left out where none was
+    chosen; the section's own ``panel_above`` is removed, as prose is chosen without one).
     Written with ruamel.yaml
     (comments kept), loaded before the file is written.
 
@@ -56,6 +58,8 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         seq.fa.set_flow_style()
         return seq
 
+    if "panel_above" in drafts:  # each kind's zone is in its entry; prose gets none
+        del drafts["panel_above"]
     tiers = data.get("tiers")
     fast = tiers.get("fast") if isinstance(tiers, dict) else None
     deferral = drafts.get("deferral")
@@ -88,6 +92,8 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         )
         if defer is not None:
             entry["deferral_threshold"] = round(defer, 6)
+        if v.panel_above is not None:
+            entry["panel_above"] = round(v.panel_above, 6)
         entry.fa.set_flow_style()
         kinds[kc.kind] = entry
     return dump_checked(yaml, data, p, before=before)

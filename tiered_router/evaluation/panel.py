@@ -79,6 +79,8 @@ class PanelSpec:
     """Only turns of this :func:`~tiered_router.panels.turn_kind` (a ``drafts.kinds`` entry)."""
     exclude: tuple[str, ...] = ()
     """Turn kinds left to their own ``drafts.kinds`` entry."""
+    panel_above: float | None = None
+    """``drafts.panel_above``: a row scored at or below it keeps its one draft."""
 
     def applies(self, turn: Turn) -> bool:
         """Whether a turn gets this panel (as the engine plans it)."""
@@ -115,7 +117,8 @@ class PanelStats:
         not_comparable: Rows the panel could not judge (fell back to the gate).
         missing_drafts: Rows where the data had fewer than ``k`` drafts.
         draft_cost: Cost of every draft, US dollars.
-        single_draft_rows: Rows ``drafts.when`` leaves to one draft.
+        single_draft_rows: Rows left to one draft (``drafts.when``, or scored at or below
+            ``drafts.panel_above``).
     """
 
     k: int
@@ -197,6 +200,7 @@ def panel_models(policy: Policy, dataset: Dataset, fast_model: str) -> PanelSpec
         models=(models[0],),
         backend=names[0],
         when=tuple(drafts.when),
+        panel_above=drafts.panel_above,
     )
     return dataclasses.replace(spec, models=tuple(models)).with_size(drafts.k, drafts.min_agreement)
 
@@ -220,7 +224,13 @@ def panel_specs(policy: Policy, dataset: Dataset, fast_model: str) -> list[Panel
     for kind in kinds:
         k, agreement, backends = drafts.for_kind(kind)
         own = drafts.model_copy(
-            update={"k": k, "min_agreement": agreement, "backends": backends, "kinds": {}}
+            update={
+                "k": k,
+                "min_agreement": agreement,
+                "backends": backends,
+                "kinds": {},
+                "panel_above": drafts.panel_above_for(kind),
+            }
         )
         spec = panel_models(policy.model_copy(update={"drafts": own}), dataset, fast_model)
         if spec is not None:
@@ -286,7 +296,9 @@ def apply_panel(
         row = replay.dataset.get(run.row_id)
         if row is None:
             raise DatasetError(f"{replay.dataset.name}: no row {run.row_id!r}")
-        if not spec.applies(row.turn):
+        if not spec.applies(row.turn) or (
+            spec.panel_above is not None and run.score <= spec.panel_above
+        ):
             counts["single"] += 1
             out.append(run)  # a turn drafts.when leaves out: one draft, as the engine does
             continue

@@ -13,6 +13,9 @@ re-counted over the same recorded rows, :func:`~tiered_router.evaluation.panel.a
   (a checkable final answer), ``prose``): each kind gets its own panel (prose is written
   to the section's own keys: a panel that cannot compare prose falls back to the gate on
   one draft, so it is chosen for prose only where the figures say so);
+- **the one-draft zone** per kind (``drafts.kinds.<kind>.panel_above``, :mod:`._panel_zone`):
+  each panel again with the turns scored at or below one of 15 score quantiles left to one
+  draft and the gate (not for prose, whose choice is the section's own);
 - **the threshold** (one for the policy: it is decided before any draft);
 - with ``drafts.deferral`` (a model ``fit-scorer`` fitted for the policy's panel), **the
   deferral threshold** per kind: the policy's panel (its ``k`` and backends) at every
@@ -55,6 +58,7 @@ from tiered_router.evaluation._bounds import (
     retained_lower_bound,
 )
 from tiered_router.evaluation._kind_sums import _Kind
+from tiered_router.evaluation._panel_zone import zone_values, zoned
 from tiered_router.evaluation._traffic_scope import best_combination
 from tiered_router.evaluation.baselines import shares_at_cost
 from tiered_router.evaluation.panel import (
@@ -115,12 +119,15 @@ class Verification:
         k: Drafts per turn (1: one draft and the gate).
         min_agreement: Share of the drafts that must agree.
         defer_above: The deferral threshold (``None``: no deferral model asked).
+        panel_above: The score at or below which a turn gets one draft and the gate
+            (``drafts.panel_above``; ``None``: the panel on every fast turn of the kind).
     """
 
     backends: tuple[str, ...]
     k: int
     min_agreement: float
     defer_above: float | None = None
+    panel_above: float | None = None
 
     def describe(self) -> str:
         """In words."""
@@ -132,6 +139,8 @@ class Verification:
         )
         if self.defer_above is not None:
             text += f", deferred above {self.defer_above:.4g}"
+        if self.panel_above is not None:
+            text += f"; one draft + gate at or below score {self.panel_above:.4g}"
         return text
 
 
@@ -183,6 +192,7 @@ class Choice:
                     "k": c.verification.k,
                     "min_agreement": c.verification.min_agreement,
                     "deferral_threshold": c.verification.defer_above,
+                    "panel_above": c.verification.panel_above,
                     "figures": c.figures.to_dict(),
                 }
                 for c in self.kinds
@@ -278,6 +288,16 @@ def _with_deferral(
     ]
 
 
+def _without_zones(policy: Policy) -> Policy:
+    """``policy`` with no one-draft zone (``panel_above``), in the section or a kind's entry."""
+    drafts = policy.drafts
+    if drafts is None:
+        return policy
+    kinds = {k: e.model_copy(update={"panel_above": None}) for k, e in drafts.kinds.items()}
+    plain = drafts.model_copy(update={"panel_above": None, "kinds": kinds})
+    return policy.model_copy(update={"drafts": plain})
+
+
 def _default_drafts() -> DraftsConfig:
     from tiered_router.policy._drafts import DraftsConfig
 
@@ -343,6 +363,7 @@ def choose_verification(
     if scope not in SCOPES:
         raise ValueError(f"scope: must be one of {', '.join(SCOPES)}, got {scope!r}")
     z = _z(confidence)
+    policy = _without_zones(policy)  # the zone is chosen here, as k and the drafters are
     replay = Replay.bind(
         single_draft(policy), dataset, fast_model=fast_model, frontier_model=frontier_model
     )
@@ -363,6 +384,13 @@ def choose_verification(
     for verification, spec in candidates:
         runs = single if spec is None else apply_panel(replay, single, spec, gate=gate, key=key)[0]
         all_runs.append((verification, runs))
+    zones = zone_values([r for r in single if r.row_id in calib_ids])
+    all_runs += [
+        (dataclasses.replace(v, panel_above=z), zoned(single, runs, z))
+        for v, runs in list(all_runs)
+        if v.k > 1
+        for z in zones
+    ]
     all_runs += _with_deferral(policy, dataset, replay, single, gate, key, calib_ids)
     thresholds = _thresholds([r for r in single if r.row_id in calib_ids])
     # per kind and verification: the prefix sums on the calibration rows
@@ -371,6 +399,8 @@ def choose_verification(
         table[kind] = [
             (v, _Kind([r for r in runs if r.row_id in calib_ids and kinds[r.row_id] == kind]))
             for v, runs in all_runs
+            # prose is written to the section's own keys: its zone would be every kind's
+            if kind != "prose" or v.panel_above is None
         ]
     best: tuple[tuple[float, float], float, dict[str, tuple[Verification, Figures]]] | None = None
     closest = 0.0

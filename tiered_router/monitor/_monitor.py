@@ -148,6 +148,9 @@ class Monitor:
                     "min_agreement": config.tighten_drafts.min_agreement,
                     "when": ["all"],
                     "variants": base.variants[: config.tighten_drafts.k],
+                    # per-kind panels and the one-draft zone would undo the tightening
+                    "kinds": {},
+                    "panel_above": None,
                 }
             )
             self._strict = policy.model_copy(update={"drafts": strict})

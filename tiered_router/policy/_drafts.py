@@ -16,6 +16,7 @@ Example:
         - ""
         - "Think step by step before you answer."
       when: [tools, json, answer] # which turns get a panel; the others get one draft
+      panel_above: 0.4            # a turn scored at or below it gets one draft and the gate
       kinds:                      # per kind of turn, what calibrate chose (optional)
         tools: {k: 4, min_agreement: 0.75}
         answer: {k: 3, min_agreement: 1.0, backends: [mercury]}
@@ -75,6 +76,8 @@ class KindDrafts(Model):
     """Fast backends drafting this kind of turn, used in turn."""
     deferral_threshold: float | None = Field(default=None, ge=0, le=1)
     """This kind's ``drafts.deferral.threshold`` (``calibrate --write`` sets it)."""
+    panel_above: float | None = Field(default=None, ge=0, le=1)
+    """This kind's ``drafts.panel_above`` (``calibrate --write`` sets it)."""
 
 
 class DeferralConfig(Model):
@@ -125,6 +128,11 @@ class DraftsConfig(Model):
     where the backend's dialect takes ``n``; ``false`` sends ``k`` requests (early decision
     can then cancel the slow ones)."""
 
+    panel_above: float | None = Field(default=None, ge=0, le=1)
+    """A fast turn whose routing score is at or below this gets one draft and the gate; the
+    panel is for the turns above it (the ones the scorer is less sure of). ``None``: every
+    fast turn of a kind with a panel gets it. ``tiered-router calibrate`` chooses it."""
+
     deferral: DeferralConfig | None = None
     """A deferral model asked after the panel (see :class:`DeferralConfig`)."""
 
@@ -151,6 +159,13 @@ class DraftsConfig(Model):
         agreement = own.min_agreement if own.min_agreement is not None else self.min_agreement
         backends = own.backends if own.backends is not None else self.backends
         return k, agreement, list(backends)
+
+    def panel_above_for(self, kind: str) -> float | None:
+        """The ``panel_above`` of a turn of ``kind`` (its ``kinds`` entry's, else the section's)."""
+        own = self.kinds.get(kind)  # type: ignore[call-overload]
+        if own is not None and own.panel_above is not None:
+            return float(own.panel_above)
+        return self.panel_above
 
     def deferral_threshold(self, kind: str) -> float | None:
         """The deferral threshold of a turn of ``kind`` (``None``: no deferral model)."""

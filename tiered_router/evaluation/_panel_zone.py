@@ -1,0 +1,51 @@
+"""The one-draft zone of a panel (``drafts.panel_above``), replayed for ``calibrate``.
+
+A fast turn the scorer is sure of (its routing score at or below ``panel_above``) gets one
+draft and the gate; the panel is for the turns above it, the ones the scorer is less sure
+of, and the frontier for the turns above the routing threshold. Three zones, where a panel
+on every fast turn pays for drafts that the easy turns do not need: on BFCL, gpt-4o-mini (FC
+and text) and gpt-3.5 drafting for gpt-4o-2024-08-06, the cheapest panel that meets 99 % for
+the bound costs 39 % of the strong model; with the zone, 22 % (``benchmarks/bench_verify.py``).
+
+:func:`zone_values` picks where the zone may end (quantiles of the calibration rows'
+scores); :func:`zoned` is a panel's replayed rows with the single draft's fast path below
+it. Pure, like the rest of the chooser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from tiered_router.evaluation.sweep import RowRun
+
+__all__ = ["zone_values", "zoned"]
+
+
+def zone_values(runs: Sequence[RowRun], points: int = 16) -> list[float]:
+    """Where a one-draft zone may end: ``points`` quantiles of the rows' scores (the top left out).
+
+    A zone that ends at the top score gives every row one draft, which is the single-draft
+    candidate already; so is a zone below every score (no zone), left to the plain panel.
+    """
+    scores = sorted({r.score for r in runs})
+    if len(scores) < 2:
+        return []
+    last = len(scores) - 1
+    return sorted({scores[min(last - 1, round(i * last / points))] for i in range(1, points)})
+
+
+def zoned(single: Sequence[RowRun], panel: Sequence[RowRun], above: float) -> list[RowRun]:
+    """``panel``'s rows, each scored at or below ``above`` with ``single``'s fast path instead.
+
+    As the engine plans it (:func:`tiered_router.engine._panel_plan.plan_panel`): the score
+    decides, whatever rule sent the turn fast.
+    """
+    by_id = {r.row_id: r for r in single}
+    out: list[RowRun] = []
+    for run in panel:
+        if run.score <= above:
+            one = by_id[run.row_id]
+            run = dataclasses.replace(run, fast=one.fast, headline=one.headline)
+        out.append(run)
+    return out
