@@ -96,6 +96,21 @@ async def test_a_kind_entry_sets_its_own_zone_and_the_zone_is_at_or_below(
     assert sink.traces[-1].panel is not None and len(server.requests_for("fast-model")) == 2
 
 
+@pytest.mark.anyio
+async def test_a_stream_takes_the_zone_too(server: ScriptedServer) -> None:
+    low, high = scores(server)
+    server.default = add_call(2)
+    sink = MemorySink()
+    async with Router(zone_policy(server, panel_above=(low + high) / 2), sinks=[sink]) as router:
+        for text in (SHORT, LONG):
+            stream = router.astream(add_turn(text))
+            chunks = [chunk async for chunk in stream]
+            assert chunks and stream.result is not None
+            assert stream.result.completion.tool_calls[0].name == "add"
+    assert [t.panel is None for t in sink.traces] == [True, False]
+    assert len(server.requests_for("fast-model")) == 3
+
+
 def test_the_sync_path_takes_the_zone_too(server: ScriptedServer) -> None:
     low, high = scores(server)
     server.default = add_call(2)
@@ -253,3 +268,38 @@ def test_calibrate_write_sets_the_kind_zone_and_clears_the_section_one(tmp_path:
     assert written.drafts is not None and written.drafts.panel_above is None
     assert written.drafts.kinds["tools"].panel_above is not None
     assert "# kept" in path.read_text()
+
+
+# -- the proxy -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["json", "sse"])
+def test_the_proxy_takes_the_zone(server: ScriptedServer, streamed: bool) -> None:
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    import openai
+    from test_server import running
+
+    from tiered_router.server import create_app
+
+    low, high = scores(server)
+    server.default = add_call(2)
+    app = create_app(zone_policy(server, panel_above=(low + high) / 2), env={})
+    seen: list[int] = []
+    with running(app) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+        try:
+            for text in (SHORT, LONG):
+                before = len(server.requests_for("fast-model"))
+                messages = [{"role": "user", "content": text}]
+                if streamed:
+                    with client.chat.completions.with_streaming_response.create(
+                        model="auto", messages=messages, tools=[ADD], stream=True
+                    ) as raw:
+                        assert any("[DONE]" in line for line in raw.iter_lines())
+                else:
+                    client.chat.completions.create(model="auto", messages=messages, tools=[ADD])
+                seen.append(len(server.requests_for("fast-model")) - before)
+        finally:
+            client.close()
+    assert seen == [1, 2]  # the easy request one draft, the hard one the panel's two
