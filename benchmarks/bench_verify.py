@@ -12,15 +12,24 @@ cost and all-fast. Targets (issue 27): tool calls >= 99 % of the strong model's 
 <= 35 % of its cost (drafters each <= 10 % of it) or <= 55 % (cheapest capable drafters
 10-35 %); RouterBench ARC-Challenge / Winogrande / MBPP >= 97 % at <= 50 %.
 
+``--splits N [--case TEXT]`` instead calibrates each case (those whose name holds TEXT) on N
+other halves of its rows (the row ids salted with the split's number before the hash), with
+and without the one-draft zone (``choose_verification(..., zones=False)``), and prints the
+held-out figures of each: how much a headline depends on one split, and what the zone adds.
+
 Skips (exit 0, a message) when the shared data folder is absent.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import statistics
 import sys
 
 from tiered_router.evaluation import find_data_dir
 from tiered_router.evaluation.calibration import Target
+from tiered_router.evaluation.dataset import Dataset
 from tiered_router.evaluation.sources import load_data
 from tiered_router.evaluation.sweep import CalibrationError
 from tiered_router.evaluation.verification import choose_verification
@@ -78,9 +87,64 @@ def panel_policy(
     )
 
 
+def salted(dataset: Dataset, salt: int) -> Dataset:
+    """The same rows under other ids, so that ``--holdout``'s hash halves them another way."""
+    rows = tuple(dataclasses.replace(r, id=f"{salt}:{r.id}") for r in dataset.rows)
+    return dataclasses.replace(dataset, rows=rows)
+
+
+def splits(n: int, case: str) -> None:
+    """Each case on ``n`` other halves, with and without the one-draft zone (held-out figures)."""
+    for name, data, drafters, strong, retained, cost, _ in CASES:
+        if case not in name:
+            continue
+        first = next(iter(drafters.values()))
+        dataset = load_data(f"{data}:{first}->{strong}")
+        policy = panel_policy(data, drafters, strong)
+        print(f"## {name} (target >= {retained:.0%} at <= {cost:.0%})")
+        print("| split | with zones: held-out retained (bound), cost | zone chosen | without |")
+        print("| --- | --- | --- | --- |")
+        costs: dict[bool, list[float]] = {True: [], False: []}
+        for salt in range(1, n + 1):
+            cells = []
+            chosen_zone = False
+            for zones in (True, False):
+                try:
+                    c = choose_verification(
+                        policy, salted(dataset, salt), Target(quality_retained=retained),
+                        holdout=0.5, zones=zones,
+                    )  # fmt: skip
+                except CalibrationError:
+                    cells.append("none meets the bound")
+                    continue
+                h = c.holdout
+                assert h is not None
+                costs[zones].append(h.cost_share)
+                cells.append(f"{h.retained:.1%} ({h.retained_low:.1%}), {h.cost_share:.1%}")
+                if zones:
+                    chosen_zone = any(k.verification.panel_above for k in c.kinds)
+            print(f"| {salt} | {cells[0]} | {'yes' if chosen_zone else 'no'} | {cells[1]} |")
+            sys.stdout.flush()
+        for zones, label in ((True, "with zones"), (False, "without")):
+            if costs[zones]:
+                print(
+                    f"{label}: held-out cost {min(costs[zones]):.1%}-{max(costs[zones]):.1%}, "
+                    f"median {statistics.median(costs[zones]):.1%}, "
+                    f"at or below {cost:.0%} in {sum(x <= cost for x in costs[zones])} of {n}"
+                )
+        print()
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--splits", type=int, default=0, help="other halves to try per case")
+    parser.add_argument("--case", default="", help="only the cases whose name holds this")
+    args = parser.parse_args()
     if find_data_dir() is None:
         print("skipped: ../shared/data not found (set TIERED_ROUTER_DATA_DIR)")
+        return
+    if args.splits:
+        splits(args.splits, args.case)
         return
     print(
         "| drafters -> strong | chosen (per kind) | calibration half: retained (bound), cost "

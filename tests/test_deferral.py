@@ -317,3 +317,12 @@ def test_eval_replays_the_deferral_model_the_engine_asks(tmp_path: Path) -> None
     # deferring the wrong rows restores the frontier's quality, at the frontier's price on them
     assert deferred["summary"]["quality"] > alone["summary"]["quality"]
     assert deferred["summary"]["cost"] > alone["summary"]["cost"]
+    # a turn in the panel's one-draft zone has no panel, so the engine asks no model of it:
+    # with every turn in the zone, nothing is deferred (the replay asked it of every row)
+    zoned = tmp_path / "zoned.yaml"
+    zoned.write_text(
+        POLICY + f"  deferral: {{path: '{model_path}', threshold: 0.5}}\n  panel_above: 1.0\n"
+    )
+    in_zone = metrics(zoned)
+    assert any(n.startswith("drafts.deferral replayed: 0 ") for n in in_zone["notes"]), in_zone
+    assert in_zone["summary"]["cost"] < alone["summary"]["cost"]  # one draft a turn

@@ -244,30 +244,40 @@ def test_calibrate_chooses_the_zone_where_it_pays_and_the_bound_holds_on_held_ou
     assert only.verification.panel_above is None
 
 
-def test_calibrate_write_sets_the_kind_zone_and_clears_the_section_one(tmp_path: Path) -> None:
-    data, path = tmp_path / "rows.jsonl", tmp_path / "policy.yaml"
-    write_dataset(graded(), data)
-    path.write_text(
-        POLICY.replace("min_agreement: 1.0}", "min_agreement: 1.0, panel_above: 0.9}") + "# kept\n"
+def test_calibrate_write_sets_each_kinds_zone_and_keeps_the_sections(tmp_path: Path) -> None:
+    def write(dataset: Dataset) -> Any:
+        data, path = tmp_path / "rows.jsonl", tmp_path / "policy.yaml"
+        write_dataset(dataset, data)
+        path.write_text(
+            POLICY.replace("min_agreement: 1.0}", "min_agreement: 1.0, panel_above: 0.9}")
+            + "# kept\n"
+        )
+        run = CliRunner().invoke(
+            build_app(),
+            [
+                *("calibrate", str(path), "--data", str(data)),
+                *("--target-quality-retained", "0.99", "--write"),
+            ],
+        )
+        assert run.exit_code == 0, run.output
+        assert "# kept" in path.read_text()
+        return run.output, load_policy(path).drafts
+
+    output, drafts = write(graded())
+    assert "one draft + gate at or below score" in output
+    # the section's zone stays for the kinds absent from the data (JSON, answers)
+    assert drafts.panel_above == 0.9 and drafts.panel_above_for("json") == 0.9
+    chosen = drafts.kinds["tools"].panel_above
+    assert chosen is not None and 0 < chosen < 0.9
+    # where calibrate chose no zone, the kind says 0 so that it does not inherit the section's
+    flat = Dataset(
+        name="flat",
+        rows=tuple(r for r in graded().rows if r.id.endswith(("1", "3", "5", "7", "9"))),
+        fast_model="fast",
+        frontier_model="big",
     )
-    run = CliRunner().invoke(
-        build_app(),
-        [
-            "calibrate",
-            str(path),
-            "--data",
-            str(data),
-            "--target-quality-retained",
-            "0.99",
-            "--write",
-        ],
-    )
-    assert run.exit_code == 0, run.output
-    assert "one draft + gate at or below score" in run.output
-    written = load_policy(path)
-    assert written.drafts is not None and written.drafts.panel_above is None
-    assert written.drafts.kinds["tools"].panel_above is not None
-    assert "# kept" in path.read_text()
+    _, drafts = write(flat)
+    assert drafts.kinds["tools"].panel_above == 0 and drafts.panel_above == 0.9
 
 
 # -- the proxy -------------------------------------------------------------------------------
@@ -303,3 +313,58 @@ def test_the_proxy_takes_the_zone(server: ScriptedServer, streamed: bool) -> Non
         finally:
             client.close()
     assert seen == [1, 2]  # the easy request one draft, the hard one the panel's two
+
+
+def test_a_kind_entry_of_zero_opts_out_of_the_section_zone(server: ScriptedServer) -> None:
+    _, high = scores(server)
+    server.default = add_call(2)
+    sink = MemorySink()
+    policy = zone_policy(server, panel_above=1.0, kinds={"tools": {"k": 2, "panel_above": 0}})
+    with Router(policy, sinks=[sink]) as router:
+        router.complete(add_turn(SHORT))
+    assert sink.traces[-1].panel is not None and len(server.requests_for("fast-model")) == 2
+    assert load_policy(policy).drafts.panel_above_for("tools") == 0  # type: ignore[union-attr]
+
+
+def test_a_cost_budget_counts_one_draft_for_a_turn_in_the_zone(server: ScriptedServer) -> None:
+    """The task's cost rule must not price a turn the zone gives one draft at ``k`` drafts."""
+    server.default = add_call(2)
+    policy = zone_policy(server, k=3, panel_above=1.0)
+    with Router(policy) as router, router.task() as task:
+        turn = add_turn(SHORT)
+        score = router.decide(turn).score
+        one = task.expected_cost("fast", turn, score=score)
+        assert task.expected_cost("fast", turn) == pytest.approx(3 * one)  # no score: k drafts
+    # a budget between one draft and three: the turn stays fast, with one draft
+    with Router(policy) as router, router.task(max_cost=2 * one) as task:
+        result = router.complete(add_turn(SHORT))
+    assert result.tier == "fast" and result.decision.rule != "task.budget.cost"
+    assert len(server.requests_for("fast-model")) == 1
+
+
+def test_what_calibrate_writes_replays_to_its_own_figures(tmp_path: Path) -> None:
+    """The zone and the threshold are written exactly: ``eval`` of the written policy gives
+    calibrate's figures on the same rows (rounded values could move a row at the edge)."""
+    from tiered_router.evaluation.results import evaluate
+
+    dataset, path = graded(), tmp_path / "policy.yaml"
+    data = tmp_path / "rows.jsonl"
+    write_dataset(dataset, data)
+    path.write_text(POLICY)
+    choice = choose_verification(load_policy(POLICY), dataset, Target(quality_retained=0.99))
+    run = CliRunner().invoke(
+        build_app(),
+        [
+            *("calibrate", str(path), "--data", str(data)),
+            *("--target-quality-retained", "0.99", "--write"),
+        ],
+    )
+    assert run.exit_code == 0, run.output
+    written = load_policy(path)
+    assert written.scoring.threshold == choice.threshold
+    (tools,) = choice.kinds
+    assert written.drafts is not None
+    assert written.drafts.panel_above_for("tools") == tools.verification.panel_above
+    summary = evaluate(written, dataset).summary
+    assert summary.cost == pytest.approx(choice.calibration.cost)
+    assert summary.fast_share == pytest.approx(choice.calibration.fast_share)

@@ -294,10 +294,11 @@ class Task:
             max_concurrency=config.max_concurrency if config is not None else None,
         )
 
-    def expected_cost(self, tier: Tier, turn: Turn) -> float:
+    def expected_cost(self, tier: Tier, turn: Turn, *, score: float | None = None) -> float:
         """Return the expected US dollars of ``tier``'s call (policy prices).
 
-        A fast turn that gets a draft panel counts its ``k`` drafts.
+        A fast turn that gets a draft panel counts its ``k`` drafts; with the turn's routing
+        ``score``, a turn in the panel's one-draft zone (``drafts.panel_above``) counts one.
         """
         name = self.router.policy.backend_for(tier)
         config = self.router.backend_config(name)  # preset prices included
@@ -308,11 +309,11 @@ class Task:
         )
         drafts = self.router.policy.drafts
         if tier == "fast" and drafts is not None and drafts.max_k > 1:
-            from tiered_router.engine._panel_plan import panel_kinds, turn_kind
+            from tiered_router.engine._panel_plan import panel_shape
 
-            kind = turn_kind(turn)
-            if kind in drafts.kinds or panel_kinds(turn).intersection(drafts.when):
-                return cost_of(usage, config.price) * max(1, drafts.for_kind(kind)[0])
+            shape = panel_shape(drafts, turn, score)
+            if shape is not None:
+                return cost_of(usage, config.price) * shape[1]
         return cost_of(usage, config.price)
 
     def _output_tokens(self, name: str, turn: Turn | None) -> int:
@@ -370,7 +371,7 @@ class Task:
                 tier = "frontier"
             elif rule is not None:
                 rule, reasons = None, []
-        tier, budget_rule, budget_reason = self._budgets(turn, tier)
+        tier, budget_rule, budget_reason = self._budgets(turn, tier, decision.score)
         if budget_rule is not None:
             rule = budget_rule
             reasons.insert(0, budget_reason)
@@ -387,7 +388,7 @@ class Task:
     def _usable(self, turn: Turn, tier: Tier) -> bool:
         return self.router.capability_gap(self.router.policy.backend_for(tier), turn) is None
 
-    def _budgets(self, turn: Turn, tier: Tier) -> tuple[Tier, str | None, str]:
+    def _budgets(self, turn: Turn, tier: Tier, score: float) -> tuple[Tier, str | None, str]:
         other = OTHER_TIER[tier]
         if self.max_latency_s is not None:
             left = self.max_latency_s - self.elapsed_s
@@ -402,7 +403,7 @@ class Task:
                 return other, "task.budget.latency", reason
         if self.max_cost is not None:
             left = self.max_cost - self.cost
-            need = {t: self.expected_cost(t, turn) for t in (tier, other)}
+            need = {t: self.expected_cost(t, turn, score=score) for t in (tier, other)}
             if need[tier] > left and self._usable(turn, other) and need[other] < need[tier]:
                 fits = "fits" if need[other] <= left else "is cheaper"
                 reason = (

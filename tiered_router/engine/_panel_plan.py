@@ -31,6 +31,7 @@ __all__ = [
     "draft_turn",
     "own_calls",
     "panel_kinds",
+    "panel_shape",
     "plan_panel",
     "turn_kind",
     "turn_panel",
@@ -91,20 +92,13 @@ def plan_panel(
             in one request (its dialect says so); ``None``: never ask for ``n``.
         deferral: The loaded ``drafts.deferral`` model (the router reads it once).
         score: The turn's routing score: at or below the kind's ``panel_above`` the turn
-            gets one draft (``None``: the panel applies whatever the score).
+            gets one draft (:func:`panel_shape`; ``None``: the panel whatever the score).
     """
     drafts = policy.drafts
-    if drafts is None:
+    shape = None if drafts is None else panel_shape(drafts, turn, score)
+    if drafts is None or shape is None:
         return None
-    kind = turn_kind(turn)
-    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
-        return None
-    k, min_agreement, backends = drafts.for_kind(kind)
-    if k < 2:
-        return None
-    above = drafts.panel_above_for(kind)
-    if above is not None and score is not None and score <= above:
-        return None  # the scorer is sure enough of this turn: one draft and the gate
+    kind, k, min_agreement, backends = shape
     names = [n for n in (backends or [policy.tiers.fast]) if usable(n)]
     if not names:
         return None
@@ -118,6 +112,28 @@ def plan_panel(
         temperature=drafts.temperature,
         n=drafts.n and _one_request(names, variants, multiple_choices),
     )
+
+
+def panel_shape(
+    drafts: DraftsConfig, turn: Turn, score: float | None = None
+) -> tuple[str, int, float, list[str]] | None:
+    """``(kind, k, min_agreement, backends)`` of ``turn``'s panel, or ``None`` for one draft.
+
+    Pure, and blind to the backends' capabilities (:func:`plan_panel` checks those): the kind
+    must get a panel (``drafts.kinds`` names it, or ``drafts.when`` matches), of two drafts or
+    more, and the turn must be scored above the kind's ``panel_above`` (``None`` or ``0``: no
+    zone; ``score`` ``None``: the zone is not applied).
+    """
+    kind = turn_kind(turn)
+    if kind not in drafts.kinds and not panel_kinds(turn).intersection(drafts.when):
+        return None
+    k, min_agreement, backends = drafts.for_kind(kind)
+    if k < 2:
+        return None
+    above = drafts.panel_above_for(kind)
+    if above and score is not None and score <= above:
+        return None  # the scorer is sure enough of this turn: one draft and the gate
+    return kind, k, min_agreement, backends
 
 
 def _specs(names: list[str], variants: list[str], k: int) -> tuple[DraftSpec, ...]:

@@ -28,8 +28,10 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
     candidates a later ``calibrate`` chooses from, stay as they are); with ``drafts.deferral``, each
     kind's deferral threshold (``drafts.kinds.<kind>.deferral_threshold``, prose:
     ``drafts.deferral.threshold``; 1.0 where the kind's choice asks no deferral model); each
-    kind's one-draft zone (``drafts.kinds.<kind>.panel_above``, left out where none was
-    chosen; the section's own ``panel_above`` is removed, as prose is chosen without one).
+    kind's one-draft zone (``drafts.kinds.<kind>.panel_above``; where none was chosen it is
+    left out, or ``0`` when the section has a zone the kind would inherit; the section's own
+    zone stays for the kinds absent from the data, and is set to ``0`` when prose gets a
+    panel, as prose is chosen without a zone).
     Written with ruamel.yaml
     (comments kept), loaded before the file is written.
 
@@ -58,8 +60,9 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         seq.fa.set_flow_style()
         return seq
 
-    if "panel_above" in drafts:  # each kind's zone is in its entry; prose gets none
-        del drafts["panel_above"]
+    # the section's one-draft zone: kinds absent from the data keep it; a calibrated kind
+    # without a zone says 0 in its entry (no zone), so that it does not inherit it
+    section_zone = bool(drafts.get("panel_above"))
     tiers = data.get("tiers")
     fast = tiers.get("fast") if isinstance(tiers, dict) else None
     deferral = drafts.get("deferral")
@@ -82,6 +85,8 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
             when = drafts.get("when")
             if v.k > 1 and isinstance(when, list) and "all" not in when:
                 when.append("all")
+            if v.k > 1 and section_zone:  # prose is chosen without a zone
+                drafts["panel_above"] = 0
             continue
         kinds = drafts.get("kinds")
         if not isinstance(kinds, dict):
@@ -92,8 +97,20 @@ def write_verification(path: str | os.PathLike[str], choice: Choice) -> str:
         )
         if defer is not None:
             entry["deferral_threshold"] = round(defer, 6)
-        if v.panel_above is not None:
-            entry["panel_above"] = round(v.panel_above, 6)
+        if v.panel_above:
+            entry["panel_above"] = _exact(v.panel_above)
+        elif section_zone:
+            entry["panel_above"] = 0
         entry.fa.set_flow_style()
         kinds[kc.kind] = entry
     return dump_checked(yaml, data, p, before=before)
+
+
+def _exact(value: float) -> float:
+    """``value`` to six decimals when that is the same number, else as it is.
+
+    A zone ends between two scores (:func:`~._panel_zone.zone_values`); written shorter, it
+    could cross one and move a row out of the zone calibrate chose.
+    """
+    short = round(value, 6)
+    return short if short == value else value

@@ -329,8 +329,13 @@ def write_threshold(path: str | os.PathLike[str], threshold: float) -> str:
 
 
 def _format(threshold: float) -> str:
+    """Six decimals at most, unless fewer would change the number.
+
+    A threshold that is a row's score, rounded down, would send that row to the other tier.
+    """
     text = f"{threshold:.6f}".rstrip("0")
-    return text + "0" if text.endswith(".") else text
+    text = text + "0" if text.endswith(".") else text
+    return text if float(text) == threshold else repr(threshold)
 
 
 def _replace_in_place(text: str, data: dict[str, Any], value: str) -> str | None:

@@ -180,7 +180,13 @@ def replay_deferral(
         return list(runs), 0
     own = None if spec.kind is None else drafts.deferral_threshold(spec.kind)
     threshold = drafts.deferral.threshold if own is None else own
-    scores = {rid: model.score_vector(v) for rid, v in panel_vectors(replay, spec).items()}
+    # as the engine: a turn in the panel's one-draft zone has no panel to ask the model on
+    zone = {r.row_id for r in runs if spec.panel_above and r.score <= spec.panel_above}
+    scores = {
+        rid: model.score_vector(v)
+        for rid, v in panel_vectors(replay, spec).items()
+        if rid not in zone
+    }
     out = apply_deferral(runs, scores, threshold)
     # counted where the policy sends the turn fast (elsewhere no panel runs: the changed fast
     # path only feeds the threshold sweep)

@@ -80,7 +80,8 @@ class PanelSpec:
     exclude: tuple[str, ...] = ()
     """Turn kinds left to their own ``drafts.kinds`` entry."""
     panel_above: float | None = None
-    """``drafts.panel_above``: a row scored at or below it keeps its one draft."""
+    """``drafts.panel_above``: a row scored at or below it keeps its one draft (``None`` or
+    ``0``: no zone)."""
 
     def applies(self, turn: Turn) -> bool:
         """Whether a turn gets this panel (as the engine plans it)."""
@@ -296,9 +297,7 @@ def apply_panel(
         row = replay.dataset.get(run.row_id)
         if row is None:
             raise DatasetError(f"{replay.dataset.name}: no row {run.row_id!r}")
-        if not spec.applies(row.turn) or (
-            spec.panel_above is not None and run.score <= spec.panel_above
-        ):
+        if not spec.applies(row.turn) or (spec.panel_above and run.score <= spec.panel_above):
             counts["single"] += 1
             out.append(run)  # a turn drafts.when leaves out: one draft, as the engine does
             continue

@@ -58,7 +58,7 @@ from tiered_router.evaluation._bounds import (
     retained_lower_bound,
 )
 from tiered_router.evaluation._kind_sums import _Kind
-from tiered_router.evaluation._panel_zone import zone_values, zoned
+from tiered_router.evaluation._panel_zone import without_zones, zone_values, zoned
 from tiered_router.evaluation._traffic_scope import best_combination
 from tiered_router.evaluation.baselines import shares_at_cost
 from tiered_router.evaluation.panel import (
@@ -288,16 +288,6 @@ def _with_deferral(
     ]
 
 
-def _without_zones(policy: Policy) -> Policy:
-    """``policy`` with no one-draft zone (``panel_above``), in the section or a kind's entry."""
-    drafts = policy.drafts
-    if drafts is None:
-        return policy
-    kinds = {k: e.model_copy(update={"panel_above": None}) for k, e in drafts.kinds.items()}
-    plain = drafts.model_copy(update={"panel_above": None, "kinds": kinds})
-    return policy.model_copy(update={"drafts": plain})
-
-
 def _default_drafts() -> DraftsConfig:
     from tiered_router.policy._drafts import DraftsConfig
 
@@ -340,6 +330,7 @@ def choose_verification(
     confidence: float = 0.95,
     holdout: float | None = None,
     scope: str = "kind",
+    zones: bool = True,
 ) -> Choice:
     """Choose threshold, drafters, ``k`` and ``min_agreement`` per kind (the module docs).
 
@@ -353,6 +344,8 @@ def choose_verification(
         holdout: Share of rows kept out of the choice and reported apart.
         scope: ``kind`` (every kind meets the target) or ``traffic`` (the bound over all
             rows meets it; kinds traded against each other, :mod:`._traffic_scope`).
+        zones: Also try each panel with a one-draft zone (``drafts.kinds.<kind>.panel_above``,
+            :mod:`._panel_zone`); ``False`` tries the panels on every fast turn only.
 
     Raises:
         CalibrationError: When no verification and threshold meet the target (the message
@@ -363,7 +356,7 @@ def choose_verification(
     if scope not in SCOPES:
         raise ValueError(f"scope: must be one of {', '.join(SCOPES)}, got {scope!r}")
     z = _z(confidence)
-    policy = _without_zones(policy)  # the zone is chosen here, as k and the drafters are
+    policy = without_zones(policy)  # the zone is chosen here, as k and the drafters are
     replay = Replay.bind(
         single_draft(policy), dataset, fast_model=fast_model, frontier_model=frontier_model
     )
@@ -384,12 +377,12 @@ def choose_verification(
     for verification, spec in candidates:
         runs = single if spec is None else apply_panel(replay, single, spec, gate=gate, key=key)[0]
         all_runs.append((verification, runs))
-    zones = zone_values([r for r in single if r.row_id in calib_ids])
+    ends = zone_values([r for r in single if r.row_id in calib_ids]) if zones else []
     all_runs += [
         (dataclasses.replace(v, panel_above=z), zoned(single, runs, z))
         for v, runs in list(all_runs)
         if v.k > 1
-        for z in zones
+        for z in ends
     ]
     all_runs += _with_deferral(policy, dataset, replay, single, gate, key, calib_ids)
     thresholds = _thresholds([r for r in single if r.row_id in calib_ids])

@@ -77,7 +77,8 @@ class KindDrafts(Model):
     deferral_threshold: float | None = Field(default=None, ge=0, le=1)
     """This kind's ``drafts.deferral.threshold`` (``calibrate --write`` sets it)."""
     panel_above: float | None = Field(default=None, ge=0, le=1)
-    """This kind's ``drafts.panel_above`` (``calibrate --write`` sets it)."""
+    """This kind's ``drafts.panel_above`` (unset: the section's; ``0``: no zone for this kind,
+    whatever the section's; ``calibrate --write`` sets it)."""
 
 
 class DeferralConfig(Model):
@@ -130,8 +131,9 @@ class DraftsConfig(Model):
 
     panel_above: float | None = Field(default=None, ge=0, le=1)
     """A fast turn whose routing score is at or below this gets one draft and the gate; the
-    panel is for the turns above it (the ones the scorer is less sure of). ``None``: every
-    fast turn of a kind with a panel gets it. ``tiered-router calibrate`` chooses it."""
+    panel is for the turns above it (the ones the scorer is less sure of). ``None`` or ``0``:
+    every fast turn of a kind with a panel gets it. ``tiered-router calibrate`` chooses it
+    per kind (``kinds.<kind>.panel_above``)."""
 
     deferral: DeferralConfig | None = None
     """A deferral model asked after the panel (see :class:`DeferralConfig`)."""
