@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tiered_router import Router, Turn
+from tiered_router.evaluation import Outcome
 from tiered_router.testing import ScriptedServer
+from tiered_router.turn import ToolCall
 
 SECRET = "sk-test-SECRET-0123456789"
 
@@ -24,6 +27,30 @@ ADD: dict[str, Any] = {  # a tool schema the tests offer: add(a, b)
         },
     },
 }
+
+
+def add_outcome(b: int, *, quality: float, cost: float) -> Outcome:
+    """A recorded ``add(a=1, b=b)`` call (a row's outcome in an evaluation dataset)."""
+    args = json.dumps({"a": 1, "b": b})
+    return Outcome(
+        quality=quality,
+        tool_calls=(ToolCall(id="c", name="add", arguments=args),),
+        finish_reason="tool_calls",
+        cost=cost,
+    )
+
+
+PAIR_POLICY = """\
+version: 1
+backends:
+  fast: {model: fast, kind: diffusion}
+  other: {model: other, kind: diffusion}
+  big: {model: big}
+tiers: {fast: fast, frontier: big}
+scoring: {type: heuristic, threshold: 1.0}
+drafts: {k: 2, backends: [fast, other], min_agreement: 1.0}
+"""
+"""Two recorded drafters (``fast``, ``other``) that must agree, and the frontier ``big``."""
 
 
 def make_policy(

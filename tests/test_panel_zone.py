@@ -7,17 +7,16 @@ on 127.0.0.1); calibrate's choice on recorded rows where the zone pays, and wher
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from routerkit import ADD, make_policy
+from routerkit import ADD, PAIR_POLICY, add_outcome, make_policy
 from typer.testing import CliRunner
 
 from tiered_router import PolicyError, Router, Turn, load_policy
 from tiered_router.cli import build_app
-from tiered_router.evaluation import Dataset, EvalRow, Outcome, write_dataset
+from tiered_router.evaluation import Dataset, EvalRow, write_dataset
 from tiered_router.evaluation._panel_zone import zone_values, zoned
 from tiered_router.evaluation.calibration import Target
 from tiered_router.evaluation.panel import apply_panel, panel_specs, single_draft
@@ -25,7 +24,6 @@ from tiered_router.evaluation.runner import Replay, run_rows
 from tiered_router.evaluation.verification import choose_verification
 from tiered_router.testing import Reply, ScriptedServer
 from tiered_router.trace import MemorySink
-from tiered_router.turn import ToolCall
 
 # -- the engine, over real HTTP --------------------------------------------------------------
 
@@ -132,16 +130,6 @@ def test_a_bad_zone_is_a_policy_error_naming_the_key(server: ScriptedServer, val
 # -- replay and calibrate --------------------------------------------------------------------
 
 
-def _tool(b: int, *, quality: float, cost: float) -> Outcome:
-    args = json.dumps({"a": 1, "b": b})
-    return Outcome(
-        quality=quality,
-        tool_calls=(ToolCall(id="c", name="add", arguments=args),),
-        finish_reason="tool_calls",
-        cost=cost,
-    )
-
-
 def graded(n: int = 800) -> Dataset:
     """Short requests the fast model always gets right; long ones where it is wrong on one in
     five and the second drafter is right (the panel catches it). The scorer (prompt length)
@@ -156,9 +144,9 @@ def graded(n: int = 800) -> Dataset:
                 f"r{i}",
                 [{"role": "user", "content": text}],
                 {
-                    "fast": _tool(i + wrong, quality=0.0 if wrong else 1.0, cost=0.001),
-                    "other": _tool(i, quality=1.0, cost=0.004),
-                    "big": _tool(i, quality=1.0, cost=0.1),
+                    "fast": add_outcome(i + wrong, quality=0.0 if wrong else 1.0, cost=0.001),
+                    "other": add_outcome(i, quality=1.0, cost=0.004),
+                    "big": add_outcome(i, quality=1.0, cost=0.1),
                 },
                 tools=[ADD],
             )
@@ -166,16 +154,7 @@ def graded(n: int = 800) -> Dataset:
     return Dataset(name="graded", rows=tuple(rows), fast_model="fast", frontier_model="big")
 
 
-POLICY = """\
-version: 1
-backends:
-  fast: {model: fast, kind: diffusion}
-  other: {model: other, kind: diffusion}
-  big: {model: big}
-tiers: {fast: fast, frontier: big}
-scoring: {type: heuristic, threshold: 1.0}
-drafts: {k: 2, backends: [fast, other], min_agreement: 1.0}
-"""
+POLICY = PAIR_POLICY
 
 
 def test_the_replay_leaves_rows_at_or_below_the_zone_to_one_draft() -> None:

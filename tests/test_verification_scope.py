@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from routerkit import ADD
+from routerkit import ADD, PAIR_POLICY, add_outcome
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -25,7 +25,6 @@ from tiered_router.evaluation.sweep import CalibrationError
 from tiered_router.evaluation.verification import choose_verification
 from tiered_router.policy import load_policy
 from tiered_router.scoring import build_scorer
-from tiered_router.turn import ToolCall
 
 
 def _point(name: str, cost: float, quality: float) -> tuple[str, tuple[_Sums, _Sums, _Sums]]:
@@ -55,16 +54,6 @@ def test_the_walk_moves_the_kind_with_the_most_quality_per_dollar_first() -> Non
     assert seen == [{"a": "a0", "b": "b0"}, {"a": "a1", "b": "b0"}, {"a": "a1", "b": "b1"}]
 
 
-def _tool(b: int, *, quality: float, cost: float) -> Outcome:
-    args = json.dumps({"a": 1, "b": b})
-    return Outcome(
-        quality=quality,
-        tool_calls=(ToolCall(id="c", name="add", arguments=args),),
-        finish_reason="tool_calls",
-        cost=cost,
-    )
-
-
 def mixed(n_tools: int = 600, n_prose: int = 300) -> Dataset:
     """Tool calls a panel verifies (the fast model wrong on 1 in 20, the other drafter right),
     and prose no panel can compare, where the fast model is right on 95 of 100 rows."""
@@ -76,9 +65,9 @@ def mixed(n_tools: int = 600, n_prose: int = 300) -> Dataset:
                 f"t{i}",
                 [{"role": "user", "content": f"add 1 and {i}"}],
                 {
-                    "fast": _tool(i + wrong, quality=0.0 if wrong else 1.0, cost=0.001),
-                    "other": _tool(i, quality=1.0, cost=0.001),
-                    "big": _tool(i, quality=1.0, cost=0.1),
+                    "fast": add_outcome(i + wrong, quality=0.0 if wrong else 1.0, cost=0.001),
+                    "other": add_outcome(i, quality=1.0, cost=0.001),
+                    "big": add_outcome(i, quality=1.0, cost=0.1),
                 },
                 tools=[ADD],
             )
@@ -100,16 +89,7 @@ def mixed(n_tools: int = 600, n_prose: int = 300) -> Dataset:
 
 
 SCORING = "scoring: {type: heuristic, threshold: 1.0}"
-POLICY = """\
-version: 1
-backends:
-  fast: {model: fast, kind: diffusion}
-  other: {model: other, kind: diffusion}
-  big: {model: big}
-tiers: {fast: fast, frontier: big}
-scoring: {type: heuristic, threshold: 1.0}
-drafts: {k: 2, backends: [fast, other], min_agreement: 1.0}
-"""
+POLICY = PAIR_POLICY
 
 
 def test_the_traffic_scope_trades_kinds_and_its_bound_holds_over_all_turns() -> None:
