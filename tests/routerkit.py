@@ -29,7 +29,7 @@ ADD: dict[str, Any] = {  # a tool schema the tests offer: add(a, b)
 }
 
 
-def add_outcome(b: int, *, quality: float, cost: float) -> Outcome:
+def add_outcome(b: int, *, quality: float, cost: float, latency_s: float | None = None) -> Outcome:
     """A recorded ``add(a=1, b=b)`` call (a row's outcome in an evaluation dataset)."""
     args = json.dumps({"a": 1, "b": b})
     return Outcome(
@@ -37,6 +37,7 @@ def add_outcome(b: int, *, quality: float, cost: float) -> Outcome:
         tool_calls=(ToolCall(id="c", name="add", arguments=args),),
         finish_reason="tool_calls",
         cost=cost,
+        latency_s=latency_s,
     )
 
 

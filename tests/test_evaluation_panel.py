@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from routerkit import ADD
+from routerkit import ADD, PAIR_POLICY
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -71,15 +71,7 @@ def dataset(n: int = 10) -> Dataset:
     return Dataset(name="adds", rows=tuple(rows), fast_model="fast", frontier_model="big")
 
 
-POLICY = """\
-version: 1
-backends:
-  fast: {model: fast, kind: diffusion}
-  other: {model: other, kind: diffusion}
-  big: {model: big}
-tiers: {fast: fast, frontier: big}
-scoring: {type: heuristic, threshold: 1.0}
-"""
+POLICY = PAIR_POLICY.split("drafts:")[0]  # the two drafters and the frontier, no panel
 
 
 def test_samples_and_answers_round_trip_through_the_file(tmp_path: Path) -> None:

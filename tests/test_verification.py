@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from routerkit import ADD
+from routerkit import ADD, add_outcome
 from typer.testing import CliRunner
 
 from tiered_router.cli import build_app
@@ -18,18 +17,10 @@ from tiered_router.evaluation.verification import (
     retained_lower_bound,
 )
 from tiered_router.policy import load_policy
-from tiered_router.turn import ToolCall
 
 
 def call(b: int, *, quality: float, cost: float) -> Outcome:
-    args = json.dumps({"a": 1, "b": b})
-    return Outcome(
-        quality=quality,
-        tool_calls=(ToolCall(id="c", name="add", arguments=args),),
-        finish_reason="tool_calls",
-        cost=cost,
-        latency_s=0.1,
-    )
+    return add_outcome(b, quality=quality, cost=cost, latency_s=0.1)
 
 
 def dataset(n: int = 300, wrong_every: int = 100) -> Dataset:
