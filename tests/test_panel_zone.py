@@ -347,3 +347,27 @@ def test_what_calibrate_writes_replays_to_its_own_figures(tmp_path: Path) -> Non
     summary = evaluate(written, dataset).summary
     assert summary.cost == pytest.approx(choice.calibration.cost)
     assert summary.fast_share == pytest.approx(choice.calibration.fast_share)
+
+
+def test_the_choosers_zone_sums_equal_a_replay_of_the_zone_rules_included() -> None:
+    """calibrate sums a zoned panel from the single draft's and the panel's prefix sums
+    (nothing replayed); on rows some decided by a rule, that equals replaying the zone."""
+    from tiered_router.evaluation._kind_sums import _Kind, _Zoned
+
+    # long requests are sent fast by a rule: their score still decides the zone
+    rule = "rules: [{name: long-fast, when: {min_prompt_tokens: 40}, tier: fast}]\n"
+    policy = load_policy(PAIR_POLICY + rule)
+    dataset = graded()
+    replay = Replay.bind(single_draft(policy), dataset)
+    single = run_rows(replay)
+    assert any(r.rule is not None for r in single) and any(r.rule is None for r in single)
+    (spec,) = panel_specs(policy, dataset, replay.fast_model)
+    panel, _ = apply_panel(replay, single, spec)
+    scores = sorted({r.score for r in single})
+    for above in zone_values(single):
+        summed = _Zoned(_Kind(single), _Kind(panel), above)
+        replayed = _Kind(zoned(single, panel, above))
+        for t in [-1.0, *scores, 1.0]:
+            for a, b in zip(summed.at(t), replayed.at(t), strict=True):
+                assert a.n == b.n, (above, t)
+                assert [a.p, a.pp, a.f, a.ff, a.pf] == pytest.approx([b.p, b.pp, b.f, b.ff, b.pf])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tiered_router.evaluation._bounds import _Sums
 from tiered_router.evaluation.sweep import RowRun
 
-__all__ = ["_Kind"]
+__all__ = ["_Kind", "_Zoned"]
 
 
 class _Kind:
@@ -26,16 +26,24 @@ class _Kind:
     """
 
     def __init__(self, runs: Sequence[RowRun]) -> None:
-        ruled = [r for r in runs if r.rule is not None]
+        ruled = sorted((r for r in runs if r.rule is not None), key=lambda r: r.score)
         free = sorted((r for r in runs if r.rule is None), key=lambda r: r.score)
         self.scores = [r.score for r in free]
-        q0 = c0 = f0 = _Sums()
+        self.ruled_scores = [r.score for r in ruled]
+        # prefix sums over the ruled rows by score (a one-draft zone splits them by score)
+        self.ruled_pre: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
         for r in ruled:
-            q0 = q0.add(r.headline.quality, r.frontier.quality)
-            c0 = c0.add(r.headline.cost, r.frontier.cost)
-            if r.headline.tier == "fast":
-                f0 = f0.add(r.headline.quality, r.frontier.quality)
-        self.ruled = (q0, c0, f0)
+            q0, c0, f0 = self.ruled_pre[-1]
+            self.ruled_pre.append(
+                (
+                    q0.add(r.headline.quality, r.frontier.quality),
+                    c0.add(r.headline.cost, r.frontier.cost),
+                    f0.add(r.headline.quality, r.frontier.quality)
+                    if r.headline.tier == "fast"
+                    else f0,
+                )
+            )
+        self.ruled = self.ruled_pre[-1]
         # prefix over the fast path, suffix over the frontier path
         self.pre: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
         for r in free:
@@ -68,3 +76,43 @@ class _Kind:
         qa, ca, fa = self.pre[i]
         qb, cb, fb = self.suf[i]
         return q0 + qa + qb, c0 + ca + cb, f0 + fa + fb
+
+
+def _triple_add(
+    a: tuple[_Sums, _Sums, _Sums], b: tuple[_Sums, _Sums, _Sums]
+) -> tuple[_Sums, _Sums, _Sums]:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
+def _triple_sub(
+    a: tuple[_Sums, _Sums, _Sums], b: tuple[_Sums, _Sums, _Sums]
+) -> tuple[_Sums, _Sums, _Sums]:
+    return a[0] - b[0], a[1] - b[1], a[2] - b[2]
+
+
+class _Zoned:
+    """A panel with a one-draft zone, summed from the single draft's and the panel's sums.
+
+    The same rows as ``single`` and ``panel`` (one kind, in the same order): a row scored at
+    or below ``above`` is the single draft's, above it the panel's, above the threshold the
+    frontier's (the same on both). Nothing is materialised: :meth:`at` is three binary
+    searches, as :meth:`_Kind.at` is one.
+    """
+
+    def __init__(self, single: _Kind, panel: _Kind, above: float) -> None:
+        self.single = single
+        self.panel = panel
+        self.above = above
+        z = bisect.bisect_right(single.ruled_scores, above)
+        # ruled rows: the single draft's headline up to the zone, the panel's above it
+        self.ruled = _triple_add(
+            single.ruled_pre[z], _triple_sub(panel.ruled_pre[-1], panel.ruled_pre[z])
+        )
+
+    def at(self, threshold: float) -> tuple[_Sums, _Sums, _Sums]:
+        """Quality sums, cost sums and the fast-answered rows' quality sums at ``threshold``."""
+        i = bisect.bisect_right(self.single.scores, threshold)
+        z = min(i, bisect.bisect_right(self.single.scores, self.above))
+        fast = _triple_add(self.single.pre[z], _triple_sub(self.panel.pre[i], self.panel.pre[z]))
+        total = _triple_add(self.ruled, fast)
+        return _triple_add(total, self.single.suf[i])

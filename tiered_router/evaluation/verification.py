@@ -57,7 +57,7 @@ from tiered_router.evaluation._bounds import (
     cost_upper_bound,
     retained_lower_bound,
 )
-from tiered_router.evaluation._kind_sums import _Kind
+from tiered_router.evaluation._kind_sums import _Kind, _Zoned
 from tiered_router.evaluation._panel_zone import without_zones, zone_values, zoned
 from tiered_router.evaluation._traffic_scope import best_combination
 from tiered_router.evaluation.baselines import shares_at_cost
@@ -378,23 +378,26 @@ def choose_verification(
         runs = single if spec is None else apply_panel(replay, single, spec, gate=gate, key=key)[0]
         all_runs.append((verification, runs))
     ends = zone_values([r for r in single if r.row_id in calib_ids]) if zones else []
-    all_runs += [
-        (dataclasses.replace(v, panel_above=z), zoned(single, runs, z))
-        for v, runs in list(all_runs)
-        if v.k > 1
-        for z in ends
-    ]
+    panels = [v for v, _ in all_runs if v.k > 1]
     all_runs += _with_deferral(policy, dataset, replay, single, gate, key, calib_ids)
     thresholds = _thresholds([r for r in single if r.row_id in calib_ids])
-    # per kind and verification: the prefix sums on the calibration rows
-    table: dict[str, list[tuple[Verification, _Kind]]] = {}
+    # per kind and verification: the prefix sums on the calibration rows; a panel with a
+    # one-draft zone is summed from the single draft's and the panel's own (not replayed)
+    table: dict[str, list[tuple[Verification, _Kind | _Zoned]]] = {}
     for kind in present:
-        table[kind] = [
-            (v, _Kind([r for r in runs if r.row_id in calib_ids and kinds[r.row_id] == kind]))
+        plain = {
+            v: _Kind([r for r in runs if r.row_id in calib_ids and kinds[r.row_id] == kind])
             for v, runs in all_runs
-            # prose is written to the section's own keys: its zone would be every kind's
-            if kind != "prose" or v.panel_above is None
-        ]
+        }
+        one = plain[all_runs[0][0]]
+        own: list[tuple[Verification, _Kind | _Zoned]] = list(plain.items())
+        if kind != "prose":  # prose is written to the section's keys: its zone would be all's
+            own += [
+                (dataclasses.replace(v, panel_above=e), _Zoned(one, plain[v], e))
+                for v in panels
+                for e in ends
+            ]
+        table[kind] = own
     best: tuple[tuple[float, float], float, dict[str, tuple[Verification, Figures]]] | None = None
     closest = 0.0
     for t in thresholds:
@@ -458,7 +461,7 @@ def choose_verification(
 
 
 def _total(
-    table: Mapping[str, list[tuple[Verification, _Kind]]],
+    table: Mapping[str, list[tuple[Verification, _Kind | _Zoned]]],
     chosen: Mapping[str, tuple[Verification, Figures]],
     t: float,
     z: float,
@@ -485,7 +488,11 @@ def _on_rows(
     q = c = fast = _Sums()
     for kind in {kinds[i] for i in ids}:
         v = chosen[kind][0] if kind in chosen else all_runs[0][0]
-        rows = [r for r in runs_of.get(v, single) if r.row_id in ids and kinds[r.row_id] == kind]
+        runs = runs_of.get(v)
+        if runs is None and v.panel_above:  # a zoned panel: replayed here, for its rows only
+            base = runs_of.get(dataclasses.replace(v, panel_above=None), single)
+            runs = zoned(single, base, v.panel_above)
+        rows = [r for r in runs or single if r.row_id in ids and kinds[r.row_id] == kind]
         qk, ck, fk = _Kind(rows).at(t)
         q, c, fast = q + qk, c + ck, fast + fk
     return _figures(q, c, fast, z)
