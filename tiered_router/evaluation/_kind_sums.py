@@ -9,10 +9,10 @@ frontier path above it) makes each ask a binary search. Pure arithmetic.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tiered_router.evaluation._bounds import _Sums
-from tiered_router.evaluation.sweep import RowRun
+from tiered_router.evaluation.sweep import PathOutcome, RowRun
 
 __all__ = ["_Kind", "_Zoned"]
 
@@ -31,42 +31,11 @@ class _Kind:
         self.scores = [r.score for r in free]
         self.ruled_scores = [r.score for r in ruled]
         # prefix sums over the ruled rows by score (a one-draft zone splits them by score)
-        self.ruled_pre: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
-        for r in ruled:
-            q0, c0, f0 = self.ruled_pre[-1]
-            self.ruled_pre.append(
-                (
-                    q0.add(r.headline.quality, r.frontier.quality),
-                    c0.add(r.headline.cost, r.frontier.cost),
-                    f0.add(r.headline.quality, r.frontier.quality)
-                    if r.headline.tier == "fast"
-                    else f0,
-                )
-            )
+        self.ruled_pre = _running(ruled, lambda r: r.headline)
         self.ruled = self.ruled_pre[-1]
         # prefix over the fast path, suffix over the frontier path
-        self.pre: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
-        for r in free:
-            q, c, fa = self.pre[-1]
-            self.pre.append(
-                (
-                    q.add(r.fast.quality, r.frontier.quality),
-                    c.add(r.fast.cost, r.frontier.cost),
-                    fa.add(r.fast.quality, r.frontier.quality) if r.fast.tier == "fast" else fa,
-                )
-            )
-        self.suf: list[tuple[_Sums, _Sums, _Sums]] = [(_Sums(), _Sums(), _Sums())]
-        for r in reversed(free):
-            q, c, fa = self.suf[-1]
-            self.suf.append(
-                (
-                    q.add(r.frontier.quality, r.frontier.quality),
-                    c.add(r.frontier.cost, r.frontier.cost),
-                    fa.add(r.frontier.quality, r.frontier.quality)
-                    if r.frontier.tier == "fast"
-                    else fa,
-                )
-            )
+        self.pre = _running(free, lambda r: r.fast)
+        self.suf = _running(free[::-1], lambda r: r.frontier)
         self.suf.reverse()
 
     def at(self, threshold: float) -> tuple[_Sums, _Sums, _Sums]:
@@ -76,6 +45,24 @@ class _Kind:
         qa, ca, fa = self.pre[i]
         qb, cb, fb = self.suf[i]
         return q0 + qa + qb, c0 + ca + cb, f0 + fa + fb
+
+
+def _running(
+    rows: Sequence[RowRun], path: Callable[[RowRun], PathOutcome]
+) -> list[tuple[_Sums, _Sums, _Sums]]:
+    """Running quality, cost and fast-answered sums of ``rows`` down ``path`` (from zero)."""
+    out = [(_Sums(), _Sums(), _Sums())]
+    for r in rows:
+        q, c, fa = out[-1]
+        p = path(r)
+        out.append(
+            (
+                q.add(p.quality, r.frontier.quality),
+                c.add(p.cost, r.frontier.cost),
+                fa.add(p.quality, r.frontier.quality) if p.tier == "fast" else fa,
+            )
+        )
+    return out
 
 
 def _triple_add(
