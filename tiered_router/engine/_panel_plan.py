@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tiered_router.panels import panel_kinds, turn_kind
+from tiered_router.policy._drafts import in_zone
 
 if TYPE_CHECKING:
     from tiered_router.engine._machine import TurnRun
@@ -130,8 +131,7 @@ def panel_shape(
     k, min_agreement, backends = drafts.for_kind(kind)
     if k < 2:
         return None
-    above = drafts.panel_above_for(kind)
-    if above and score is not None and score <= above:
+    if in_zone(score, drafts.panel_above_for(kind)):
         return None  # the scorer is sure enough of this turn: one draft and the gate
     return kind, k, min_agreement, backends
 

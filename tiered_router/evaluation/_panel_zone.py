@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tiered_router.evaluation.sweep import RowRun, _nice_between
+from tiered_router.policy._drafts import in_zone
 
 if TYPE_CHECKING:
     from tiered_router.policy import Policy
@@ -55,7 +56,7 @@ def zoned(single: Sequence[RowRun], panel: Sequence[RowRun], above: float) -> li
     by_id = {r.row_id: r for r in single}
     out: list[RowRun] = []
     for run in panel:
-        if run.score <= above:
+        if in_zone(run.score, above):
             one = by_id[run.row_id]
             run = dataclasses.replace(run, fast=one.fast, headline=one.headline)
         out.append(run)

@@ -39,6 +39,7 @@ from tiered_router.evaluation.panel import (
 from tiered_router.evaluation.sweep import PathOutcome, RowRun
 from tiered_router.gate import QualityGate
 from tiered_router.panels import AnswerKey, DraftView, draft_text, needed_votes
+from tiered_router.policy._drafts import in_zone
 from tiered_router.scoring.deferral import (
     DEFERRAL_FEATURES,
     DeferralModel,
@@ -181,7 +182,7 @@ def replay_deferral(
     own = None if spec.kind is None else drafts.deferral_threshold(spec.kind)
     threshold = drafts.deferral.threshold if own is None else own
     # as the engine: a turn in the panel's one-draft zone has no panel to ask the model on
-    zone = {r.row_id for r in runs if spec.panel_above and r.score <= spec.panel_above}
+    zone = {r.row_id for r in runs if in_zone(r.score, spec.panel_above)}
     scores = {
         rid: model.score_vector(v)
         for rid, v in panel_vectors(replay, spec).items()

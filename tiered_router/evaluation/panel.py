@@ -41,6 +41,7 @@ from tiered_router.panels import (
     turn_kind,
 )
 from tiered_router.policy import Policy
+from tiered_router.policy._drafts import in_zone
 from tiered_router.turn import Turn
 
 __all__ = [
@@ -297,7 +298,7 @@ def apply_panel(
         row = replay.dataset.get(run.row_id)
         if row is None:
             raise DatasetError(f"{replay.dataset.name}: no row {run.row_id!r}")
-        if not spec.applies(row.turn) or (spec.panel_above and run.score <= spec.panel_above):
+        if not spec.applies(row.turn) or in_zone(run.score, spec.panel_above):
             counts["single"] += 1
             out.append(run)  # a turn drafts.when leaves out: one draft, as the engine does
             continue

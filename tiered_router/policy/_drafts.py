@@ -46,6 +46,7 @@ __all__ = [
     "KindDrafts",
     "PanelTurn",
     "TurnKind",
+    "in_zone",
 ]
 
 PanelTurn = Literal["tools", "json", "answer", "all"]
@@ -60,6 +61,15 @@ _DEFAULT_WHEN: tuple[PanelTurn, ...] = ("tools", "json", "answer")
 TurnKind = Literal["tools", "json", "answer"]
 """A kind of turn ``drafts.kinds`` can set a panel for (a turn is the first it matches:
 :func:`tiered_router.panels.turn_kind`)."""
+
+
+def in_zone(score: float | None, above: float | None) -> bool:
+    """Whether a turn scored ``score`` is in the one-draft zone that ends at ``above``.
+
+    What ``panel_above`` means, for the engine and every replay of it: at or below ``above``;
+    ``None`` or ``0`` is no zone, and an unknown score is never in one.
+    """
+    return above is not None and above > 0 and score is not None and score <= above
 
 
 class KindDrafts(Model):
