@@ -172,6 +172,18 @@ async def _call(transport: DirectTransport, url: str, timeout_s: float = 5.0) ->
     return await _read(await transport.exchange(url, HEADERS, BODY, timeout_s))
 
 
+def _held(serve: Callable[[Handler], RawServer]) -> tuple[RawServer, threading.Event]:
+    """A server that answers each request once the event is set (at most 5 s later)."""
+    release = threading.Event()
+
+    def handler(peer: Peer) -> None:
+        while peer.request() is not None:
+            release.wait(5)
+            peer.send(OK)
+
+    return serve(handler), release
+
+
 @pytest.mark.anyio
 async def test_keep_alive_reuses_a_connection_until_it_expires(
     serve: Callable[[Handler], RawServer],
@@ -650,14 +662,7 @@ async def test_a_full_pool_closes_another_origins_idle_connection(
 async def test_a_cancelled_wait_for_room_leaves_the_pool_usable(
     serve: Callable[[Handler], RawServer],
 ) -> None:
-    release = threading.Event()
-
-    def handler(peer: Peer) -> None:
-        while peer.request() is not None:
-            release.wait(5)
-            peer.send(OK)
-
-    server = serve(handler)
+    server, release = _held(serve)
     transport = DirectTransport(limits=_http.Limits(max_connections=1))
     try:
         held = asyncio.ensure_future(_call(transport, server.url))
@@ -783,14 +788,7 @@ def test_one_transport_serves_two_threads_each_with_its_own_loop(
 async def test_closing_the_transport_fails_a_call_waiting_for_room(
     serve: Callable[[Handler], RawServer],
 ) -> None:
-    release = threading.Event()
-
-    def handler(peer: Peer) -> None:
-        while peer.request() is not None:
-            release.wait(5)
-            peer.send(OK)
-
-    server = serve(handler)
+    server, release = _held(serve)
     transport = DirectTransport(limits=_http.Limits(max_connections=1))
     first = asyncio.ensure_future(transport.exchange(server.url, HEADERS, BODY, 5.0))
     await asyncio.sleep(0.1)
