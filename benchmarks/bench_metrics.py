@@ -52,11 +52,11 @@ def measure(n: int) -> None:
     for _ in range(5):
         start = time.perf_counter()
         for _ in range(n // 5):
-            metrics.in_flight.inc()
+            metrics.in_flight.add((), 1.0)
             metrics.emit(trace)  # type: ignore[arg-type]
             metrics.response("/v1/chat/completions", 200)
-            metrics.overhead.observe(0.0004)
-            metrics.in_flight.dec()
+            metrics.overhead.observe((), 0.0004)
+            metrics.in_flight.add((), -1.0)
         rounds.append((time.perf_counter() - start) / (n // 5))
     start = time.perf_counter()
     text = metrics.render()

@@ -69,8 +69,8 @@ from tiered_router.server._metrics import worker_metrics
 def worker():
     metrics = worker_metrics()
     metrics.response("/v1/chat/completions", 200)
-    metrics.cost.labels("fast").inc(0.1)
-    metrics.in_flight.inc()  # still "in flight" when it dies
+    metrics.cost.add(("fast",), 0.1)
+    metrics.in_flight.add((), 1.0)  # still "in flight" when it dies
 
 if __name__ == "__main__":
     child = multiprocessing.get_context("spawn").Process(target=worker)
@@ -79,7 +79,7 @@ if __name__ == "__main__":
     metrics = worker_metrics()
     assert metrics.multiprocess_dir is not None
     metrics.response("/v1/chat/completions", 200)
-    metrics.cost.labels("fast").inc(0.2)
+    metrics.cost.add(("fast",), 0.2)
     sys.stdout.write(metrics.render())
 """
 

@@ -1,10 +1,11 @@
-"""Prometheus metrics of the proxy, kept and exposed by ``prometheus_client``.
+"""Prometheus metrics of the proxy, exposed by ``prometheus_client``.
 
 :class:`Metrics` is fed by the router as a trace sink (one call per routed turn) and by the
-HTTP layer (status codes, overhead, streams). With one process the numbers live in memory;
+HTTP layer (status codes, overhead, streams). With one process the numbers live in memory,
+as plain numbers (:mod:`tiered_router.server._series`) that a scrape turns into families;
 with ``serve --workers N`` the server points ``PROMETHEUS_MULTIPROC_DIR`` at a directory of
-its own and ``prometheus_client``'s multiprocess mode adds up every worker's numbers on each
-scrape (:mod:`tiered_router.server._workers`).
+its own, every count is written through to ``prometheus_client``, and its multiprocess mode
+adds up every worker's numbers on each scrape (:func:`tiered_router.server.serve`).
 
 Nothing secret is ever a label: labels are tier, backend names, check names, error types,
 escalation reasons and HTTP status codes.
@@ -16,16 +17,18 @@ import glob
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from tiered_router.server._series import Families, Series, series
+
 if TYPE_CHECKING:
     from tiered_router.server._monitor_metrics import MonitorMetrics
-    from tiered_router.trace import Trace
+    from tiered_router.trace import Attempt, Trace
 
 __all__ = ["CONTENT_TYPE", "MULTIPROC_DIR_ENV", "CountsDropped", "Metrics", "worker_metrics"]
 
@@ -103,80 +106,74 @@ class Metrics:
     def __init__(self, *, multiprocess_dir: str | None = None) -> None:
         p = "tiered_router_"
         self.multiprocess_dir = multiprocess_dir
-        self.turns = self._counter(
-            p + "requests_total", "Routed turns by serving tier.", ("tier", "escalated")
+        shared = multiprocess_dir is not None
+        make = series(shared)
+
+        def counter(name: str, help_: str, labels: tuple[str, ...] = ()) -> Series:
+            return make("counter", p + name, help_, labels)
+
+        self.turns = counter(
+            "requests_total", "Routed turns by serving tier.", ("tier", "escalated")
         )
-        self.escalations = self._counter(
-            p + "escalations_total", "Escalations by reason.", ("reason",)
+        self.escalations = counter("escalations_total", "Escalations by reason.", ("reason",))
+        self.gate_failures = counter(
+            "gate_failures_total", "Drafts failing a gate check, by check.", ("check",)
         )
-        self.gate_failures = self._counter(
-            p + "gate_failures_total", "Drafts failing a gate check, by check.", ("check",)
+        self.backend_errors = counter(
+            "backend_errors_total", "Failed backend calls.", ("backend", "error")
         )
-        self.backend_errors = self._counter(
-            p + "backend_errors_total", "Failed backend calls.", ("backend", "error")
-        )
-        self.cost = self._counter(
-            p + "cost_usd_total", "Cost of backend calls, US dollars.", ("backend",)
-        )
-        self.tokens = self._counter(p + "tokens_total", "Tokens billed.", ("backend", "direction"))
-        self.cost_all_frontier = self._counter(
-            p + "cost_all_frontier_usd_total",
+        self.cost = counter("cost_usd_total", "Cost of backend calls, US dollars.", ("backend",))
+        self.tokens = counter("tokens_total", "Tokens billed.", ("backend", "direction"))
+        self.cost_all_frontier = counter(
+            "cost_all_frontier_usd_total",
             "What the routed turns would have cost on the frontier tier: each answer's tokens "
             "at the frontier backend's prices (an estimate: another model writes other "
             "tokens), US dollars. Cost saved is this minus cost_usd_total.",
         )
-        self.responses = self._counter(
-            p + "http_responses_total", "HTTP responses by path and status.", ("path", "code")
+        self.responses = counter(
+            "http_responses_total", "HTTP responses by path and status.", ("path", "code")
         )
-        self.interrupted = self._counter(
-            p + "stream_interruptions_total", "Streams ended with an in-band error."
+        self.interrupted = counter(
+            "stream_interruptions_total", "Streams ended with an in-band error."
         )
-        self.state_fallbacks = self._counter(
-            p + "state_fallbacks_total",
+        self.state_fallbacks = counter(
+            "state_fallbacks_total",
             "State-store operations answered from in-process state because the shared store "
             "failed.",
         )
-        self.task_reads_saved = self._counter(
-            p + "state_task_reads_saved_total",
+        self.task_reads_saved = counter(
+            "state_task_reads_saved_total",
             "Task turns that used this process's copy of the task's totals instead of reading "
             "the shared store (state.task_cache_s).",
         )
-        self.traces_dropped = self._counter(
-            p + "traces_dropped_total", "Traces a trace sink could not write."
+        self.traces_dropped = counter(
+            "traces_dropped_total", "Traces a trace sink could not write."
         )
-        self.concurrent_calls = self._counter(
-            p + "concurrent_calls_total",
+        self.concurrent_calls = counter(
+            "concurrent_calls_total",
             "Calls a turn had in flight at once, by role (draft, hedge) and outcome "
             "(answered, failed, cancelled).",
             ("role", "outcome"),
         )
-        self.panels = self._counter(
-            p + "panels_total",
+        self.panels = counter(
+            "panels_total",
             "Draft panels by result (agreed, disagreed, not_comparable).",
             ("result",),
         )
-        # known label values start at 0, so a scrape shows the series before the first panel
-        for result in ("agreed", "disagreed", "not_comparable"):
-            self.panels.labels(result)
-        for role in ("draft", "hedge"):
-            for outcome in ("answered", "failed", "cancelled"):
-                self.concurrent_calls.labels(role, outcome)
-        self.latency = Histogram(
+        self.latency = make(
+            "histogram",
             p + "turn_latency_seconds",
             "Wall time of routed turns.",
             ("tier",),
-            registry=None,
             buckets=_LATENCY_BUCKETS,
         )
-        self.overhead = Histogram(
+        self.overhead = make(
+            "histogram",
             p + "overhead_seconds",
             "Time the proxy added on top of upstream calls, per routed request.",
-            registry=None,
             buckets=_OVERHEAD_BUCKETS,
         )
-        self.in_flight = Gauge(
-            p + "in_flight", "Requests being served.", registry=None, multiprocess_mode="livesum"
-        )
+        self.in_flight = make("gauge", p + "in_flight", "Requests being served.")
         self.breaker_state = Gauge(
             p + "breaker_state",
             "Circuit breaker of each backend: 1 for its state (closed, open, half_open), 0 "
@@ -188,22 +185,18 @@ class Metrics:
         )
         self.frontier_cost: Callable[[Trace], float] | None = None
         """What a turn would have cost on the frontier tier (set by the app; ``None``: 0)."""
-        self._children: dict[tuple[object, ...], Any] = {}
-        self._tracked: list[tuple[Counter, Callable[[], float], list[float]]] = []
-        self._metrics: tuple[Counter | Gauge | Histogram, ...] = (
-            *(v for v in vars(self).values() if isinstance(v, Counter)),
-            self.latency,
-            self.overhead,
-            self.in_flight,
-            self.breaker_state,
+        self._tracked: list[tuple[Series, Callable[[], float], list[float]]] = []
+        self._series: tuple[Series, ...] = tuple(
+            v for v in vars(self).values() if isinstance(v, Series)
         )
+        self._metrics: tuple[Collector, ...] = (self.breaker_state,)
         # series whose labels are known up front start at 0, so a scrape shows them before
         # the first panel or hedge (a multiprocess scrape shows only series that exist)
         for result in ("agreed", "disagreed", "not_comparable"):
-            self._child(self.panels, result)
+            self.panels.add((result,), 0.0)
         for role in ("draft", "hedge"):
             for outcome in ("answered", "failed", "cancelled"):
-                self._child(self.concurrent_calls, role, outcome)
+                self.concurrent_calls.add((role, outcome), 0.0)
         self.monitor: MonitorMetrics | None = None
         """The quality monitor's series (:meth:`watch_monitor`), when the policy has one."""
         self.workers: Gauge | None = None
@@ -225,23 +218,12 @@ class Metrics:
         self._metrics = (*self._metrics, *self.monitor.all)
         return self.monitor
 
-    def _counter(self, name: str, help_: str, labels: tuple[str, ...] = ()) -> Counter:
-        return Counter(name, help_, labels, registry=None)
-
-    def _child(self, counter: Counter | Histogram, *values: str) -> Any:
-        # prometheus_client's labels() checks and locks on every call; the children are
-        # few (tiers, backends, checks, status codes), so each is looked up once
-        key = (counter, *values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = counter.labels(*values)
-        return child
-
-    def track(self, counter: Counter, read: Callable[[], float]) -> None:
+    def track(self, counter: Series, read: Callable[[], float]) -> None:
         """Feed ``counter`` from a running total kept elsewhere (read after each turn).
 
         Args:
-            counter: An unlabelled counter of these metrics.
+            counter: An unlabelled counter of these metrics (its running total is read
+                on each scrape, and after each turn with ``--workers N``).
             read: Returns the running total (never decreasing).
 
         """
@@ -258,7 +240,7 @@ class Metrics:
         for counter, read, seen in self._tracked:
             now = read()
             if now > seen[0]:
-                counter.inc(now - seen[0])
+                counter.add((), now - seen[0])
                 seen[0] = now
 
     def emit(self, trace: Trace) -> None:
@@ -267,48 +249,49 @@ class Metrics:
         A shadow run (``metadata.shadow``) is not a turn: only its calls, cost and tokens
         are counted.
         """
-        child = self._child
         tier = trace.tier or "none"
         shadow = trace.metadata.get("shadow") is True
         if shadow and self.monitor is not None and "monitor" in trace.metadata:
             self.monitor.count(trace.metadata["monitor"])
         if not shadow:
-            child(self.turns, tier, "true" if trace.escalated else "false").inc()
+            self.turns.add((tier, "true" if trace.escalated else "false"))
         for reason in trace.escalations:
-            child(self.escalations, reason).inc()
+            self.escalations.add((reason,))
         panel = trace.panel
         if panel is not None:
             comparable = panel.get("comparable", True)
             result = (
                 "agreed" if panel.get("agreed") else "disagreed" if comparable else "not_comparable"
             )
-            child(self.panels, result).inc()
+            self.panels.add((result,))
         for attempt in trace.attempts:
-            if attempt.role != "call":
-                outcome = (
-                    "cancelled" if attempt.cancelled else "failed" if attempt.error else "answered"
-                )
-                child(self.concurrent_calls, attempt.role, outcome).inc()
-            verdict = attempt.verdict
-            if verdict is not None:
-                for failure in verdict.failures:
-                    child(self.gate_failures, failure.check).inc()
-            backend = attempt.backend
-            if attempt.error is not None:
-                child(self.backend_errors, backend, str(attempt.error.get("type", "error"))).inc()
-            if attempt.cost:
-                child(self.cost, backend).inc(attempt.cost)
-            usage = attempt.usage
-            if usage.input_tokens:
-                child(self.tokens, backend, "input").inc(usage.input_tokens)
-            if usage.output_tokens:
-                child(self.tokens, backend, "output").inc(usage.output_tokens)
+            self._attempt(attempt)
         if not shadow:
-            child(self.latency, tier).observe(trace.latency_s)
+            self.latency.observe((tier,), trace.latency_s)
             if self.frontier_cost is not None:
-                self.cost_all_frontier.inc(self.frontier_cost(trace))
-        if self._tracked:
-            self.sync()
+                self.cost_all_frontier.add((), self.frontier_cost(trace))
+        if self._tracked and self.multiprocess_dir is not None:
+            self.sync()  # one process: read on each scrape (render)
+
+    def _attempt(self, attempt: Attempt) -> None:
+        if attempt.role != "call":
+            cancelled, error = attempt.cancelled, attempt.error
+            outcome = "cancelled" if cancelled else "failed" if error else "answered"
+            self.concurrent_calls.add((attempt.role, outcome))
+        verdict = attempt.verdict
+        if verdict is not None:
+            for failure in verdict.failures:
+                self.gate_failures.add((failure.check,))
+        backend = attempt.backend
+        if attempt.error is not None:
+            self.backend_errors.add((backend, str(attempt.error.get("type", "error"))))
+        if attempt.cost:
+            self.cost.add((backend,), attempt.cost)
+        usage = attempt.usage
+        if usage.input_tokens:
+            self.tokens.add((backend, "input"), usage.input_tokens)
+        if usage.output_tokens:
+            self.tokens.add((backend, "output"), usage.output_tokens)
 
     def breakers(self, states: Mapping[str, str]) -> None:
         """Set each backend's breaker state (``{backend: "closed" | "open" | "half_open"}``)."""
@@ -318,7 +301,7 @@ class Metrics:
 
     def response(self, path: str, status: int) -> None:
         """Count one HTTP response."""
-        self._child(self.responses, path, str(status)).inc()
+        self.responses.add((path, str(status)))
 
     def close(self) -> None:
         """Finish up at shutdown (the multiprocess files stay for the other workers)."""
@@ -326,6 +309,7 @@ class Metrics:
     def _source(self) -> Collector:
         if self.multiprocess_dir is None:
             registry = CollectorRegistry(auto_describe=False)
+            registry.register(Families(self._series))
             for metric in self._metrics:
                 registry.register(metric)
             return registry

@@ -135,7 +135,7 @@ class Proxy:
 
     async def _answer(self, exchange: Exchange, started: float) -> _Outcome:
         """The answer to a request, whatever happens on the way (counted in flight)."""
-        self.metrics.in_flight.inc()
+        self.metrics.in_flight.add((), 1.0)
         try:
             return await self._chat(exchange, started)
         except asyncio.CancelledError:
@@ -154,7 +154,7 @@ class Proxy:
             # that no client library can read and /metrics never counts
             return internal_error(exchange.path, exc), None
         finally:
-            self.metrics.in_flight.dec()
+            self.metrics.in_flight.add((), -1.0)
 
     def _deadline(self, asked: float | None | Unset) -> float | None | Unset:
         """A client's ``timeout`` may shorten the policy's deadline, never lengthen it."""
@@ -228,7 +228,7 @@ class Proxy:
         """Observe and return the time this request spent outside its upstream calls."""
         upstream = sum(a.latency_s for a in trace.attempts) if trace is not None else 0.0
         overhead = max(time.perf_counter() - started - upstream, 0.0)
-        self.metrics.overhead.observe(overhead)
+        self.metrics.overhead.observe((), overhead)
         return overhead
 
     def _task(self, turn: Turn) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -249,7 +249,7 @@ class Proxy:
             )
         # a stream's overhead is the time before its first upstream call
         overhead = time.perf_counter() - started
-        self.metrics.overhead.observe(overhead)
+        self.metrics.overhead.observe((), overhead)
         try:
             await stream.start()
         except asyncio.CancelledError:
@@ -279,7 +279,7 @@ class Proxy:
         call: Call,
         started: float,
     ) -> AsyncIterator[bytes]:
-        self.metrics.in_flight.inc()
+        self.metrics.in_flight.add((), 1.0)
         chunks = stream.__aiter__()
         try:
             async for chunk in chunks:
@@ -299,14 +299,14 @@ class Proxy:
             # a silent cut
             yield self._interrupted(call.turn, exc)
         finally:
-            self.metrics.in_flight.dec()
+            self.metrics.in_flight.add((), -1.0)
             await _close_stream(stream, chunks)
             access_log(exchange.path, 200, started, _stream_trace(stream), stream=True)
 
     def _cut_short(self, turn: Turn) -> bytes:
         """The in-band error of a stream the server's shutdown cut (its headers are gone)."""
         uncancel()
-        self.metrics.interrupted.inc()
+        self.metrics.interrupted.add()
         logger.warning("stream of turn %s cut short: the proxy is shutting down", turn.id)
         detail = {
             "message": SHUTTING_DOWN,
@@ -318,7 +318,7 @@ class Proxy:
 
     def _interrupted(self, turn: Turn, exc: Exception) -> bytes:
         """The in-band error of a stream that failed after its first byte."""
-        self.metrics.interrupted.inc()
+        self.metrics.interrupted.add()
         if isinstance(exc, TieredRouterError):
             logger.warning("stream of turn %s interrupted: %s", turn.id, exc)
             message, kind = str(exc).splitlines()[0], "upstream_error"

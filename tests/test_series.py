@@ -1,0 +1,72 @@
+"""The proxy's plain-number series print what prometheus_client's own metrics print."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tiered_router.server._series import Families, Series
+
+BUCKETS = (0.001, 0.01, 0.1, 1.0)
+OBSERVED = (0.0, 0.001, 0.0010001, 0.05, 0.1, 0.7, 1.0, 3.0, 1e9)
+
+
+def _text(*collectors: object) -> list[str]:
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)  # type: ignore[arg-type]
+    lines = generate_latest(registry).decode().splitlines()
+    return [line for line in lines if "_created" not in line]
+
+
+def test_counters_gauges_and_histograms_print_as_prometheus_clients_do() -> None:
+    ours = {
+        "turns": Series("counter", "t_turns_total", "Turns.", ("tier",)),
+        "plain": Series("counter", "t_plain_total", "Unlabelled."),
+        "idle": Series("counter", "t_idle_total", "Never counted."),
+        "in_flight": Series("gauge", "t_in_flight", "In flight."),
+        "latency": Series("histogram", "t_latency_seconds", "Latency.", ("tier",), buckets=BUCKETS),
+        "overhead": Series("histogram", "t_overhead_seconds", "Overhead.", buckets=BUCKETS),
+    }
+    theirs = {
+        "turns": Counter("t_turns", "Turns.", ("tier",), registry=None),
+        "plain": Counter("t_plain", "Unlabelled.", registry=None),
+        "idle": Counter("t_idle", "Never counted.", registry=None),
+        "in_flight": Gauge("t_in_flight", "In flight.", registry=None),
+        "latency": Histogram(
+            "t_latency_seconds", "Latency.", ("tier",), registry=None, buckets=BUCKETS
+        ),
+        "overhead": Histogram("t_overhead_seconds", "Overhead.", registry=None, buckets=BUCKETS),
+    }
+    for tier, amount in (("fast", 1.0), ("frontier", 2.5), ("fast", 0.25)):
+        ours["turns"].add((tier,), amount)
+        theirs["turns"].labels(tier).inc(amount)
+    ours["plain"].add()
+    theirs["plain"].inc()
+    for step in (1.0, 1.0, -1.0, 1.0):  # a gauge goes down too
+        ours["in_flight"].add((), step)
+        theirs["in_flight"].inc(step)
+    for value in OBSERVED:  # a value on a bound counts in that bound's bucket ("le")
+        for tier in ("fast", "frontier"):
+            ours["latency"].observe((tier,), value)
+            theirs["latency"].labels(tier).observe(value)
+        ours["overhead"].observe((), value)
+        theirs["overhead"].observe(value)
+    assert _text(Families(ours.values())) == _text(*theirs.values())
+
+
+def test_a_histogram_that_has_seen_nothing_prints_its_zero_buckets_when_unlabelled() -> None:
+    overhead = Series("histogram", "t_overhead_seconds", "Overhead.", buckets=BUCKETS)
+    latency = Series("histogram", "t_latency_seconds", "Latency.", ("tier",), buckets=BUCKETS)
+    text = _text(Families([overhead, latency]))
+    assert 't_overhead_seconds_bucket{le="+Inf"} 0.0' in text
+    assert "t_overhead_seconds_count 0.0" in text
+    assert not any(line.startswith("t_latency_seconds_") for line in text)
+
+
+@pytest.mark.parametrize(
+    ("kind", "buckets"), [("counter", BUCKETS), ("gauge", BUCKETS), ("histogram", ())]
+)
+def test_buckets_go_with_histograms_only(kind: str, buckets: tuple[float, ...]) -> None:
+    with pytest.raises(ValueError, match="t_bad: buckets are for histograms"):
+        Series(kind, "t_bad", "Bad.", buckets=buckets)  # type: ignore[arg-type]
