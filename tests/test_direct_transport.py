@@ -461,6 +461,54 @@ async def test_each_read_is_bounded(serve: Callable[[Handler], RawServer]) -> No
         await transport.aclose()
 
 
+def _answering_after(*delays_s: float) -> Handler:
+    """Answer the n-th request on a connection ``delays_s[n]`` seconds after it came."""
+
+    def handler(peer: Peer) -> None:
+        for delay in delays_s:
+            if peer.request() is None:
+                return
+            time.sleep(delay)
+            peer.send(OK)
+
+    return handler
+
+
+@pytest.mark.anyio
+async def test_a_shorter_read_timeout_on_a_reused_connection_still_holds(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    # one read timer per connection: the first call armed it 30 s ahead; the second call's
+    # 0.3 s must arm an earlier one, not wait for the first
+    server = serve(_answering_after(0.0, 3.0))
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url, timeout_s=30.0) == b"{ok}"
+        started = time.monotonic()
+        with pytest.raises(_http.ReadTimeout):
+            await _call(transport, server.url, timeout_s=0.3)
+        assert time.monotonic() - started < 2.0
+        assert server.connections == 1
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_longer_read_timeout_outlives_the_timer_an_earlier_call_armed(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    # the first call armed the connection's timer 0.3 s ahead; when it fires during the
+    # second call (1.5 s allowed, answered after 0.6 s) it sleeps again instead of failing
+    server = serve(_answering_after(0.0, 0.6))
+    transport = DirectTransport()
+    try:
+        assert await _call(transport, server.url, timeout_s=0.3) == b"{ok}"
+        assert await _call(transport, server.url, timeout_s=1.5) == b"{ok}"
+        assert server.connections == 1
+    finally:
+        await transport.aclose()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("calls", [32, 64])
 async def test_concurrent_calls_share_one_bounded_pool(

@@ -51,7 +51,10 @@ class Connection(asyncio.Protocol):
     """One connection to an origin: feeds the parser, wakes the one reader waiting."""
 
     __slots__ = (
+        "_due",
         "_paused",
+        "_timer",
+        "_timer_at",
         "_waiter",
         "closed",
         "error",
@@ -74,6 +77,9 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._due: float | None = None  # when the wait under way times out (loop time)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport (called by the loop once connected)."""
@@ -128,19 +134,41 @@ class Connection(asyncio.Protocol):
     async def wait(self, timeout: float | None) -> None:
         """Wait for bytes or the end of the connection, at most ``timeout`` seconds.
 
+        One timer per connection, not one per wait: a wait notes when it times out, and
+        the timer is armed only when none is or the one armed is due later. When it fires
+        it fails the wait under way if that wait's time is up, else sleeps until it is
+        (a call reads its answer in one to three waits).
+
         Raises:
             httpx2.ReadTimeout: Nothing came in time.
 
         """
         loop = self.pool.loop
         waiter = self._waiter = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        if timeout is not None:
+            due = self._due = loop.time() + timeout
+            if self._timer is None or self._timer_at > due:
+                self._arm(due)
         try:
             await waiter
         finally:
-            self._waiter = None
-            if timer is not None:
-                timer.cancel()
+            self._waiter = self._due = None
+
+    def _arm(self, due: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.pool.loop.call_at(due, self._check_wait)
+        self._timer_at = due
+
+    def _check_wait(self) -> None:
+        self._timer = None
+        due, waiter = self._due, self._waiter
+        if due is None or waiter is None:  # no wait under way: the next one arms it again
+            return
+        if due > self.pool.loop.time():
+            self._arm(due)
+        elif not waiter.done():
+            waiter.set_exception(ReadTimeout("timed out reading"))
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -171,14 +199,12 @@ class Connection(asyncio.Protocol):
         self._forget()
 
     def _forget(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self.closed:
             self.closed = True
             self.pool.forget(self)
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(ReadTimeout("timed out reading"))
 
 
 class Pool:
