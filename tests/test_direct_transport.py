@@ -509,6 +509,71 @@ async def test_a_longer_read_timeout_outlives_the_timer_an_earlier_call_armed(
         await transport.aclose()
 
 
+def _trickling(peer: Peer) -> None:
+    """Answer with a 40-byte body, one byte every 0.1 s: each read in time, the whole not."""
+    if peer.request() is not None:
+        peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n")
+        for _ in range(40):
+            time.sleep(0.1)
+            try:
+                peer.send(b"x")
+            except OSError:  # the client closed it: the deadline held
+                return
+
+
+@pytest.mark.anyio
+async def test_a_deadline_bounds_the_whole_exchange_body_included(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    server = serve(_trickling)
+    transport = DirectTransport()
+    try:
+        assert transport.owns(server.url)
+        started = time.monotonic()
+        deadline = asyncio.get_running_loop().time() + 0.5
+        answer = await transport.exchange(server.url, HEADERS, BODY, 5.0, deadline=deadline)
+        with pytest.raises(_http.ReadTimeout):
+            await _read(answer)
+        assert 0.4 < time.monotonic() - started < 2.0  # each read alone had 5 s
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_backend_call_over_our_connections_keeps_its_timeout_without_a_timer(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    from tiered_router.backends import _wire
+    from tiered_router.exceptions import BackendTimeout
+
+    server = serve(_trickling)
+    transport = DirectTransport()
+    call = _wire.Call(
+        backend="b", url=_http.URL(server.url), headers=HEADERS, body=BODY, timeout_s=0.5
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendTimeout):
+            await _wire.acall(transport, call)
+        assert 0.4 < time.monotonic() - started < 2.0
+    finally:
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_deadline_is_refused_for_a_url_another_transport_sends(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    transport = DirectTransport(proxies={"http": "http://127.0.0.1:9"})
+    server = serve(answering(OK))
+    try:
+        assert not transport.owns(server.url)
+        with pytest.raises(ValueError, match="only for a URL this transport owns"):
+            await transport.exchange(server.url, HEADERS, BODY, 5.0, deadline=1.0)
+    finally:
+        await transport.aclose()
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("calls", [32, 64])
 async def test_concurrent_calls_share_one_bounded_pool(

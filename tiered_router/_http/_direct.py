@@ -99,11 +99,14 @@ class Exchange:
 
     """
 
-    __slots__ = ("_conn", "_read_timeout", "headers", "status_code")
+    __slots__ = ("_conn", "_deadline", "_read_timeout", "headers", "status_code")
 
-    def __init__(self, conn: Connection, read_timeout: float | None) -> None:
+    def __init__(
+        self, conn: Connection, read_timeout: float | None, deadline: float | None = None
+    ) -> None:
         self._conn: Connection | None = conn
         self._read_timeout = read_timeout
+        self._deadline = deadline
         self.status_code: int = conn.parser.status_code
         headers = conn.parser.headers
         assert headers is not None
@@ -174,7 +177,7 @@ class _Body:
                     if piece:
                         return piece
                 raise StopAsyncIteration
-            await conn.wait(self._exchange._read_timeout)
+            await conn.wait(self._exchange._read_timeout, self._exchange._deadline)
 
 
 class DirectTransport:
@@ -263,6 +266,8 @@ class DirectTransport:
         headers: Iterable[tuple[str, str]],
         body: bytes,
         timeout_s: float | None,
+        *,
+        deadline: float | None = None,
     ) -> Exchange | _aiohttp.Exchange:
         """POST ``body`` to ``url``; return the answer with its body still to be read.
 
@@ -271,6 +276,9 @@ class DirectTransport:
             headers: Request headers (``Host`` and ``Content-Length`` are added).
             body: The request body.
             timeout_s: Bounds waiting for a pooled connection, connecting and each read.
+            deadline: When the whole exchange must be over, reading the body included
+                (loop time; only for a ``url`` this transport :meth:`owns`): every wait
+                ends by then, so the caller needs no timer of its own.
 
         Raises:
             httpx2.TransportError: The subclass matching what failed.
@@ -281,6 +289,8 @@ class DirectTransport:
         pool = await self._pool()
         target = self._target(url)
         if target is None:
+            if deadline is not None:
+                raise ValueError("a deadline is only for a URL this transport owns (owns())")
             return await self._via_aiohttp().exchange(url, headers, body, timeout_s)
         headers = tuple(headers)
         present = {name.lower() for name, _ in headers}
@@ -299,9 +309,17 @@ class DirectTransport:
         extra = "".join([f"{n}: {v}\r\n" for n, v in _DEFAULTS if n not in present])
         data = f"{start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
         timeouts = call_timeout(timeout_s)
-        read_timeout = timeouts["read"]
+        read_timeout, pool_timeout, connect_timeout = (
+            timeouts["read"],
+            timeouts["pool"],
+            timeouts["connect"],
+        )
+        if deadline is not None:
+            left = deadline - pool.loop.time()
+            pool_timeout = left if pool_timeout is None else min(pool_timeout, left)
+            connect_timeout = left if connect_timeout is None else min(connect_timeout, left)
         for attempt in (1, 2):
-            conn = await pool.acquire(target.origin, timeouts["pool"], timeouts["connect"])
+            conn = await pool.acquire(target.origin, pool_timeout, connect_timeout)
             transport = conn.transport
             assert transport is not None
             transport.write(data)
@@ -314,11 +332,18 @@ class DirectTransport:
             while parser.headers is None:
                 if conn.error is not None:
                     raise conn.error
-                await conn.wait(read_timeout)
+                await conn.wait(read_timeout, deadline)
         except BaseException:
             conn.close()
             raise
-        return Exchange(conn, read_timeout)
+        return Exchange(conn, read_timeout, deadline)
+
+    def owns(self, url: str | URL) -> bool:
+        """Whether calls to ``url`` go over this transport's own connections (not aiohttp's).
+
+        Only those take a ``deadline`` in :meth:`exchange`.
+        """
+        return self._target(url) is not None
 
     def _via_aiohttp(self) -> _aiohttp.AiohttpTransport:
         if self._proxied is None:

@@ -131,8 +131,12 @@ class Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()  # type: ignore[union-attr]
 
-    async def wait(self, timeout: float | None) -> None:
+    async def wait(self, timeout: float | None, deadline: float | None = None) -> None:
         """Wait for bytes or the end of the connection, at most ``timeout`` seconds.
+
+        ``deadline`` (loop time), when given, ends the wait sooner if it comes first: the
+        whole call's limit (see :meth:`DirectTransport.exchange
+        <tiered_router._http._direct.DirectTransport.exchange>`).
 
         One timer per connection, not one per wait: a wait notes when it times out, and
         the timer is armed only when none is or the one armed is due later. When it fires
@@ -145,8 +149,11 @@ class Connection(asyncio.Protocol):
         """
         loop = self.pool.loop
         waiter = self._waiter = loop.create_future()
-        if timeout is not None:
-            due = self._due = loop.time() + timeout
+        due = None if timeout is None else loop.time() + timeout
+        if deadline is not None and (due is None or deadline < due):
+            due = deadline
+        if due is not None:
+            self._due = due
             if self._timer is None or self._timer_at > due:
                 self._arm(due)
         try:
