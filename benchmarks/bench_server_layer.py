@@ -21,6 +21,10 @@ it, all threads, from ``/proc``), and at concurrency 1 the latency p50 / p99 and
 to first byte, each minus the ``direct`` figure of the same rep. Figures are printed, never
 asserted.
 
+``--copies N`` starts every target N times and pools the figures by target: one server
+process's CPU per request moves by a few per cent with where its memory landed, which
+interleaving the reps does not even out.
+
 Run (from the repository root):
 
     git archive <commit> | tar -x -C /tmp/proxy-base     # the tree to compare with
@@ -106,13 +110,15 @@ def start_targets(args: argparse.Namespace, up: subprocess.Popen[bytes], up_port
         if have_granian and args.granian_before:
             plan.append(("starlette/granian", before, _granian))
     targets = [Target("direct", up_port, up, payloads(up_port, chat, None, "fast-model"))]
-    for name, tree, how in plan:
-        if name not in args.only and args.only:
-            continue
-        port = free_port()
-        proc = how(tree, policy, port)  # type: ignore[operator]
-        wait_http(port, "/healthz")
-        targets.append(Target(name, port, proc, payloads(port, chat, "bench-client-key", "auto")))
+    for _ in range(args.copies):
+        for name, tree, how in plan:
+            if name not in args.only and args.only:
+                continue
+            port = free_port()
+            proc = how(tree, policy, port)  # type: ignore[operator]
+            wait_http(port, "/healthz")
+            pay = payloads(port, chat, "bench-client-key", "auto")
+            targets.append(Target(name, port, proc, pay))
     return targets
 
 
@@ -143,6 +149,13 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=8.0, help="time limit per run")
     parser.add_argument("--granian-before", action="store_true", help="the --before tree too")
     parser.add_argument("--only", nargs="*", default=[], help="targets to run (names)")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="server processes per target (a process's figure moves with where its memory "
+        "landed; each copy is measured every rep, and the figures are pooled by target)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-layer-"))
     up_port = free_port()
@@ -156,21 +169,23 @@ def main() -> None:
         for rep in range(args.reps):
             for kind, c in [(k, c) for k, c in PHASES if c in args.concurrency]:
                 order = targets[rep % len(targets) :] + targets[: rep % len(targets)]
-                got = {}
+                got: dict[str, list[Run]] = defaultdict(list)
                 for target in order:
                     if c > 1 and target.name == "direct":
                         continue
-                    got[target.name] = asyncio.run(one_phase(target, kind, c, args))
-                    runs[kind, c, target.name].append(got[target.name])
+                    run = asyncio.run(one_phase(target, kind, c, args))
+                    got[target.name].append(run)
+                    runs[kind, c, target.name].append(run)
                 if c == 1 and "direct" in got:
-                    base = got["direct"]
-                    for name, run in got.items():
-                        added[kind, name].append(
+                    base = got["direct"][0]
+                    for name, each in got.items():
+                        added[kind, name].extend(
                             (
                                 run.pct(0.5) - base.pct(0.5),
                                 run.pct(0.99) - base.pct(0.99),
                                 run.pct(0.5, True) - base.pct(0.5, True),
                             )
+                            for run in each
                         )
             print(f"rep {rep + 1}/{args.reps} done, load average {os.getloadavg()[0]:.1f}")
         report(targets, runs, added)
@@ -190,7 +205,7 @@ def report(
     added: dict[tuple[str, str], list[tuple[float, float, float]]],
 ) -> None:
     """Print medians over the reps, with the spread (min-max) in brackets."""
-    names = [t.name for t in targets if t.name != "direct"]
+    names = list(dict.fromkeys(t.name for t in targets if t.name != "direct"))
     for kind in ("json", "sse"):
         print(f"\n{kind.upper()}: C=1 added over direct (ms), median (min-max) over reps")
         for name in names if added else []:
