@@ -561,6 +561,78 @@ async def test_a_backend_call_over_our_connections_keeps_its_timeout_without_a_t
 
 
 @pytest.mark.anyio
+async def test_the_wait_for_room_is_taken_off_the_connect_under_a_deadline(
+    serve: Callable[[Handler], RawServer],
+) -> None:
+    # one place in the pool, held 0.6 s by a call to one server; the next call, to a host
+    # that never accepts, waits for the place and then connects: 1 s in all, not 1 s each
+    from tiered_router.backends import _wire
+    from tiered_router.exceptions import BackendTimeout
+
+    held = serve(_answering_after(0.6))
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    transport = DirectTransport(limits=_http.Limits(max_connections=1))
+    try:
+        for _ in range(4):  # fill the accept queue: further handshakes go unanswered
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        holding = asyncio.ensure_future(_call(transport, held.url))
+        await asyncio.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        call = _wire.Call(
+            backend="b", url=_http.URL(url), headers=HEADERS, body=BODY, timeout_s=1.0
+        )
+        started = time.monotonic()
+        with pytest.raises(BackendTimeout):
+            await _wire.acall(transport, call)
+        assert time.monotonic() - started < 1.4
+        assert await holding == b"{ok}"
+    finally:
+        await transport.aclose()
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+@pytest.mark.anyio
+async def test_a_read_timer_that_fires_early_does_not_spin(
+    serve: Callable[[Handler], RawServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uvloop rounds timers to the millisecond and may fire one early: armed again for the
+    # same time it would fire at once, over and over, until the next millisecond
+    from tiered_router._http import _pool
+
+    fired = []
+    check = _pool.Connection._check_wait
+
+    def counted(self: _pool.Connection) -> None:
+        fired.append(1)
+        check(self)
+
+    def silent(peer: Peer) -> None:
+        if peer.request() is not None:
+            peer.client_left()
+
+    monkeypatch.setattr(_pool.Connection, "_check_wait", counted)
+    server = serve(silent)
+    transport = DirectTransport()
+    timeouts = (0.0504, 0.0105, 0.0333, 0.0017, 0.0499)  # between two milliseconds
+    try:
+        for timeout_s in timeouts:
+            with pytest.raises(_http.ReadTimeout):
+                await _call(transport, server.url, timeout_s=timeout_s)
+    finally:
+        await transport.aclose()
+    assert len(fired) <= 2 * len(timeouts)  # one or two a timeout, not dozens
+
+
+@pytest.mark.anyio
 async def test_a_deadline_is_refused_for_a_url_another_transport_sends(
     serve: Callable[[Handler], RawServer],
 ) -> None:

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from tiered_router.server._series import Families, Series
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
-OBSERVED = (0.0, 0.001, 0.0010001, 0.05, 0.1, 0.7, 1.0, 3.0, 1e9)
+OBSERVED = (0.0, 0.001, 0.0010001, 0.05, 0.1, 0.7, 1.0, 3.0, 1e9, float("inf"), float("nan"))
 
 
 def _text(*collectors: object) -> list[str]:
@@ -70,3 +70,38 @@ def test_a_histogram_that_has_seen_nothing_prints_its_zero_buckets_when_unlabell
 def test_buckets_go_with_histograms_only(kind: str, buckets: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="t_bad: buckets are for histograms"):
         Series(kind, "t_bad", "Bad.", buckets=buckets)  # type: ignore[arg-type]
+
+
+def test_a_counter_never_goes_down_and_a_gauge_may() -> None:
+    turns = Series("counter", "t_turns_total", "Turns.")
+    with pytest.raises(ValueError, match="t_turns_total: a counter only goes up, got -1"):
+        turns.add((), -1.0)
+    gauge = Series("gauge", "t_in_flight", "In flight.")
+    gauge.add((), -1.0)
+    assert (turns.values, gauge.values) == ({(): 0.0}, {(): -1.0})
+
+
+def test_counts_from_many_threads_are_all_kept() -> None:
+    import sys
+    import threading
+
+    turns = Series("counter", "t_turns_total", "Turns.", ("tier",))
+    latency = Series("histogram", "t_latency_seconds", "Latency.", ("tier",), buckets=BUCKETS)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+
+    def count() -> None:
+        for _ in range(20_000):
+            turns.add(("fast",))
+            latency.observe(("fast",), 0.05)
+
+    try:
+        threads = [threading.Thread(target=count) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert turns.values[("fast",)] == 80_000
+    assert sum(latency.values[("fast",)]) == 80_000

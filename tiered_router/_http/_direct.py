@@ -309,17 +309,11 @@ class DirectTransport:
         extra = "".join([f"{n}: {v}\r\n" for n, v in _DEFAULTS if n not in present])
         data = f"{start}content-length: {len(body)}\r\n{fields}{extra}\r\n".encode() + body
         timeouts = call_timeout(timeout_s)
-        read_timeout, pool_timeout, connect_timeout = (
-            timeouts["read"],
-            timeouts["pool"],
-            timeouts["connect"],
-        )
-        if deadline is not None:
-            left = deadline - pool.loop.time()
-            pool_timeout = left if pool_timeout is None else min(pool_timeout, left)
-            connect_timeout = left if connect_timeout is None else min(connect_timeout, left)
+        read_timeout = timeouts["read"]
         for attempt in (1, 2):
-            conn = await pool.acquire(target.origin, pool_timeout, connect_timeout)
+            conn = await pool.acquire(
+                target.origin, timeouts["pool"], timeouts["connect"], deadline
+            )
             transport = conn.transport
             assert transport is not None
             transport.write(data)

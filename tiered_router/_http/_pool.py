@@ -34,6 +34,11 @@ _STALE_AFTER_S = 1.0
 """A pooled connection idle this long is checked for a close not yet seen before reuse
 (no server closes an idle connection sooner; the check costs a system call)."""
 
+_EARLY_S = 0.001
+"""A read timer that fires this close to its time has expired: uvloop rounds timers to the
+millisecond and fires them up to that early (armed again, it would fire at once until the
+next millisecond), as a timer per wait did."""
+
 Origin = tuple[str, str, int]
 """Where a connection goes: scheme, host, port."""
 
@@ -172,7 +177,7 @@ class Connection(asyncio.Protocol):
         due, waiter = self._due, self._waiter
         if due is None or waiter is None:  # no wait under way: the next one arms it again
             return
-        if due > self.pool.loop.time():
+        if due - self.pool.loop.time() > _EARLY_S:
             self._arm(due)
         elif not waiter.done():
             waiter.set_exception(ReadTimeout("timed out reading"))
@@ -229,9 +234,16 @@ class Pool:
         self.closed = False
 
     async def acquire(
-        self, origin: Origin, pool_timeout: float | None, connect_timeout: float | None
+        self,
+        origin: Origin,
+        pool_timeout: float | None,
+        connect_timeout: float | None,
+        call_deadline: float | None = None,
     ) -> Connection:
         """Return an idle connection to ``origin``, or a new one when there is room.
+
+        ``call_deadline`` (loop time), when given, ends the wait for room and the connect
+        by then too: what the wait for room took is not given to the connect again.
 
         Raises:
             httpx2.ConnectTimeout: No room in time, or connecting took too long.
@@ -239,6 +251,9 @@ class Pool:
 
         """
         deadline = None
+        if call_deadline is not None:
+            left = call_deadline - self.loop.time()
+            pool_timeout = left if pool_timeout is None else min(pool_timeout, left)
         while True:
             if self.closed:
                 raise ConnectError("the transport was closed")
@@ -255,8 +270,12 @@ class Pool:
                     return conn
             if self.limit is None or len(self._open) + self._opening < self.limit:
                 self._opening += 1  # the place is taken now, not once connected
+                timeout = connect_timeout
+                if call_deadline is not None:  # what is left after any wait for room
+                    left = call_deadline - self.loop.time()
+                    timeout = left if timeout is None else min(timeout, left)
                 try:
-                    return await self._connect(origin, connect_timeout)
+                    return await self._connect(origin, timeout)
                 finally:
                     self._opening -= 1
                     self._wake_one()

@@ -16,15 +16,16 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from tiered_router.server._series import Families, Series, series
+from tiered_router.server._series import Families, Kind, Series, series
 
 if TYPE_CHECKING:
     from tiered_router.server._monitor_metrics import MonitorMetrics
@@ -107,7 +108,14 @@ class Metrics:
         p = "tiered_router_"
         self.multiprocess_dir = multiprocess_dir
         shared = multiprocess_dir is not None
-        make = series(shared)
+        kind_of_series = series(shared)
+        self._lock = threading.Lock()
+        """One lock for every series: a turn is counted under it once (see :meth:`emit`)."""
+
+        def make(
+            kind: Kind, name: str, help_: str, labels: tuple[str, ...] = (), **more: Any
+        ) -> Series:
+            return kind_of_series(kind, name, help_, labels, lock=self._lock, **more)
 
         def counter(name: str, help_: str, labels: tuple[str, ...] = ()) -> Series:
             return make("counter", p + name, help_, labels)
@@ -247,51 +255,57 @@ class Metrics:
         """Count one finished turn (the router calls this as a trace sink).
 
         A shadow run (``metadata.shadow``) is not a turn: only its calls, cost and tokens
-        are counted.
+        are counted. The turn is counted under the series' one lock, taken once.
         """
         tier = trace.tier or "none"
         shadow = trace.metadata.get("shadow") is True
         if shadow and self.monitor is not None and "monitor" in trace.metadata:
             self.monitor.count(trace.metadata["monitor"])
-        if not shadow:
-            self.turns.add((tier, "true" if trace.escalated else "false"))
-        for reason in trace.escalations:
-            self.escalations.add((reason,))
         panel = trace.panel
         if panel is not None:
             comparable = panel.get("comparable", True)
-            result = (
-                "agreed" if panel.get("agreed") else "disagreed" if comparable else "not_comparable"
-            )
-            self.panels.add((result,))
-        for attempt in trace.attempts:
-            self._attempt(attempt)
-        if not shadow:
-            self.latency.observe((tier,), trace.latency_s)
-            if self.frontier_cost is not None:
-                self.cost_all_frontier.add((), self.frontier_cost(trace))
+            agreed = panel.get("agreed")
+            panel_result = "agreed" if agreed else "disagreed" if comparable else "not_comparable"
+        frontier_cost = None
+        if not shadow and self.frontier_cost is not None:
+            frontier_cost = self.frontier_cost(trace)
+        with self._lock:
+            if not shadow:
+                self.turns.add_held((tier, "true" if trace.escalated else "false"))
+            for reason in trace.escalations:
+                self.escalations.add_held((reason,))
+            if panel is not None:
+                self.panels.add_held((panel_result,))
+            for attempt in trace.attempts:
+                self._attempt(attempt)
+            if not shadow:
+                self.latency.observe_held((tier,), trace.latency_s)
+            if frontier_cost is not None and frontier_cost > 0:
+                self.cost_all_frontier.add_held((), frontier_cost)
         if self._tracked and self.multiprocess_dir is not None:
             self.sync()  # one process: read on each scrape (render)
 
     def _attempt(self, attempt: Attempt) -> None:
+        """Count one call of a turn (the caller holds the lock)."""
         if attempt.role != "call":
             cancelled, error = attempt.cancelled, attempt.error
             outcome = "cancelled" if cancelled else "failed" if error else "answered"
-            self.concurrent_calls.add((attempt.role, outcome))
+            self.concurrent_calls.add_held((attempt.role, outcome))
         verdict = attempt.verdict
         if verdict is not None:
             for failure in verdict.failures:
-                self.gate_failures.add((failure.check,))
+                self.gate_failures.add_held((failure.check,))
         backend = attempt.backend
         if attempt.error is not None:
-            self.backend_errors.add((backend, str(attempt.error.get("type", "error"))))
-        if attempt.cost:
-            self.cost.add((backend,), attempt.cost)
+            self.backend_errors.add_held((backend, str(attempt.error.get("type", "error"))))
+        # counters only go up: a negative count a server reported is not counted
+        if attempt.cost > 0:
+            self.cost.add_held((backend,), attempt.cost)
         usage = attempt.usage
-        if usage.input_tokens:
-            self.tokens.add((backend, "input"), usage.input_tokens)
-        if usage.output_tokens:
-            self.tokens.add((backend, "output"), usage.output_tokens)
+        if usage.input_tokens > 0:
+            self.tokens.add_held((backend, "input"), usage.input_tokens)
+        if usage.output_tokens > 0:
+            self.tokens.add_held((backend, "output"), usage.output_tokens)
 
     def breakers(self, states: Mapping[str, str]) -> None:
         """Set each backend's breaker state (``{backend: "closed" | "open" | "half_open"}``)."""

@@ -15,6 +15,7 @@ same name, labels and buckets, in its multiprocess mode.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal
@@ -28,13 +29,18 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["Families", "Series", "SharedSeries", "series"]
+__all__ = ["Families", "Kind", "Series", "SharedSeries", "series"]
 
 Kind = Literal["counter", "gauge", "histogram"]
 
 
 class Series:
     """One metric's numbers by label values (one process; read by :class:`Families`).
+
+    :meth:`add` and :meth:`observe` take the series' lock (a sync ``Router`` emits from its
+    callers' threads). Series that are counted together share one lock, so that a caller
+    counting several things at once takes it once and calls :meth:`add_held` and
+    :meth:`observe_held` (as :class:`~tiered_router.server._metrics.Metrics` does per turn).
 
     Args:
         kind: ``"counter"``, ``"gauge"`` or ``"histogram"``.
@@ -44,6 +50,7 @@ class Series:
             one value per name, in this order.
         buckets: A histogram's upper bounds, ascending (``+Inf`` is added).
         multiprocess_mode: A gauge's mode under ``--workers N`` (see :class:`SharedSeries`).
+        lock: The lock to share (default: a lock of its own).
 
     Example:
         ```python
@@ -53,7 +60,7 @@ class Series:
 
     """
 
-    __slots__ = ("buckets", "help", "kind", "labels", "name", "sums", "values")
+    __slots__ = ("_counter", "buckets", "help", "kind", "labels", "lock", "name", "sums", "values")
 
     def __init__(
         self,
@@ -64,10 +71,13 @@ class Series:
         *,
         buckets: tuple[float, ...] = (),
         multiprocess_mode: str = "livesum",
+        lock: threading.Lock | None = None,
     ) -> None:
         if (kind == "histogram") != bool(buckets):
             raise ValueError(f"{name}: buckets are for histograms, and histograms need them")
         self.kind = kind
+        self._counter = kind == "counter"
+        self.lock = threading.Lock() if lock is None else lock
         self.name = name
         self.help = help_
         self.labels = labels
@@ -84,34 +94,57 @@ class Series:
                 self.values[()] = 0.0
 
     def add(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
-        """Add ``amount`` to the counter or gauge of label values ``key`` (a gauge may go down)."""
+        """Add ``amount`` to the counter or gauge of label values ``key`` (a gauge may go down).
+
+        Raises:
+            ValueError: A negative amount for a counter (as ``prometheus_client`` raises).
+
+        """
+        with self.lock:
+            self.add_held(key, amount)
+
+    def add_held(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
+        """:meth:`add`, for a caller holding :attr:`lock`."""
+        if amount < 0 and self._counter:
+            raise ValueError(f"{self.name}: a counter only goes up, got {amount}")
         values = self.values
         values[key] = values.get(key, 0.0) + amount
 
     def observe(self, key: tuple[str, ...], value: float) -> None:
-        """Count ``value`` in the histogram of label values ``key``."""
+        """Count ``value`` in the histogram of label values ``key`` (``NaN`` in no bucket)."""
+        with self.lock:
+            self.observe_held(key, value)
+
+    def observe_held(self, key: tuple[str, ...], value: float) -> None:
+        """:meth:`observe`, for a caller holding :attr:`lock`."""
         counts = self.values.get(key)
         if counts is None:
             counts = self.values[key] = [0] * (len(self.buckets) + 1)
-        counts[bisect_left(self.buckets, value)] += 1  # the first bound >= value: "le"
+        if value == value:  # the first bound >= value: "le"; NaN is below no bound
+            counts[bisect_left(self.buckets, value)] += 1
         self.sums[key] = self.sums.get(key, 0.0) + value
 
     def family(self) -> Metric:
         """The numbers as a Prometheus family (what a scrape prints)."""
         labels = list(self.labels)
+        with self.lock:  # a copy: counting goes on while the scrape is written
+            values: dict[tuple[str, ...], Any] = {
+                key: list(v) if isinstance(v, list) else v for key, v in self.values.items()
+            }
+            sums = dict(self.sums)
         if self.kind == "histogram":
             histogram = HistogramMetricFamily(self.name, self.help, labels=labels)
             bounds = [*(floatToGoString(b) for b in self.buckets), "+Inf"]  # type: ignore[no-untyped-call]
-            for key, counts in self.values.items():
+            for key, counts in values.items():
                 cumulative, running = [], 0
                 for bound, count in zip(bounds, counts, strict=True):
                     running += count
                     cumulative.append((bound, float(running)))
-                histogram.add_metric(list(key), cumulative, self.sums[key])
+                histogram.add_metric(list(key), cumulative, sums[key])
             return histogram
         family_type = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
         family = family_type(self.name, self.help, labels=labels)
-        for key, value in self.values.items():
+        for key, value in values.items():
             family.add_metric(list(key), value)
         return family
 
@@ -135,8 +168,9 @@ class SharedSeries(Series):
         *,
         buckets: tuple[float, ...] = (),
         multiprocess_mode: str = "livesum",
+        lock: threading.Lock | None = None,
     ) -> None:
-        super().__init__(kind, name, help_, labels, buckets=buckets)
+        super().__init__(kind, name, help_, labels, buckets=buckets, lock=lock)
         self.metric: Counter | Gauge | Histogram
         if kind == "counter":
             self.metric = Counter(name, help_, labels, registry=None)
@@ -158,11 +192,11 @@ class SharedSeries(Series):
             child = self._children[key] = self.metric.labels(*key) if key else self.metric
         return child
 
-    def add(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
+    def add_held(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
         """Add ``amount`` to the shared counter or gauge of label values ``key``."""
         self._child(key).inc(amount)
 
-    def observe(self, key: tuple[str, ...], value: float) -> None:
+    def observe_held(self, key: tuple[str, ...], value: float) -> None:
         """Count ``value`` in the shared histogram of label values ``key``."""
         self._child(key).observe(value)
 
