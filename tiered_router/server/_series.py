@@ -92,6 +92,10 @@ class Series:
                 self.sums[()] = 0.0
             else:
                 self.values[()] = 0.0
+        self._attach(multiprocess_mode)
+
+    def _attach(self, multiprocess_mode: str) -> None:
+        """Set up where the numbers also go (nowhere: they stay in this process)."""
 
     def add(self, key: tuple[str, ...] = (), amount: float = 1.0) -> None:
         """Add ``amount`` to the counter or gauge of label values ``key`` (a gauge may go down).
@@ -159,22 +163,13 @@ class SharedSeries(Series):
 
     __slots__ = ("_children", "metric")
 
-    def __init__(
-        self,
-        kind: Kind,
-        name: str,
-        help_: str,
-        labels: tuple[str, ...] = (),
-        *,
-        buckets: tuple[float, ...] = (),
-        multiprocess_mode: str = "livesum",
-        lock: threading.Lock | None = None,
-    ) -> None:
-        super().__init__(kind, name, help_, labels, buckets=buckets, lock=lock)
+    def _attach(self, multiprocess_mode: str) -> None:
+        """Make the ``prometheus_client`` metric of the same name, labels and buckets."""
+        name, help_, labels = self.name, self.help, self.labels
         self.metric: Counter | Gauge | Histogram
-        if kind == "counter":
+        if self.kind == "counter":
             self.metric = Counter(name, help_, labels, registry=None)
-        elif kind == "gauge":
+        elif self.kind == "gauge":
             self.metric = Gauge(
                 name,
                 help_,
@@ -183,7 +178,7 @@ class SharedSeries(Series):
                 multiprocess_mode=multiprocess_mode,  # type: ignore[arg-type]
             )
         else:
-            self.metric = Histogram(name, help_, labels, registry=None, buckets=buckets)
+            self.metric = Histogram(name, help_, labels, registry=None, buckets=self.buckets)
         self._children: dict[tuple[str, ...], Any] = {}
 
     def _child(self, key: tuple[str, ...]) -> Any:
