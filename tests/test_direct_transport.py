@@ -23,7 +23,7 @@ import pytest
 
 from tiered_router import _http
 from tiered_router._http._direct import DirectTransport, Exchange
-from tiered_router._http._pool import Pool
+from tiered_router._http._pool import Connection, Pool
 from tiered_router.backends._base import CompletionRequest
 from tiered_router.backends.openai_compat import OpenAICompatBackend
 from tiered_router.exceptions import BackendConnectionError
@@ -630,6 +630,26 @@ async def test_a_read_timer_that_fires_early_does_not_spin(
     finally:
         await transport.aclose()
     assert len(fired) <= 2 * len(timeouts)  # one or two a timeout, not dozens
+
+
+@pytest.mark.anyio
+async def test_a_read_timer_armed_by_an_earlier_wait_does_not_end_a_later_one_early() -> None:
+    # the timer a wait due sooner armed fires: a wait due half a millisecond later sleeps
+    # on until its own time; a timer armed for this wait's own time that fires half a
+    # millisecond early (uvloop's rounding) ends it
+    loop = asyncio.get_running_loop()
+    conn = Connection(Pool(loop, _http.Limits(max_connections=1)), ("http", "127.0.0.1", 9))
+    waiter = conn._waiter = loop.create_future()
+    now = loop.time()
+    conn._timer_at, conn._due = now, now + 0.0005
+    conn._check_wait()
+    assert not waiter.done()
+    assert conn._timer is not None and conn._timer_at == conn._due  # armed for its time
+    conn._timer.cancel()
+    conn._timer = None
+    conn._timer_at = conn._due = loop.time() + 0.0005
+    conn._check_wait()
+    assert waiter.done() and isinstance(waiter.exception(), _http.ReadTimeout)
 
 
 @pytest.mark.anyio

@@ -105,3 +105,74 @@ def test_counts_from_many_threads_are_all_kept() -> None:
         sys.setswitchinterval(interval)
     assert turns.values[("fast",)] == 80_000
     assert sum(latency.values[("fast",)]) == 80_000
+
+
+def _trace_with(cost: object, usage: object) -> object:
+    from tiered_router.gate import Verdict
+    from tiered_router.routing import Decision
+    from tiered_router.trace import Attempt, Trace
+
+    attempt = Attempt(
+        tier="fast",
+        backend="fast",
+        model="fast-model",
+        latency_s=0.01,
+        usage=usage,  # type: ignore[arg-type]
+        cost=cost,  # type: ignore[arg-type]
+        verdict=Verdict(passed=True, checks=("non_empty",)),
+    )
+    decision = Decision(tier="fast", backend="fast", score=0.2, threshold=0.5)
+    return Trace(turn_id="t", decision=decision, attempts=(attempt,), tier="fast", backend="fast")
+
+
+def test_a_turn_with_a_missing_or_negative_count_is_counted_without_it() -> None:
+    from tiered_router.server._metrics import Metrics
+    from tiered_router.turn import Usage
+
+    metrics = Metrics()
+    good = Usage(input_tokens=120, output_tokens=40)
+    bad = Usage(input_tokens=-5, output_tokens=None)  # type: ignore[arg-type]
+    for trace in (_trace_with(None, good), _trace_with(-0.2, bad)):
+        metrics.emit(trace)  # type: ignore[arg-type]
+    lines = metrics.render().splitlines()
+    assert 'tiered_router_requests_total{escalated="false",tier="fast"} 2.0' in lines
+    assert 'tiered_router_turn_latency_seconds_count{tier="fast"} 2.0' in lines
+    assert 'tiered_router_tokens_total{backend="fast",direction="input"} 120.0' in lines
+    assert 'tiered_router_tokens_total{backend="fast",direction="output"} 40.0' in lines
+    assert not [line for line in lines if line.startswith("tiered_router_cost_usd_total{")]
+
+
+def test_a_tracked_total_synced_from_many_threads_is_added_once() -> None:
+    import sys
+    import threading
+
+    from tiered_router.server._metrics import Metrics
+
+    metrics = Metrics()
+    grown = [0]
+    source = threading.Lock()
+
+    def total() -> float:
+        with source:
+            return float(grown[0])
+
+    metrics.track(metrics.state_fallbacks, total)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def grow_and_sync() -> None:
+        for _ in range(3_000):
+            with source:
+                grown[0] += 1
+            metrics.sync()
+
+    try:
+        threads = [threading.Thread(target=grow_and_sync) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    metrics.sync()
+    assert metrics.state_fallbacks.values[()] == 12_000

@@ -35,9 +35,9 @@ _STALE_AFTER_S = 1.0
 (no server closes an idle connection sooner; the check costs a system call)."""
 
 _EARLY_S = 0.001
-"""A read timer that fires this close to its time has expired: uvloop rounds timers to the
-millisecond and fires them up to that early (armed again, it would fire at once until the
-next millisecond), as a timer per wait did."""
+"""A read timer armed for a wait's time that fires this close to it has expired: uvloop
+rounds timers to the millisecond and fires them up to that early (armed again, it would
+fire at once until the next millisecond), as a timer per wait did."""
 
 Origin = tuple[str, str, int]
 """Where a connection goes: scheme, host, port."""
@@ -177,7 +177,9 @@ class Connection(asyncio.Protocol):
         due, waiter = self._due, self._waiter
         if due is None or waiter is None:  # no wait under way: the next one arms it again
             return
-        if due - self.pool.loop.time() > _EARLY_S:
+        # armed by an earlier wait (due sooner): sleep until this one's time; armed for this
+        # time and fired early by at most _EARLY_S (uvloop's rounding): its time has come
+        if due > self._timer_at or due - self.pool.loop.time() > _EARLY_S:
             self._arm(due)
         elif not waiter.done():
             waiter.set_exception(ReadTimeout("timed out reading"))

@@ -244,12 +244,13 @@ class Metrics:
             self.track(self.traces_dropped, lambda: float(sum(s.dropped for s in counting)))
 
     def sync(self) -> None:
-        """Bring the tracked counters up to their running totals."""
-        for counter, read, seen in self._tracked:
-            now = read()
-            if now > seen[0]:
-                counter.add((), now - seen[0])
-                seen[0] = now
+        """Bring the tracked counters up to their running totals (under the series' lock)."""
+        with self._lock:  # two threads must not both add what one total grew by
+            for counter, read, seen in self._tracked:
+                now = read()
+                if now > seen[0]:
+                    counter.add_held((), now - seen[0])
+                    seen[0] = now
 
     def emit(self, trace: Trace) -> None:
         """Count one finished turn (the router calls this as a trace sink).
@@ -298,14 +299,16 @@ class Metrics:
         backend = attempt.backend
         if attempt.error is not None:
             self.backend_errors.add_held((backend, str(attempt.error.get("type", "error"))))
-        # counters only go up: a negative count a server reported is not counted
-        if attempt.cost > 0:
-            self.cost.add_held((backend,), attempt.cost)
+        # counters only go up: a negative (or missing) count is not counted
+        cost = attempt.cost or 0.0
+        if cost > 0:
+            self.cost.add_held((backend,), cost)
         usage = attempt.usage
-        if usage.input_tokens > 0:
-            self.tokens.add_held((backend, "input"), usage.input_tokens)
-        if usage.output_tokens > 0:
-            self.tokens.add_held((backend, "output"), usage.output_tokens)
+        tokens_in, tokens_out = usage.input_tokens or 0, usage.output_tokens or 0
+        if tokens_in > 0:
+            self.tokens.add_held((backend, "input"), tokens_in)
+        if tokens_out > 0:
+            self.tokens.add_held((backend, "output"), tokens_out)
 
     def breakers(self, states: Mapping[str, str]) -> None:
         """Set each backend's breaker state (``{backend: "closed" | "open" | "half_open"}``)."""
