@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Callable
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -81,28 +85,30 @@ def test_a_counter_never_goes_down_and_a_gauge_may() -> None:
     assert (turns.values, gauge.values) == ({(): 0.0}, {(): -1.0})
 
 
-def test_counts_from_many_threads_are_all_kept() -> None:
-    import sys
-    import threading
-
-    turns = Series("counter", "t_turns_total", "Turns.", ("tier",))
-    latency = Series("histogram", "t_latency_seconds", "Latency.", ("tier",), buckets=BUCKETS)
+def _in_four_threads(work: Callable[[], None]) -> None:
+    """Run ``work`` in 4 threads at once, switching as often as the interpreter can."""
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
-
-    def count() -> None:
-        for _ in range(20_000):
-            turns.add(("fast",))
-            latency.observe(("fast",), 0.05)
-
+    sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=count) for _ in range(4)]
+        threads = [threading.Thread(target=work) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_counts_from_many_threads_are_all_kept() -> None:
+    turns = Series("counter", "t_turns_total", "Turns.", ("tier",))
+    latency = Series("histogram", "t_latency_seconds", "Latency.", ("tier",), buckets=BUCKETS)
+
+    def count() -> None:
+        for _ in range(20_000):
+            turns.add(("fast",))
+            latency.observe(("fast",), 0.05)
+
+    _in_four_threads(count)
     assert turns.values[("fast",)] == 80_000
     assert sum(latency.values[("fast",)]) == 80_000
 
@@ -143,9 +149,6 @@ def test_a_turn_with_a_missing_or_negative_count_is_counted_without_it() -> None
 
 
 def test_a_tracked_total_synced_from_many_threads_is_added_once() -> None:
-    import sys
-    import threading
-
     from tiered_router.server._metrics import Metrics
 
     metrics = Metrics()
@@ -157,8 +160,6 @@ def test_a_tracked_total_synced_from_many_threads_is_added_once() -> None:
             return float(grown[0])
 
     metrics.track(metrics.state_fallbacks, total)
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
 
     def grow_and_sync() -> None:
         for _ in range(3_000):
@@ -166,13 +167,6 @@ def test_a_tracked_total_synced_from_many_threads_is_added_once() -> None:
                 grown[0] += 1
             metrics.sync()
 
-    try:
-        threads = [threading.Thread(target=grow_and_sync) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    _in_four_threads(grow_and_sync)
     metrics.sync()
     assert metrics.state_fallbacks.values[()] == 12_000
