@@ -43,6 +43,14 @@ Origin = tuple[str, str, int]
 """Where a connection goes: scheme, host, port."""
 
 
+def _within(timeout: float | None, deadline: float | None, now: float) -> float | None:
+    """``timeout`` seconds, cut to what is left until ``deadline`` (loop time) when given."""
+    if deadline is None:
+        return timeout
+    left = deadline - now
+    return left if timeout is None else min(timeout, left)
+
+
 def _readable(sock: socket.socket) -> bool:
     """Whether ``sock`` has bytes (or an end) waiting; ``poll`` has no limit on descriptors."""
     if hasattr(select, "poll"):
@@ -154,11 +162,10 @@ class Connection(asyncio.Protocol):
         """
         loop = self.pool.loop
         waiter = self._waiter = loop.create_future()
-        due = None if timeout is None else loop.time() + timeout
-        if deadline is not None and (due is None or deadline < due):
-            due = deadline
-        if due is not None:
-            self._due = due
+        now = loop.time()
+        seconds = _within(timeout, deadline, now)
+        if seconds is not None:
+            due = self._due = now + seconds
             if self._timer is None or self._timer_at > due:
                 self._arm(due)
         try:
@@ -253,9 +260,7 @@ class Pool:
 
         """
         deadline = None
-        if call_deadline is not None:
-            left = call_deadline - self.loop.time()
-            pool_timeout = left if pool_timeout is None else min(pool_timeout, left)
+        pool_timeout = _within(pool_timeout, call_deadline, self.loop.time())
         while True:
             if self.closed:
                 raise ConnectError("the transport was closed")
@@ -272,10 +277,8 @@ class Pool:
                     return conn
             if self.limit is None or len(self._open) + self._opening < self.limit:
                 self._opening += 1  # the place is taken now, not once connected
-                timeout = connect_timeout
-                if call_deadline is not None:  # what is left after any wait for room
-                    left = call_deadline - self.loop.time()
-                    timeout = left if timeout is None else min(timeout, left)
+                # what is left of the call after any wait for room
+                timeout = _within(connect_timeout, call_deadline, self.loop.time())
                 try:
                     return await self._connect(origin, timeout)
                 finally:
