@@ -81,6 +81,28 @@ def test_the_overhead_histogram_counts_every_routed_request(server: ScriptedServ
     assert values['tiered_router_overhead_seconds_bucket{le="+Inf"}'] == 3
 
 
+@pytest.mark.parametrize("clients", [32, 64])
+def test_counts_of_concurrent_requests_add_up_exactly(server: ScriptedServer, clients: int) -> None:
+    # one process counts in plain numbers under one lock; every upstream call ends its
+    # waits by the call's deadline on its own pooled connection
+    from concurrent.futures import ThreadPoolExecutor
+
+    server.default = Reply.text("hello")
+    with running(_app(server)) as url, _http.build_client() as http:
+        with ThreadPoolExecutor(clients) as pool:
+            codes = list(pool.map(lambda _: _chat(http, url).status_code, range(clients * 2)))
+        values = _scrape(http, url)
+    assert codes == [200] * (clients * 2)
+    assert values['tiered_router_requests_total{escalated="false",tier="fast"}'] == clients * 2
+    assert values[_responses("/v1/chat/completions", 200)] == clients * 2
+    assert values["tiered_router_overhead_seconds_count"] == clients * 2
+    assert values['tiered_router_turn_latency_seconds_count{tier="fast"}'] == clients * 2
+    assert values["tiered_router_in_flight"] == 0
+    tokens = values['tiered_router_tokens_total{backend="fast",direction="input"}']
+    assert tokens > 0 and tokens % (clients * 2) == 0  # the same count from every request
+    assert len(server.requests) == clients * 2
+
+
 class _LossySink:
     """A trace sink that drops every other trace and counts what it dropped."""
 
